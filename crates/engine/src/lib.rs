@@ -1,1 +1,44 @@
-//! placeholder
+//! The bloomgate engine: Bloom filters for blacklists of billions of keys.
+//!
+//! Two layouts share one API ([`Filter`]):
+//!
+//! * [`Layout::Blocked`] (the default): each item's `k` bits live in one
+//!   512-bit, cache-line-aligned block, so a lookup costs one cache miss. About
+//!   21.9 bits per item at a false-positive rate of 10⁻⁴.
+//! * [`Layout::Classic`]: the textbook filter, 19.17 bits per item at 10⁻⁴
+//!   (20 when rounded to whole bits, as the planner does), `k` cache misses.
+//!
+//! Items are hashed once with seeded XXH3-128 ([`hash`]); all positions are
+//! derived from that hash with 64-bit arithmetic and multiply-shift range
+//! reduction, so filters beyond 2³² bits work. Insertion is lock-free
+//! (atomic OR) and may run on every core at once. Filters are stored in a
+//! memory-mappable file format ([`format`], `docs/file-format.md`).
+//!
+//! The sizing formulas and their sources are in [`math`].
+//!
+//! ```
+//! use bloomgate_engine::{plan, Filter, Layout};
+//!
+//! let plan = plan(Layout::Blocked, 1_000, 1e-4).unwrap();
+//! let filter = Filter::with_plan(&plan).unwrap();
+//! filter.insert(b"evil.example/");
+//! assert!(filter.contains(b"evil.example/"));
+//! assert!(plan.predicted_fp <= 1e-4);
+//! ```
+#![deny(missing_docs)]
+
+#[cfg(target_endian = "big")]
+compile_error!("bloomgate's file format and SIMD kernels assume a little-endian CPU");
+
+pub mod arch;
+mod error;
+mod filter;
+pub mod format;
+pub mod hash;
+pub mod math;
+mod storage;
+
+pub use error::{Error, FormatProblem, Result};
+pub use filter::{random_seed, Filter, Params, Prepared};
+pub use format::{Access, Header};
+pub use math::{plan, Layout, Plan, PlanError};

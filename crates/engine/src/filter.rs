@@ -1,0 +1,604 @@
+//! The filter itself: parameters, insertion, lookup, batches, union, statistics.
+//!
+//! A [`Filter`] is one bit array plus the parameters needed to address it. It
+//! is `Sync`: any number of threads may insert and look up at once through
+//! `&Filter`, because every bit operation is an atomic `fetch_or` or load
+//! (see `storage`). Insertion never clears a bit, so a completed insertion
+//! is visible to every later lookup: there are no false negatives, even under
+//! concurrency.
+//!
+//! # Layouts
+//!
+//! * **Classic** — positions `reduce(x_i, m)` with enhanced double hashing
+//!   over 64-bit values (Dillinger & Manolios 2004): `x_0 = hi`, `y_0 = lo`,
+//!   `x_{i+1} = x_i + y_i`, `y_{i+1} = y_i + i` (mod 2⁶⁴). Kirsch & Mitzenmacher
+//!   showed two hash values suffice asymptotically; doing the arithmetic on
+//!   64 bits *before* range reduction avoids the short cycles that
+//!   `(h1 + i·h2) mod m` has for small or even `m`, and the cubic term of the
+//!   enhanced variant breaks the remaining `h2 = 0` degeneracy. Predicted
+//!   FP: `math::classic_fp`.
+//! * **Blocked** — `block = reduce(hi, m/512)`, then `k` probes inside the
+//!   512-bit block derived from the low 32 bits of `lo` (see `arch`).
+//!   Predicted FP: `math::blocked_fp`.
+//!
+//! # Prepare, then probe
+//!
+//! [`Filter::prepare`] hashes an item and computes where it lives;
+//! [`Filter::prefetch`] asks the CPU to start loading that memory;
+//! [`Filter::contains_prepared`] probes it. [`Filter::contains_batch`] and
+//! [`Filter::insert_batch`] hash a whole group first and prefetch all of it,
+//! so that the cache misses of a DRAM-resident filter overlap instead of being
+//! paid one after another.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use rayon::prelude::*;
+
+use crate::arch;
+use crate::error::{Error, Result};
+use crate::format::FileState;
+use crate::hash::{hash_item, reduce};
+use crate::math::{self, Layout, Plan, BLOCK_BITS, MAX_K};
+use crate::storage::Bits;
+
+/// Everything that determines where an item's bits are, plus descriptive metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// Bit layout.
+    pub layout: Layout,
+    /// Number of bits, a positive multiple of 512.
+    pub bits: u64,
+    /// Probes per item, 1..=64.
+    pub k: u32,
+    /// Hash seed. Two filters can only be combined if their seeds are equal.
+    pub seed: u64,
+    /// How keys are normalized before hashing (interpreted by `bloomgate-url`; 0 = raw bytes).
+    pub key_kind: u8,
+    /// How queries are matched (interpreted by `bloomgate-url`; 0 = exact).
+    pub match_mode: u8,
+    /// Items the filter was sized for.
+    pub planned_items: u64,
+    /// False-positive rate the filter was sized for.
+    pub target_fp: f64,
+}
+
+impl Params {
+    /// Parameters from a sizing plan, with the given seed and raw keys.
+    pub fn from_plan(plan: &Plan, seed: u64) -> Params {
+        Params {
+            layout: plan.layout,
+            bits: plan.bits,
+            k: plan.k,
+            seed,
+            key_kind: 0,
+            match_mode: 0,
+            planned_items: plan.items,
+            target_fp: plan.target_fp,
+        }
+    }
+
+    /// Checks that the parameters describe an addressable filter.
+    pub fn validate(&self) -> Result<()> {
+        if self.bits == 0 || self.bits % BLOCK_BITS != 0 {
+            return Err(Error::InvalidParams(format!(
+                "bits must be a positive multiple of {BLOCK_BITS}, got {}",
+                self.bits
+            )));
+        }
+        if self.bits >= 1 << 63 {
+            return Err(Error::InvalidParams(format!(
+                "{} bits is too many",
+                self.bits
+            )));
+        }
+        if self.k == 0 || self.k > MAX_K {
+            return Err(Error::InvalidParams(format!(
+                "k must be in 1..={MAX_K}, got {}",
+                self.k
+            )));
+        }
+        Ok(())
+    }
+
+    /// Number of 64-bit words.
+    pub fn words(&self) -> u64 {
+        self.bits / 64
+    }
+}
+
+/// A fresh random seed from the operating system.
+pub fn random_seed() -> u64 {
+    // getrandom only fails on exotic platforms with no entropy source; fall
+    // back to a time-and-address mix rather than refusing to build a filter.
+    getrandom::u64().unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        xxhash_rust::xxh3::xxh3_64_with_seed(&t.to_le_bytes(), &t as *const u64 as u64)
+    })
+}
+
+/// An item's hash, resolved to the place it lives in one filter.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// Blocked: word index of the block. Classic: first double-hashing value.
+    a: u64,
+    /// Blocked: the 32-bit in-block hash (odd). Classic: second value.
+    b: u64,
+}
+
+/// A Bloom filter of either layout.
+pub struct Filter {
+    pub(crate) params: Params,
+    pub(crate) bits: Bits,
+    pub(crate) items: AtomicU64,
+    blocks: u64,
+    pub(crate) file: Option<FileState>,
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter")
+            .field("params", &self.params)
+            .field("items", &self.items())
+            .field("file", &self.file.as_ref().map(|s| &s.path))
+            .finish()
+    }
+}
+
+/// Batch size of the prepare/prefetch/probe pipeline: enough misses in
+/// flight to cover DRAM latency (~10 line-fill buffers per core), small
+/// enough that the prepared array stays in registers/L1.
+const BATCH: usize = 32;
+
+impl Filter {
+    /// An empty in-memory filter.
+    pub fn new(params: Params) -> Result<Filter> {
+        params.validate()?;
+        let words =
+            usize::try_from(params.words()).map_err(|_| Error::OutOfMemory(params.bits / 8))?;
+        let bits = Bits::heap(words).ok_or(Error::OutOfMemory(params.bits / 8))?;
+        Ok(Filter::from_parts(params, bits, 0, None))
+    }
+
+    /// An empty in-memory filter sized by `plan`, with a fresh random seed.
+    pub fn with_plan(plan: &Plan) -> Result<Filter> {
+        Filter::new(Params::from_plan(plan, random_seed()))
+    }
+
+    pub(crate) fn from_parts(
+        params: Params,
+        bits: Bits,
+        items: u64,
+        file: Option<FileState>,
+    ) -> Filter {
+        let blocks = params.bits / BLOCK_BITS;
+        Filter {
+            params,
+            bits,
+            items: AtomicU64::new(items),
+            blocks,
+            file,
+        }
+    }
+
+    /// The filter's parameters.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// Items inserted that set at least one new bit (duplicates and items that
+    /// were already false positives are not counted).
+    pub fn items(&self) -> u64 {
+        self.items.load(Relaxed)
+    }
+
+    /// Overrides the item counter (used when a count is known from elsewhere,
+    /// e.g. after a union).
+    pub fn set_items(&self, items: u64) {
+        self.items.store(items, Relaxed);
+    }
+
+    /// Hashes `item` and resolves where it lives.
+    #[inline]
+    pub fn prepare(&self, item: &[u8]) -> Prepared {
+        let h = hash_item(self.params.seed, item);
+        match self.params.layout {
+            Layout::Blocked => Prepared {
+                a: reduce(h.hi, self.blocks) * 8,
+                b: (h.lo as u32 | 1) as u64,
+            },
+            Layout::Classic => Prepared { a: h.hi, b: h.lo },
+        }
+    }
+
+    /// Starts loading the memory `p` will touch (the block; for classic, all k words).
+    #[inline]
+    pub fn prefetch(&self, p: &Prepared) {
+        let words = self.bits.words();
+        match self.params.layout {
+            Layout::Blocked => arch::prefetch(words.as_ptr().wrapping_add(p.a as usize)),
+            Layout::Classic => {
+                self.classic_positions(p, |pos| {
+                    arch::prefetch(words.as_ptr().wrapping_add((pos >> 6) as usize));
+                    true
+                });
+            }
+        }
+    }
+
+    /// Calls `f` with each classic bit position until it returns false.
+    /// Returns whether every call returned true.
+    #[inline(always)]
+    fn classic_positions(&self, p: &Prepared, mut f: impl FnMut(u64) -> bool) -> bool {
+        let m = self.params.bits;
+        let (mut x, mut y) = (p.a, p.b);
+        for i in 0..self.params.k as u64 {
+            if !f(reduce(x, m)) {
+                return false;
+            }
+            x = x.wrapping_add(y);
+            y = y.wrapping_add(i);
+        }
+        true
+    }
+
+    #[inline(always)]
+    fn load_block(&self, word: u64) -> [u64; 8] {
+        let words = self.bits.words();
+        let w = word as usize;
+        // `word` is reduce(hi, blocks)·8 < 8·blocks = words.len(), so w+7 is in bounds.
+        let block = &words[w..w + 8];
+        std::array::from_fn(|i| block[i].load(Relaxed))
+    }
+
+    /// True if the prepared item is (probably) in the set.
+    #[inline]
+    pub fn contains_prepared(&self, p: &Prepared) -> bool {
+        match self.params.layout {
+            Layout::Blocked => {
+                let block = self.load_block(p.a);
+                arch::block_contains(&block, p.b as u32, self.params.k)
+            }
+            Layout::Classic => {
+                let words = self.bits.words();
+                self.classic_positions(p, |pos| {
+                    words[(pos >> 6) as usize].load(Relaxed) & (1 << (pos & 63)) != 0
+                })
+            }
+        }
+    }
+
+    /// Sets the prepared item's bits. Returns true if any bit was newly set
+    /// (the item was not already reported present).
+    #[inline]
+    pub fn insert_prepared(&self, p: &Prepared) -> bool {
+        let words = self.bits.words();
+        let changed = match self.params.layout {
+            Layout::Blocked => {
+                let mask = arch::block_mask(p.b as u32, self.params.k);
+                let base = p.a as usize;
+                let mut changed = false;
+                for (i, &m) in mask.iter().enumerate() {
+                    if m == 0 {
+                        continue;
+                    }
+                    let w = &words[base + i];
+                    // Skip the locked RMW when the bits are already there: a
+                    // plain load is far cheaper than `lock or` and duplicates
+                    // are common in real lists.
+                    if w.load(Relaxed) & m != m {
+                        changed |= w.fetch_or(m, Relaxed) & m != m;
+                    }
+                }
+                changed
+            }
+            Layout::Classic => {
+                let mut changed = false;
+                self.classic_positions(p, |pos| {
+                    let w = &words[(pos >> 6) as usize];
+                    let bit = 1u64 << (pos & 63);
+                    if w.load(Relaxed) & bit == 0 {
+                        changed |= w.fetch_or(bit, Relaxed) & bit == 0;
+                    }
+                    true
+                });
+                changed
+            }
+        };
+        if changed {
+            self.items.fetch_add(1, Relaxed);
+        }
+        changed
+    }
+
+    /// True if `item` is (probably) in the set. Never false for an inserted item.
+    #[inline]
+    pub fn contains(&self, item: &[u8]) -> bool {
+        self.contains_prepared(&self.prepare(item))
+    }
+
+    /// Adds `item`. Returns true if it was not (probably) present before.
+    #[inline]
+    pub fn insert(&self, item: &[u8]) -> bool {
+        self.insert_prepared(&self.prepare(item))
+    }
+
+    /// Looks up many items, writing one answer per item into `out`
+    /// (which is cleared first). Hashes and prefetches in groups so that
+    /// memory latency overlaps.
+    pub fn contains_batch<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
+        out.clear();
+        out.reserve(items.len());
+        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
+        for chunk in items.chunks(BATCH) {
+            for (slot, item) in prepared.iter_mut().zip(chunk) {
+                *slot = self.prepare(item.as_ref());
+                self.prefetch(slot);
+            }
+            for p in &prepared[..chunk.len()] {
+                out.push(self.contains_prepared(p));
+            }
+        }
+    }
+
+    /// Inserts many items with the same pipelining as [`Filter::contains_batch`].
+    /// Returns how many were new.
+    pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
+        let mut new = 0;
+        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
+        for chunk in items.chunks(BATCH) {
+            for (slot, item) in prepared.iter_mut().zip(chunk) {
+                *slot = self.prepare(item.as_ref());
+                self.prefetch(slot);
+            }
+            for p in &prepared[..chunk.len()] {
+                new += self.insert_prepared(p) as u64;
+            }
+        }
+        new
+    }
+
+    /// Checks that `other` has the same layout, size, k and seed.
+    pub fn check_compatible(&self, other: &Filter) -> Result<()> {
+        let (a, b) = (&self.params, &other.params);
+        let mut diffs = Vec::new();
+        if a.layout != b.layout {
+            diffs.push(format!("layout {} vs {}", a.layout, b.layout));
+        }
+        if a.bits != b.bits {
+            diffs.push(format!("bits {} vs {}", a.bits, b.bits));
+        }
+        if a.k != b.k {
+            diffs.push(format!("k {} vs {}", a.k, b.k));
+        }
+        if a.seed != b.seed {
+            diffs.push("different hash seeds (build both with the same --seed)".into());
+        }
+        if a.key_kind != b.key_kind || a.match_mode != b.match_mode {
+            diffs.push("different key kinds or match modes".into());
+        }
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Incompatible(diffs.join(", ")))
+        }
+    }
+
+    /// ORs `other`'s bits into this filter: afterwards it answers yes for
+    /// everything either answered yes for. The item count becomes the
+    /// fill-based estimate, clamped between the larger input count and the sum.
+    pub fn union_with(&self, other: &Filter) -> Result<()> {
+        self.check_compatible(other)?;
+        const CHUNK: usize = 1 << 14;
+        self.bits
+            .words()
+            .par_chunks(CHUNK)
+            .zip(other.bits.words().par_chunks(CHUNK))
+            .for_each(|(dst, src)| {
+                for (d, s) in dst.iter().zip(src) {
+                    let v = s.load(Relaxed);
+                    if v != 0 {
+                        d.fetch_or(v, Relaxed);
+                    }
+                }
+            });
+        let (a, b) = (self.items(), other.items());
+        let est = self.estimated_items();
+        let lo = a.max(b) as f64;
+        let hi = a.saturating_add(b) as f64;
+        self.set_items(est.clamp(lo, hi.max(lo)) as u64);
+        Ok(())
+    }
+
+    /// Number of bits set (parallel popcount).
+    pub fn count_ones(&self) -> u64 {
+        self.bits
+            .words()
+            .par_chunks(1 << 14)
+            .map(|c| {
+                c.iter()
+                    .map(|w| w.load(Relaxed).count_ones() as u64)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Fraction of bits set.
+    pub fn fill_ratio(&self) -> f64 {
+        self.count_ones() as f64 / self.params.bits as f64
+    }
+
+    /// Distinct items estimated from the fill (see [`math::estimate_items`]).
+    pub fn estimated_items(&self) -> f64 {
+        math::estimate_items(self.params.bits, self.params.k, self.count_ones())
+    }
+
+    /// False-positive rate predicted for the number of items inserted so far.
+    pub fn predicted_fp(&self) -> f64 {
+        self.predicted_fp_for(self.items())
+    }
+
+    /// False-positive rate predicted for `n` items in this filter.
+    pub fn predicted_fp_for(&self, n: u64) -> f64 {
+        self.params
+            .layout
+            .predicted_fp(self.params.bits, n as f64, self.params.k)
+    }
+
+    /// False-positive rate predicted from the bits actually set: for classic
+    /// `fill^k`; for blocked the Putze formula at the fill-estimated count
+    /// (its per-block variance makes `fill^k` an underestimate).
+    pub fn fp_at_fill(&self) -> f64 {
+        let ones = self.count_ones();
+        let fill = ones as f64 / self.params.bits as f64;
+        match self.params.layout {
+            Layout::Classic => fill.powi(self.params.k as i32),
+            Layout::Blocked => {
+                let n = math::estimate_items(self.params.bits, self.params.k, ones);
+                if n.is_finite() {
+                    self.params
+                        .layout
+                        .predicted_fp(self.params.bits, n, self.params.k)
+                } else {
+                    1.0
+                }
+            }
+        }
+    }
+
+    /// The raw bit array, little-endian (bit `i` is bit `i % 8` of byte `i / 8`).
+    /// Writers should be quiescent if a consistent snapshot is needed.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bits.bytes()
+    }
+
+    /// Sets bits from a byte slice at byte `offset` by OR-ing (used to load a
+    /// filter copied in chunks). Fails if the range is outside the array.
+    pub fn or_bytes_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let total = self.params.bits / 8;
+        let end = offset.checked_add(bytes.len() as u64);
+        if offset % 8 != 0 || bytes.len() % 8 != 0 || end.is_none_or(|e| e > total) {
+            return Err(Error::InvalidParams(format!(
+                "chunk of {} bytes at offset {offset} does not fit a {total}-byte bit array",
+                bytes.len()
+            )));
+        }
+        let words = &self.bits.words()[(offset / 8) as usize..];
+        for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
+            let v = u64::from_le_bytes(b.try_into().expect("chunks_exact(8)"));
+            if v != 0 {
+                w.fetch_or(v, Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::math::plan;
+    use proptest::prelude::*;
+
+    fn small(layout: Layout, n: u64, p: f64, seed: u64) -> Filter {
+        let mut params = Params::from_plan(&plan(layout, n, p).unwrap(), seed);
+        params.seed = seed;
+        Filter::new(params).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn no_false_negatives(items in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..400),
+                              seed in any::<u64>(), blocked in any::<bool>()) {
+            let layout = if blocked { Layout::Blocked } else { Layout::Classic };
+            let f = small(layout, 200, 0.01, seed);
+            for it in &items { f.insert(it); }
+            for it in &items { prop_assert!(f.contains(it)); }
+            let mut out = Vec::new();
+            f.contains_batch(&items, &mut out);
+            prop_assert!(out.iter().all(|&b| b));
+        }
+
+        #[test]
+        fn union_has_no_false_negatives(a in proptest::collection::vec(any::<u64>(), 0..300),
+                                        b in proptest::collection::vec(any::<u64>(), 0..300),
+                                        seed in any::<u64>(), blocked in any::<bool>()) {
+            let layout = if blocked { Layout::Blocked } else { Layout::Classic };
+            let fa = small(layout, 500, 0.01, seed);
+            let fb = small(layout, 500, 0.01, seed);
+            for x in &a { fa.insert(&x.to_le_bytes()); }
+            for x in &b { fb.insert(&x.to_le_bytes()); }
+            fa.union_with(&fb).unwrap();
+            for x in a.iter().chain(&b) { prop_assert!(fa.contains(&x.to_le_bytes())); }
+        }
+
+        #[test]
+        fn batch_matches_single(items in proptest::collection::vec(any::<u32>(), 0..200), seed in any::<u64>(), blocked in any::<bool>()) {
+            let layout = if blocked { Layout::Blocked } else { Layout::Classic };
+            let f = small(layout, 100, 0.05, seed);
+            for x in items.iter().step_by(2) { f.insert(&x.to_le_bytes()); }
+            let keys: Vec<[u8; 4]> = items.iter().map(|x| x.to_le_bytes()).collect();
+            let mut out = Vec::new();
+            f.contains_batch(&keys, &mut out);
+            for (k, got) in keys.iter().zip(&out) { prop_assert_eq!(*got, f.contains(k)); }
+        }
+    }
+
+    #[test]
+    fn insert_reports_novelty_and_counts() {
+        let f = small(Layout::Blocked, 1000, 0.001, 7);
+        assert!(f.insert(b"a"));
+        assert!(!f.insert(b"a"));
+        assert!(f.insert(b"b"));
+        assert_eq!(f.items(), 2);
+        assert_eq!(f.insert_batch(&[b"a", b"c"]), 1);
+        assert_eq!(f.items(), 3);
+    }
+
+    #[test]
+    fn union_refuses_incompatible() {
+        let a = small(Layout::Blocked, 1000, 0.01, 1);
+        let b = small(Layout::Blocked, 1000, 0.01, 2);
+        let c = small(Layout::Classic, 1000, 0.01, 1);
+        let d = small(Layout::Blocked, 5000, 0.01, 1);
+        assert!(a.union_with(&b).unwrap_err().to_string().contains("seed"));
+        assert!(a.union_with(&c).unwrap_err().to_string().contains("layout"));
+        assert!(a.union_with(&d).unwrap_err().to_string().contains("bits"));
+    }
+
+    #[test]
+    fn concurrent_inserts_lose_nothing() {
+        let f = small(Layout::Blocked, 400_000, 0.001, 3);
+        (0..4u64).into_par_iter().for_each(|t| {
+            for i in 0..100_000u64 {
+                f.insert(&(t * 1_000_000 + i).to_le_bytes());
+            }
+        });
+        for t in 0..4u64 {
+            for i in 0..100_000u64 {
+                assert!(f.contains(&(t * 1_000_000 + i).to_le_bytes()));
+            }
+        }
+        let est = f.estimated_items();
+        assert!((est - 400_000.0).abs() / 400_000.0 < 0.02, "{est}");
+    }
+
+    #[test]
+    fn or_bytes_round_trip() {
+        let a = small(Layout::Classic, 1000, 0.01, 9);
+        for i in 0..500u32 {
+            a.insert(&i.to_le_bytes());
+        }
+        let b = Filter::new(a.params().clone()).unwrap();
+        let bytes = a.as_bytes().to_vec();
+        for (i, chunk) in bytes.chunks(64).enumerate() {
+            b.or_bytes_at(i as u64 * 64, chunk).unwrap();
+        }
+        assert_eq!(a.as_bytes(), b.as_bytes());
+        assert!(b.or_bytes_at(bytes.len() as u64, &[0; 8]).is_err());
+        assert!(b.or_bytes_at(3, &[0; 8]).is_err());
+    }
+}

@@ -1,0 +1,465 @@
+//! The false-positive mathematics behind each layout, and the planner that turns
+//! "n items at false-positive rate p" into concrete parameters.
+//!
+//! Everything here is pure arithmetic on `f64`; nothing touches a filter. The
+//! formulas are kept in one place so that the planner, `info`, the service and
+//! the tests all predict the same numbers.
+//!
+//! # Classic layout (Bloom 1970; Mitzenmacher & Upfal, *Probability and Computing*, §5.5.3)
+//!
+//! With `m` bits, `k` independent uniform positions per item and `n` items, a
+//! given bit is still zero with probability `(1 − 1/m)^{kn} ≈ e^{−kn/m}`, so a
+//! never-inserted item finds all its `k` bits set with probability
+//!
+//! ```text
+//! FP_classic(m, n, k) = (1 − e^{−kn/m})^k
+//! ```
+//!
+//! Minimising over `k` gives `k* = ln 2 · m/n` and `m* = −n · ln p / (ln 2)²`,
+//! i.e. `−log2(p) / ln 2 ≈ 1.44 · log2(1/p)` bits per item. For `n = 10¹⁰`,
+//! `p = 10⁻⁴` that is 19.17 bits per item; rounded up to 20 bits per item the
+//! filter is 2·10¹¹ bits = 25 GB with `k = round(20 · ln 2) = 14` and a real
+//! rate of 0.0067 %.
+//!
+//! # Blocked layout (Putze, Sanders & Singler, "Cache-, Hash- and Space-Efficient
+//! Bloom Filters", WEA 2007, §3)
+//!
+//! Each item picks one block of `B = 512` bits (one cache line) and sets its `k`
+//! bits inside it. The number of items that land in one block is binomial and,
+//! for the sizes we care about, Poisson with mean `λ = B · n / m`. A block that
+//! holds `i` items is a classic filter of `B` bits, so
+//!
+//! ```text
+//! FP_blocked(m, n, k) = Σ_{i≥0} Pois(i; λ) · (1 − (1 − 1/B)^{k·i})^k
+//! ```
+//!
+//! The Poisson spread is what costs space: crowded blocks have a much higher
+//! false-positive rate than the average and dominate the sum. At `p = 10⁻⁴`
+//! the blocked layout therefore needs about 21.9 bits per item (best `k = 12`)
+//! instead of 19.17; in exchange every lookup touches exactly one cache line.
+//! The best `k` is lower than the classic optimum (12 instead of 13–14) because
+//! extra probes add load to already crowded blocks.
+//!
+//! The planner chooses the smallest whole number of 512-bit blocks for which
+//! some `k` meets the target, and then the `k` with the lowest predicted rate.
+
+/// Bits in one block of the blocked layout: one 64-byte cache line.
+pub const BLOCK_BITS: u64 = 512;
+
+/// Largest number of probes any layout accepts. Far beyond any useful optimum
+/// (k = 40 is already the optimum for p ≈ 10⁻¹²); it bounds loops and file validation.
+pub const MAX_K: u32 = 64;
+
+/// Predicted false-positive rate of the classic layout.
+///
+/// `m` bits, `n` items, `k` probes: `(1 − e^{−kn/m})^k`.
+pub fn classic_fp(m: f64, n: f64, k: u32) -> f64 {
+    if n <= 0.0 {
+        return 0.0;
+    }
+    (1.0 - (-(k as f64) * n / m).exp()).powi(k as i32)
+}
+
+/// Predicted false-positive rate of the blocked layout (Putze et al. 2007).
+///
+/// `m` bits in blocks of `block_bits`, `n` items, `k` probes per item, all in
+/// one block: a Poisson mixture over the number of items per block.
+pub fn blocked_fp(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
+    if n <= 0.0 {
+        return 0.0;
+    }
+    let lambda = block_bits * n / m;
+    // Sum the Poisson terms outward from the mode in both directions so that
+    // large λ (an overfull filter) neither underflows e^{−λ} nor loops forever.
+    let mode = lambda.floor();
+    let ln_pmf = |i: f64| -> f64 { i * lambda.ln() - lambda - ln_factorial(i) };
+    let per_block = |i: f64| -> f64 {
+        let zero = (1.0 - 1.0 / block_bits).powf(k as f64 * i);
+        (1.0 - zero).powi(k as i32)
+    };
+    let mut sum = 0.0;
+    let mut i = mode;
+    loop {
+        let w = ln_pmf(i).exp();
+        sum += w * per_block(i);
+        if (w < 1e-18 && i > lambda) || i > mode + 10_000.0 {
+            break;
+        }
+        i += 1.0;
+    }
+    let mut i = mode - 1.0;
+    while i >= 0.0 {
+        let w = if lambda == 0.0 { 0.0 } else { ln_pmf(i).exp() };
+        sum += w * per_block(i);
+        if w < 1e-18 {
+            break;
+        }
+        i -= 1.0;
+    }
+    sum.min(1.0)
+}
+
+/// `ln(i!)` through Stirling's series (exact table for small `i`).
+fn ln_factorial(i: f64) -> f64 {
+    if i < 20.0 {
+        let mut acc = 0.0;
+        let mut j = 2.0;
+        while j <= i {
+            acc += f64::ln(j);
+            j += 1.0;
+        }
+        return acc;
+    }
+    // Stirling with two correction terms: error < 1e-10 for i ≥ 20.
+    let x = i + 1.0;
+    (x - 0.5) * x.ln() - x + 0.5 * (2.0 * std::f64::consts::PI).ln() + 1.0 / (12.0 * x)
+        - 1.0 / (360.0 * x * x * x)
+}
+
+/// Which arrangement of bits a filter uses. Stored in the file header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// The textbook filter: `k` positions anywhere in the `m` bits.
+    /// Smallest for a given rate, but `k` cache misses per lookup.
+    Classic,
+    /// Every item confined to one 512-bit cache line: one cache miss per
+    /// lookup, about 14 % more bits at `p = 10⁻⁴`.
+    Blocked,
+}
+
+impl Layout {
+    /// The name used on the command line and in JSON (`classic`, `blocked`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Classic => "classic",
+            Layout::Blocked => "blocked",
+        }
+    }
+
+    /// The code stored in the file header.
+    pub fn code(self) -> u8 {
+        match self {
+            Layout::Classic => 1,
+            Layout::Blocked => 2,
+        }
+    }
+
+    /// Decodes a header code.
+    pub fn from_code(code: u8) -> Option<Layout> {
+        match code {
+            1 => Some(Layout::Classic),
+            2 => Some(Layout::Blocked),
+            _ => None,
+        }
+    }
+
+    /// Predicted false-positive rate of this layout for `m` bits, `n` items, `k` probes.
+    pub fn predicted_fp(self, m_bits: u64, n: f64, k: u32) -> f64 {
+        match self {
+            Layout::Classic => classic_fp(m_bits as f64, n, k),
+            Layout::Blocked => blocked_fp(m_bits as f64, n, k, BLOCK_BITS as f64),
+        }
+    }
+
+    /// The `k` with the lowest predicted rate for `m` bits and `n` items.
+    pub fn best_k(self, m_bits: u64, n: f64) -> u32 {
+        match self {
+            Layout::Classic => {
+                // The optimum of a convex-ish function of k: check both
+                // neighbours of ln2·m/n rather than trusting rounding.
+                let k0 = (std::f64::consts::LN_2 * m_bits as f64 / n)
+                    .floor()
+                    .max(1.0) as u32;
+                let cands = [k0.max(1), (k0 + 1).min(MAX_K)];
+                best_of(self, m_bits, n, cands.into_iter())
+            }
+            Layout::Blocked => best_of(self, m_bits, n, 1..=MAX_K),
+        }
+    }
+}
+
+fn best_of(layout: Layout, m_bits: u64, n: f64, ks: impl Iterator<Item = u32>) -> u32 {
+    let mut best = (f64::INFINITY, 1);
+    for k in ks {
+        let fp = layout.predicted_fp(m_bits, n, k);
+        if fp < best.0 {
+            best = (fp, k);
+        }
+    }
+    best.1
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "classic" => Ok(Layout::Classic),
+            "blocked" => Ok(Layout::Blocked),
+            _ => Err(format!(
+                "unknown layout {s:?} (expected blocked or classic)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A sizing decision: how many bits and probes a filter needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The layout this plan is for.
+    pub layout: Layout,
+    /// Items the filter is sized for.
+    pub items: u64,
+    /// The false-positive rate asked for.
+    pub target_fp: f64,
+    /// Bits in the filter (a whole number of 512-bit blocks, so the data is
+    /// cache-line aligned and its length a multiple of 64 bytes).
+    pub bits: u64,
+    /// Probes per item.
+    pub k: u32,
+    /// The false-positive rate predicted for `items` items.
+    pub predicted_fp: f64,
+}
+
+impl Plan {
+    /// Bytes of filter data (`bits / 8`).
+    pub fn bytes(&self) -> u64 {
+        self.bits / 8
+    }
+
+    /// Bits per planned item.
+    pub fn bits_per_item(&self) -> f64 {
+        self.bits as f64 / self.items as f64
+    }
+}
+
+/// The unrounded optimum of the classic layout: `m* = −n ln p / (ln 2)²`,
+/// `k* = ln 2 · m*/n`. Returned as (bits per item, k) with `k` not rounded.
+pub fn classic_optimum(p: f64) -> (f64, f64) {
+    let ln2 = std::f64::consts::LN_2;
+    let bpi = -p.ln() / (ln2 * ln2);
+    (bpi, ln2 * bpi)
+}
+
+/// Why a plan could not be made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// `n` was zero.
+    #[error("the number of items must be at least 1")]
+    NoItems,
+    /// `p` was not strictly between 0 and 1.
+    #[error("the false-positive rate must be strictly between 0 and 1, got {0}")]
+    BadRate(f64),
+    /// The plan would need more bits than can be addressed (2⁶³).
+    #[error("{items} items at p = {p} need more than 2^63 bits")]
+    TooLarge {
+        /// Items asked for.
+        items: u64,
+        /// Rate asked for.
+        p: f64,
+    },
+}
+
+fn check_inputs(items: u64, p: f64) -> Result<(), PlanError> {
+    if items == 0 {
+        return Err(PlanError::NoItems);
+    }
+    if !(p > 0.0 && p < 1.0) {
+        return Err(PlanError::BadRate(p));
+    }
+    Ok(())
+}
+
+/// Plans a filter of `layout` for `items` items at rate `p`.
+///
+/// * Classic: bits per item rounded **up to a whole number** (the seeds'
+///   convention: 19.17 → 20 for p = 10⁻⁴), `k = round(ln 2 · bits per item)`.
+/// * Blocked: the smallest whole number of 512-bit blocks for which some `k`
+///   meets `p`, found by bisection on the monotone `min_k FP(m, k)`.
+///
+/// Both round the bit count up to a whole number of 512-bit blocks.
+pub fn plan(layout: Layout, items: u64, p: f64) -> Result<Plan, PlanError> {
+    check_inputs(items, p)?;
+    let n = items as f64;
+    let too_large = || PlanError::TooLarge { items, p };
+    match layout {
+        Layout::Classic => {
+            let (bpi, _) = classic_optimum(p);
+            let whole_bpi = bpi.ceil();
+            let bits_f = whole_bpi * n;
+            if bits_f >= 9.2e18 {
+                return Err(too_large());
+            }
+            let bits = round_up_blocks(bits_f as u64).ok_or_else(too_large)?;
+            let k = ((std::f64::consts::LN_2 * whole_bpi).round() as u32).clamp(1, MAX_K);
+            Ok(Plan {
+                layout,
+                items,
+                target_fp: p,
+                bits,
+                k,
+                predicted_fp: classic_fp(bits as f64, n, k),
+            })
+        }
+        Layout::Blocked => {
+            let meets = |blocks: u64| -> Option<(u32, f64)> {
+                let bits = blocks * BLOCK_BITS;
+                let k = layout.best_k(bits, n);
+                let fp = layout.predicted_fp(bits, n, k);
+                (fp <= p).then_some((k, fp))
+            };
+            // Lower bound: the classic optimum (blocking never beats it).
+            let (bpi, _) = classic_optimum(p);
+            let lo_bits = bpi * n;
+            if lo_bits >= 4.0e18 {
+                return Err(too_large());
+            }
+            let mut lo = ((lo_bits as u64) / BLOCK_BITS).max(1);
+            let mut hi = lo.max(1);
+            while meets(hi).is_none() {
+                hi = hi.checked_mul(2).ok_or_else(too_large)?;
+                if hi > (1u64 << 63) / BLOCK_BITS {
+                    return Err(too_large());
+                }
+            }
+            if meets(lo).is_some() {
+                hi = lo;
+            }
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if meets(mid).is_some() {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            let (k, predicted_fp) = meets(hi).ok_or_else(too_large)?;
+            Ok(Plan {
+                layout,
+                items,
+                target_fp: p,
+                bits: hi * BLOCK_BITS,
+                k,
+                predicted_fp,
+            })
+        }
+    }
+}
+
+fn round_up_blocks(bits: u64) -> Option<u64> {
+    let blocks = bits.div_ceil(BLOCK_BITS).max(1);
+    blocks.checked_mul(BLOCK_BITS).filter(|&b| b < (1u64 << 63))
+}
+
+/// Estimated number of distinct items from the number of set bits
+/// (Swamidass & Baldi 2007): `n̂ = −(m/k) · ln(1 − X/m)`.
+///
+/// Both layouts set each bit with the same probability per probe (`1/m`), so
+/// the estimator holds for both. A completely full filter returns `+∞`.
+pub fn estimate_items(m_bits: u64, k: u32, ones: u64) -> f64 {
+    let m = m_bits as f64;
+    let x = ones as f64;
+    if x >= m {
+        return f64::INFINITY;
+    }
+    -(m / k as f64) * (1.0 - x / m).ln()
+}
+
+/// The per-lookup rate needed so that a query making up to `lookups`
+/// independent lookups stays at `per_query`: `1 − (1 − p)^{1/L}`.
+pub fn per_lookup_rate(per_query: f64, lookups: u32) -> f64 {
+    if lookups <= 1 {
+        return per_query;
+    }
+    // -expm1(ln1p(-p)/L) keeps precision for tiny p.
+    -((-per_query).ln_1p() / lookups as f64).exp_m1()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_worked_example_classic() {
+        // n = 10^10, p = 1e-4: 19.17 bits per item exact, 20 rounded, 25 GB, k = 14, ~0.006 %.
+        let (bpi, k) = classic_optimum(1e-4);
+        assert!((bpi - 19.17).abs() < 0.01, "{bpi}");
+        assert!((k - 13.29).abs() < 0.01, "{k}");
+        let plan = plan(Layout::Classic, 10_000_000_000, 1e-4).unwrap();
+        assert_eq!(plan.bits, 200_000_000_000);
+        assert_eq!(plan.bytes(), 25_000_000_000);
+        assert_eq!(plan.k, 14);
+        assert!(
+            plan.predicted_fp > 0.00006 && plan.predicted_fp < 0.00007,
+            "{}",
+            plan.predicted_fp
+        );
+    }
+
+    #[test]
+    fn blocked_plan_matches_putze() {
+        let plan = plan(Layout::Blocked, 10_000_000_000, 1e-4).unwrap();
+        let bpi = plan.bits_per_item();
+        assert!((21.8..22.0).contains(&bpi), "{bpi}");
+        assert_eq!(plan.k, 12);
+        assert!(plan.predicted_fp <= 1e-4);
+        assert!(plan.bytes() < 30_000_000_000);
+        assert!((27.3e9..27.5e9).contains(&(plan.bytes() as f64)));
+        // The smallest m: one block less does not meet the target.
+        let fewer = plan.bits - BLOCK_BITS;
+        let k = Layout::Blocked.best_k(fewer, 1e10);
+        assert!(Layout::Blocked.predicted_fp(fewer, 1e10, k) > 1e-4);
+    }
+
+    #[test]
+    fn blocked_fp_tends_to_classic_for_big_blocks() {
+        // With one huge block the mixture collapses to the classic formula.
+        let m = 1e6;
+        let c = classic_fp(m, 5e4, 10);
+        let b = blocked_fp(m, 5e4, 10, m);
+        assert!((c - b).abs() / c < 0.01, "{c} vs {b}");
+    }
+
+    #[test]
+    fn bad_inputs() {
+        assert_eq!(plan(Layout::Blocked, 0, 0.1), Err(PlanError::NoItems));
+        assert!(matches!(
+            plan(Layout::Blocked, 10, 0.0),
+            Err(PlanError::BadRate(_))
+        ));
+        assert!(matches!(
+            plan(Layout::Classic, 10, 1.0),
+            Err(PlanError::BadRate(_))
+        ));
+        assert!(matches!(
+            plan(Layout::Classic, 10, f64::NAN),
+            Err(PlanError::BadRate(_))
+        ));
+        assert!(matches!(
+            plan(Layout::Classic, u64::MAX, 1e-9),
+            Err(PlanError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn estimator_inverts_expected_fill() {
+        let m = 1u64 << 20;
+        let (k, n) = (7u32, 50_000f64);
+        let ones = (m as f64 * (1.0 - (-(k as f64) * n / m as f64).exp())) as u64;
+        let est = estimate_items(m, k, ones);
+        assert!((est - n).abs() / n < 0.001);
+    }
+
+    #[test]
+    fn per_lookup_rate_is_consistent() {
+        let r = per_lookup_rate(1e-4, 30);
+        assert!((1.0 - (1.0 - r).powi(30) - 1e-4).abs() < 1e-12);
+        assert_eq!(per_lookup_rate(1e-4, 1), 1e-4);
+    }
+}

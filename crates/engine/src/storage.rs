@@ -1,0 +1,143 @@
+//! Where a filter's bits live: zeroed heap memory or a memory-mapped file.
+//!
+//! Both are exposed as one `&[AtomicU64]` so that the layouts never care.
+//! Atomics give lock-free concurrent insertion (`fetch_or` is a single
+//! `lock or` on x86) and race-free concurrent reads (`Relaxed` loads compile to
+//! plain `mov`s). Bits are only ever set, never cleared, so a reader racing a
+//! writer sees either the old or the new word and never a false negative for an
+//! item whose insertion completed before the read began.
+//!
+//! Heap memory comes from `alloc_zeroed` with 64-byte alignment: the
+//! allocator hands large zeroed requests to `mmap`, so a multi-gigabyte filter
+//! costs nothing until its pages are touched. Mapped files are page-aligned
+//! and the bit array starts at byte 4096, so blocks are cache-line aligned in
+//! both cases.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+use memmap2::MmapMut;
+
+/// Alignment of heap bit arrays: one cache line.
+const ALIGN: usize = 64;
+
+enum Owner {
+    Heap(AllocLayout),
+    Map { map: MmapMut, offset: usize },
+}
+
+/// The bit array of one filter.
+pub(crate) struct Bits {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+    owner: Owner,
+}
+
+// SAFETY: `Bits` owns its memory exclusively (a heap allocation or a mapping)
+// and only hands out `&[AtomicU64]`, which is itself Send + Sync.
+unsafe impl Send for Bits {}
+// SAFETY: as above; all shared access goes through atomics.
+unsafe impl Sync for Bits {}
+
+impl Bits {
+    /// Zeroed heap storage for `words` 64-bit words. `None` if the allocation fails.
+    pub(crate) fn heap(words: usize) -> Option<Bits> {
+        let size = words.checked_mul(8)?.max(ALIGN);
+        let layout = AllocLayout::from_size_align(size, ALIGN).ok()?;
+        // SAFETY: `layout` has a non-zero size (at least ALIGN bytes).
+        let raw = unsafe { alloc_zeroed(layout) } as *mut AtomicU64;
+        let ptr = NonNull::new(raw)?;
+        Some(Bits {
+            ptr,
+            words,
+            owner: Owner::Heap(layout),
+        })
+    }
+
+    /// Storage inside a mapping: `words` words starting at byte `offset`.
+    ///
+    /// Returns `None` unless `offset` is 64-byte aligned and the mapping holds
+    /// `offset + 8·words` bytes.
+    pub(crate) fn mapped(mut map: MmapMut, offset: usize, words: usize) -> Option<Bits> {
+        let end = offset.checked_add(words.checked_mul(8)?)?;
+        if offset % ALIGN != 0 || end > map.len() {
+            return None;
+        }
+        // SAFETY: `offset` is within the mapping (checked above), so the
+        // pointer stays inside the same allocation.
+        let raw = unsafe { map.as_mut_ptr().add(offset) } as *mut AtomicU64;
+        let ptr = NonNull::new(raw)?;
+        if (raw as usize) % ALIGN != 0 {
+            return None;
+        }
+        Some(Bits {
+            ptr,
+            words,
+            owner: Owner::Map { map, offset },
+        })
+    }
+
+    /// The words, shared.
+    #[inline(always)]
+    pub(crate) fn words(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` points at `words` initialised (zeroed or file-backed)
+        // u64-sized, 64-byte-aligned slots that live as long as `self` (the
+        // heap allocation or mapping is freed only in Drop), and AtomicU64 has
+        // the same size and alignment as u64. All mutation happens through the
+        // atomics, so shared references are sound.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
+    }
+
+    /// The words as plain bytes (for checksums and writing), read through a
+    /// shared view. Callers must not race writers if they need a stable snapshot.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: same memory as `words()`, viewed as `8·words` bytes; u8 has
+        // alignment 1. Concurrent atomic writers only set bits; the engine
+        // reads these bytes only for checksums/serialisation, where it has
+        // documented that writers must be quiescent.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr() as *const u8, self.words * 8) }
+    }
+
+    /// The mapping and the data offset in it, for file-backed storage.
+    pub(crate) fn map(&self) -> Option<(&MmapMut, usize)> {
+        match &self.owner {
+            Owner::Map { map, offset } => Some((map, *offset)),
+            Owner::Heap(_) => None,
+        }
+    }
+
+    /// Overwrites the first `bytes.len()` bytes of the mapping (the file
+    /// header), which lie before the bit array. Returns false for heap storage
+    /// or if the bytes would reach into the bit array.
+    ///
+    /// Takes `&mut self`, so no other header write can race it; readers of the
+    /// bit array are unaffected because the ranges are disjoint.
+    pub(crate) fn write_prefix(&mut self, bytes: &[u8]) -> bool {
+        match &mut self.owner {
+            Owner::Map { map, offset } if bytes.len() <= *offset => {
+                let base = self.ptr.as_ptr() as *mut u8;
+                // SAFETY: `base` was derived from `map.as_mut_ptr()` plus
+                // `offset` (see `mapped`), so `base - offset` is the start of the
+                // mapping, writable, and the `bytes.len() ≤ offset` bytes written
+                // end before the bit array, so they alias no `&[AtomicU64]`.
+                unsafe {
+                    let start = base.sub(*offset);
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), start, bytes.len());
+                }
+                let _ = map;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Bits {
+    fn drop(&mut self) {
+        if let Owner::Heap(layout) = self.owner {
+            // SAFETY: allocated in `heap` with exactly this layout and not freed before.
+            unsafe { dealloc(self.ptr.as_ptr() as *mut u8, layout) };
+        }
+    }
+}

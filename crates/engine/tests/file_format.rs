@@ -1,0 +1,243 @@
+//! Round trips and every corruption case of the file format, on real files.
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+
+use bloomgate_engine::{format, plan, Access, Error, Filter, FormatProblem, Layout, Params};
+
+fn build(dir: &std::path::Path, layout: Layout) -> std::path::PathBuf {
+    let path = dir.join("f.bgf");
+    let p = Params::from_plan(&plan(layout, 10_000, 0.001).unwrap(), 99);
+    let mut f = Filter::create_file(&path, p).unwrap();
+    for i in 0..10_000u32 {
+        f.insert(format!("item-{i}").as_bytes());
+    }
+    f.persist().unwrap();
+    path
+}
+
+fn problem(err: Error) -> FormatProblem {
+    match err {
+        Error::Format { problem, .. } => problem,
+        other => panic!("expected a format error, got {other}"),
+    }
+}
+
+#[test]
+fn round_trip_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let path = build(dir.path(), layout);
+        let f = Filter::open(&path, Access::ReadOnly).unwrap();
+        f.verify().unwrap();
+        assert_eq!(f.params().layout, layout);
+        assert_eq!(f.params().seed, 99);
+        assert_eq!(f.items(), f.header().unwrap().items);
+        assert!(f.items() > 9_900 && f.items() <= 10_000);
+        for i in 0..10_000u32 {
+            assert!(f.contains(format!("item-{i}").as_bytes()));
+        }
+        // No temp files left behind.
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn save_and_reopen_heap_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Filter::with_plan(&plan(Layout::Blocked, 1000, 0.01).unwrap()).unwrap();
+    f.insert(b"x");
+    let path = dir.path().join("h.bgf");
+    f.save(&path).unwrap();
+    let g = Filter::open(&path, Access::ReadOnly).unwrap();
+    g.verify().unwrap();
+    assert!(g.contains(b"x"));
+    assert_eq!(g.params(), f.params());
+    assert_eq!(g.as_bytes(), f.as_bytes());
+}
+
+#[test]
+fn read_only_inserts_do_not_reach_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    let before = fs::read(&path).unwrap();
+    let f = Filter::open(&path, Access::ReadOnly).unwrap();
+    f.insert(b"private");
+    assert!(f.contains(b"private"));
+    drop(f);
+    assert_eq!(fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn in_place_update_keeps_checksum_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Classic);
+    let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+    f.begin_update().unwrap();
+    // While the update runs, the file is marked dirty on disk.
+    let g = Filter::open(&path, Access::ReadOnly).unwrap();
+    assert!(g.header().unwrap().is_dirty());
+    assert_eq!(problem(g.verify().unwrap_err()), FormatProblem::Dirty);
+    f.insert(b"new item");
+    f.commit_update().unwrap();
+    drop(f);
+    let g = Filter::open(&path, Access::ReadOnly).unwrap();
+    g.verify().unwrap();
+    assert!(!g.header().unwrap().is_dirty());
+    assert!(g.contains(b"new item"));
+    assert!(g.contains(b"item-5"));
+}
+
+#[test]
+fn truncated_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    let len = fs::metadata(&path).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    let err = Filter::open(&path, Access::ReadOnly).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("f.bgf") && msg.contains("truncated"), "{msg}");
+    assert!(!msg.contains('\n'));
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::TooShort(100)
+    );
+    fs::write(&path, b"").unwrap();
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::TooShort(0)
+    );
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"junk")
+        .unwrap();
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::Trailing { extra: 4 }
+    );
+}
+
+fn poke(path: &std::path::Path, offset: u64, bytes: &[u8]) {
+    let mut f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+#[test]
+fn wrong_magic_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    poke(&path, 0, b"NOTBLOOM");
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::BadMagic
+    );
+    let text = dir.path().join("list.txt");
+    fs::write(&text, "a\n".repeat(5000)).unwrap();
+    let msg = Filter::open(&text, Access::ReadOnly)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("list.txt: not a bloomgate filter"), "{msg}");
+}
+
+#[test]
+fn newer_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    poke(&path, 8, &2u32.to_le_bytes());
+    let err = Filter::open(&path, Access::ReadOnly).unwrap_err();
+    assert_eq!(
+        problem(err),
+        FormatProblem::NewerVersion {
+            found: 2,
+            supported: 1
+        }
+    );
+}
+
+#[test]
+fn corrupted_header_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    // Flip one bit of k.
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[20] ^= 1;
+    fs::write(&path, &bytes).unwrap();
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::HeaderChecksum
+    );
+    // A flipped bit in the unused part of the header too.
+    bytes[20] ^= 1;
+    bytes[3000] ^= 0x80;
+    fs::write(&path, &bytes).unwrap();
+    assert_eq!(
+        problem(Filter::open(&path, Access::ReadOnly).unwrap_err()),
+        FormatProblem::HeaderChecksum
+    );
+}
+
+#[test]
+fn corrupted_data_is_caught_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    let len = fs::metadata(&path).unwrap().len();
+    let mut bytes = fs::read(&path).unwrap();
+    let at = (format::HEADER_LEN as u64 + (len - format::HEADER_LEN as u64) / 2) as usize;
+    bytes[at] ^= 0x10;
+    fs::write(&path, &bytes).unwrap();
+    // Opening is cheap and does not read the data...
+    let f = Filter::open(&path, Access::ReadOnly).unwrap();
+    // ...verify does.
+    match problem(f.verify().unwrap_err()) {
+        FormatProblem::DataChecksum { .. } => {}
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn directory_and_missing_file_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(matches!(
+        Filter::open(dir.path(), Access::ReadOnly),
+        Err(Error::Io { .. })
+    ));
+    let msg = Filter::open(dir.path().join("nope"), Access::ReadOnly)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("nope") && msg.contains("cannot open"), "{msg}");
+}
+
+#[test]
+fn dropped_create_file_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Params::from_plan(&plan(Layout::Blocked, 100, 0.01).unwrap(), 1);
+    let f = Filter::create_file(dir.path().join("x.bgf"), p).unwrap();
+    f.insert(b"a");
+    drop(f);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+}
