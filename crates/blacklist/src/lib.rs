@@ -1,0 +1,324 @@
+//! A blacklist as users see it: a filter file, the rules that turn entries and
+//! queries into keys, and an exact whitelist of known false positives.
+//!
+//! The CLI and the service both go through [`Blacklist`], so a URL is
+//! canonicalized, expanded into lookups, and checked against the whitelist in
+//! exactly one way everywhere.
+//!
+//! # The whitelist
+//!
+//! A Bloom filter answers "yes" for some items that were never added (at the
+//! planned rate, e.g. 1 in 10,000). When such a false positive is found, the
+//! seeds' remedy is an exact list consulted before a hit is reported. It is
+//! stored beside the filter as `FILE.whitelist` (see [`whitelist`]) and written
+//! atomically like the filter itself.
+//!
+//! A query is reported as a hit when one of its lookup keys is in the filter
+//! and that key is not whitelisted, unless the query's own first key (its
+//! canonical form: the full URL, the exact host) is whitelisted, which exempts
+//! the whole query. **The risk:** a whitelisted item that really is on the
+//! blacklist is let through; whitelist only items you have confirmed.
+//!
+//! ```
+//! use bloomgate_blacklist::Blacklist;
+//! use bloomgate_engine::{plan, Filter, Layout, Params};
+//! use bloomgate_url::{KeyKind, MatchMode};
+//!
+//! let mut params = Params::from_plan(&plan(Layout::Blocked, 100, 1e-4).unwrap(), 1);
+//! params.key_kind = KeyKind::Url.as_u8();
+//! params.match_mode = MatchMode::Prefix.as_u8();
+//! let list = Blacklist::from_filter(Filter::new(params).unwrap()).unwrap();
+//! list.add(b"http://evil.example/phish/").unwrap();
+//! let mut scratch = Vec::new();
+//! let v = list.check(b"HTTP://EVIL.example:80/phish/./login.php#x", &mut scratch).unwrap();
+//! assert!(v.hit);
+//! assert_eq!(v.matched.as_deref(), Some("evil.example/phish/"));
+//! assert!(!list.check(b"http://evil.example/", &mut scratch).unwrap().hit);
+//! ```
+#![deny(missing_docs)]
+
+pub mod whitelist;
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use bloomgate_engine::{math, Access, Filter};
+use bloomgate_url::{entry_key, max_lookups, query_keys, KeyError, KeyKind, MatchMode};
+
+pub use whitelist::Whitelist;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The filter file or engine failed.
+    #[error(transparent)]
+    Engine(#[from] bloomgate_engine::Error),
+    /// The whitelist file failed.
+    #[error(transparent)]
+    Whitelist(#[from] whitelist::WhitelistError),
+    /// The file's header names a key kind or mode this build does not know.
+    #[error("{path}: unknown key kind code {kind} or match mode code {mode}")]
+    UnknownKind {
+        /// The filter file.
+        path: PathBuf,
+        /// Key kind code found.
+        kind: u8,
+        /// Match mode code found.
+        mode: u8,
+    },
+}
+
+/// The answer to one query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// True if the query is (probably) blacklisted and not whitelisted.
+    pub hit: bool,
+    /// True if the filter matched but the whitelist exempted the query.
+    pub whitelisted: bool,
+    /// The lookup key that matched (for url/prefix the Safe Browsing
+    /// expression, for host the domain), when `hit` or `whitelisted`.
+    pub matched: Option<String>,
+}
+
+/// A filter plus its key rules and whitelist.
+#[derive(Debug)]
+pub struct Blacklist {
+    filter: Filter,
+    kind: KeyKind,
+    mode: MatchMode,
+    whitelist: Whitelist,
+}
+
+impl Blacklist {
+    /// Opens the filter file at `path` (memory-mapped) and its whitelist, if any.
+    pub fn open(path: impl AsRef<Path>, access: Access) -> Result<Blacklist, Error> {
+        let path = path.as_ref();
+        let filter = Filter::open(path, access)?;
+        let whitelist = Whitelist::load(&Whitelist::path_for(path))?;
+        Blacklist::with_whitelist(filter, whitelist)
+    }
+
+    /// Wraps a filter with an empty whitelist; the key kind and mode come
+    /// from the filter's parameters.
+    pub fn from_filter(filter: Filter) -> Result<Blacklist, Error> {
+        Blacklist::with_whitelist(filter, Whitelist::default())
+    }
+
+    fn with_whitelist(filter: Filter, whitelist: Whitelist) -> Result<Blacklist, Error> {
+        let p = filter.params();
+        let (kind, mode) = match (
+            KeyKind::from_u8(p.key_kind),
+            MatchMode::from_u8(p.match_mode),
+        ) {
+            (Some(k), Some(m)) => (k, m),
+            _ => {
+                return Err(Error::UnknownKind {
+                    path: filter.path().map(Path::to_path_buf).unwrap_or_default(),
+                    kind: p.key_kind,
+                    mode: p.match_mode,
+                })
+            }
+        };
+        Ok(Blacklist {
+            filter,
+            kind,
+            mode,
+            whitelist,
+        })
+    }
+
+    /// The filter.
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    /// The filter, mutably (for in-place file updates).
+    pub fn filter_mut(&mut self) -> &mut Filter {
+        &mut self.filter
+    }
+
+    /// Unwraps the filter.
+    pub fn into_filter(self) -> Filter {
+        self.filter
+    }
+
+    /// What the entries are.
+    pub fn kind(&self) -> KeyKind {
+        self.kind
+    }
+
+    /// How queries are matched.
+    pub fn mode(&self) -> MatchMode {
+        self.mode
+    }
+
+    /// The whitelist.
+    pub fn whitelist(&self) -> &Whitelist {
+        &self.whitelist
+    }
+
+    /// Normalizes one entry as this blacklist's key kind requires.
+    pub fn entry_key<'a>(&self, entry: &'a [u8]) -> Result<Cow<'a, [u8]>, KeyError> {
+        entry_key(self.kind, self.mode, entry)
+    }
+
+    /// Adds one entry. Returns true if it was not (probably) present.
+    pub fn add(&self, entry: &[u8]) -> Result<bool, KeyError> {
+        Ok(self.filter.insert(&self.entry_key(entry)?))
+    }
+
+    /// Answers one query. `scratch` holds the lookup keys between calls so a
+    /// loop allocates nothing once warm.
+    pub fn check(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError> {
+        query_keys(self.kind, self.mode, query, scratch)?;
+        Ok(self.verdict(scratch))
+    }
+
+    /// The verdict for lookup keys already computed by [`bloomgate_url::query_keys`].
+    pub fn verdict(&self, keys: &[Vec<u8>]) -> Verdict {
+        let exempt_all =
+            !self.whitelist.is_empty() && keys.first().is_some_and(|k| self.whitelist.contains(k));
+        let mut whitelisted: Option<&[u8]> = None;
+        for key in keys {
+            if !self.filter.contains(key) {
+                continue;
+            }
+            if exempt_all || self.whitelist.contains(key) {
+                whitelisted.get_or_insert(key);
+                continue;
+            }
+            return Verdict {
+                hit: true,
+                whitelisted: false,
+                matched: Some(String::from_utf8_lossy(key).into_owned()),
+            };
+        }
+        Verdict {
+            hit: false,
+            whitelisted: whitelisted.is_some(),
+            matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
+        }
+    }
+
+    /// Adds items (normalized with the key kind) to the whitelist in memory.
+    /// Returns, per item, whether the filter currently reports it as a hit:
+    /// whitelisting something that is not a hit has no effect, and callers
+    /// should warn about it.
+    pub fn whitelist_add(&mut self, item: &[u8]) -> Result<bool, KeyError> {
+        let key = self.entry_key(item)?.into_owned();
+        let was_hit = self.filter.contains(&key) || {
+            let mut scratch = Vec::new();
+            query_keys(self.kind, self.mode, item, &mut scratch)
+                .map(|_| scratch.iter().any(|k| self.filter.contains(k)))
+                .unwrap_or(false)
+        };
+        self.whitelist.insert(key);
+        Ok(was_hit)
+    }
+
+    /// Removes an item from the whitelist in memory. Returns whether it was there.
+    pub fn whitelist_remove(&mut self, item: &[u8]) -> Result<bool, KeyError> {
+        let key = self.entry_key(item)?;
+        Ok(self.whitelist.remove(&key))
+    }
+
+    /// Writes the whitelist beside the filter file, atomically.
+    pub fn save_whitelist(&self) -> Result<(), Error> {
+        let path = self
+            .filter
+            .path()
+            .ok_or(bloomgate_engine::Error::NotWritable(
+                "the filter has no file to store its whitelist beside",
+            ))?;
+        self.whitelist.save(&Whitelist::path_for(path))?;
+        Ok(())
+    }
+
+    /// Replaces the whitelist (e.g. after reloading it from disk).
+    pub fn set_whitelist(&mut self, whitelist: Whitelist) {
+        self.whitelist = whitelist;
+    }
+}
+
+/// The per-lookup false-positive rate to plan for so that one query of this
+/// kind and mode stays at `per_query` (a url/prefix query makes up to 30 lookups).
+pub fn per_lookup_rate(kind: KeyKind, mode: MatchMode, per_query: f64) -> f64 {
+    math::per_lookup_rate(per_query, max_lookups(kind, mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomgate_engine::{plan, Layout, Params};
+
+    fn list(kind: KeyKind, mode: MatchMode) -> Blacklist {
+        let mut params = Params::from_plan(&plan(Layout::Blocked, 1000, 1e-6).unwrap(), 5);
+        params.key_kind = kind.as_u8();
+        params.match_mode = mode.as_u8();
+        Blacklist::from_filter(Filter::new(params).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn url_exact_matches_messy_query() {
+        let l = list(KeyKind::Url, MatchMode::Exact);
+        l.add(b"http://www.evil.com/a/c").unwrap();
+        let mut s = Vec::new();
+        let v = l
+            .check(b"HTTP://WWW.Evil.COM:80/a/./b/../c#top", &mut s)
+            .unwrap();
+        assert!(v.hit);
+        assert_eq!(v.matched.as_deref(), Some("www.evil.com/a/c"));
+        assert!(!l.check(b"http://www.evil.com/a/", &mut s).unwrap().hit);
+    }
+
+    #[test]
+    fn host_matches_parents_urls_and_emails() {
+        let l = list(KeyKind::Host, MatchMode::Exact);
+        l.add(b"Evil.COM").unwrap();
+        let mut s = Vec::new();
+        for q in [
+            &b"evil.com"[..],
+            b"a.b.evil.com",
+            b"https://x.evil.com/p?q",
+            b"joe@mail.evil.com",
+        ] {
+            let v = l.check(q, &mut s).unwrap();
+            assert!(v.hit, "{}", String::from_utf8_lossy(q));
+            assert_eq!(v.matched.as_deref(), Some("evil.com"));
+        }
+        assert!(!l.check(b"notevil.com", &mut s).unwrap().hit);
+        assert!(!l.check(b"evil.com.org", &mut s).unwrap().hit);
+    }
+
+    #[test]
+    fn whitelist_exempts_and_reports() {
+        let mut l = list(KeyKind::Url, MatchMode::Prefix);
+        l.add(b"evil.com/").unwrap();
+        let mut s = Vec::new();
+        assert!(l.check(b"http://evil.com/ok", &mut s).unwrap().hit);
+        // Whitelisting the exact URL exempts it, and only it.
+        assert!(l.whitelist_add(b"http://evil.com/ok").unwrap());
+        let v = l.check(b"http://EVIL.com/ok", &mut s).unwrap();
+        assert_eq!(
+            v,
+            Verdict {
+                hit: false,
+                whitelisted: true,
+                matched: Some("evil.com/".into())
+            }
+        );
+        assert!(l.check(b"http://evil.com/other", &mut s).unwrap().hit);
+        // Whitelisting something that is no hit says so.
+        assert!(!l.whitelist_add(b"http://good.example/").unwrap());
+        assert!(l.whitelist_remove(b"http://evil.com/ok").unwrap());
+        assert!(l.check(b"http://evil.com/ok", &mut s).unwrap().hit);
+    }
+
+    #[test]
+    fn sizing_for_prefix_queries() {
+        let r = per_lookup_rate(KeyKind::Url, MatchMode::Prefix, 1e-4);
+        assert!((r - 1e-4 / 30.0).abs() / r < 0.001);
+        assert_eq!(per_lookup_rate(KeyKind::Url, MatchMode::Exact, 1e-4), 1e-4);
+    }
+}

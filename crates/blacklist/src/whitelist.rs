@@ -1,0 +1,244 @@
+//! The exact whitelist stored beside a filter file as `FILE.whitelist`.
+//!
+//! Format (text, so it can be read and diffed by people):
+//!
+//! ```text
+//! # bloomgate whitelist v1
+//! evil.example/false-positive
+//! key\x0awith a newline
+//! ```
+//!
+//! One normalized key per line, sorted. Bytes outside printable ASCII and the
+//! backslash are written as `\xNN`, so any raw key survives a round trip. A
+//! first line other than the version line is refused (a newer or foreign
+//! file), as is a malformed escape. Writes are atomic: temp file, fsync,
+//! rename, directory fsync.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// First line of every whitelist file.
+pub const WHITELIST_HEADER: &str = "# bloomgate whitelist v1";
+
+/// Errors reading or writing a whitelist file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WhitelistError {
+    /// An I/O error.
+    #[error("{path}: cannot {op}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a whitelist this build can read.
+    #[error("{path}: line {line}: {reason}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// An exact set of keys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Whitelist {
+    keys: BTreeSet<Vec<u8>>,
+}
+
+impl Whitelist {
+    /// The whitelist path for a filter file: `FILE.whitelist`.
+    pub fn path_for(filter_path: &Path) -> PathBuf {
+        let mut s = filter_path.as_os_str().to_os_string();
+        s.push(".whitelist");
+        PathBuf::from(s)
+    }
+
+    /// Loads `path`; a missing file is an empty whitelist.
+    pub fn load(path: &Path) -> Result<Whitelist, WhitelistError> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Whitelist::default()),
+            Err(source) => {
+                return Err(WhitelistError::Io {
+                    path: path.into(),
+                    op: "read",
+                    source,
+                })
+            }
+        };
+        Whitelist::parse(&bytes).map_err(|(line, reason)| WhitelistError::Malformed {
+            path: path.into(),
+            line,
+            reason,
+        })
+    }
+
+    /// Parses the file format. Errors carry (line number, reason).
+    pub fn parse(bytes: &[u8]) -> Result<Whitelist, (usize, String)> {
+        let mut lines = bytes.split(|&b| b == b'\n');
+        match lines.next() {
+            Some(first) if first == WHITELIST_HEADER.as_bytes() => {}
+            _ => {
+                return Err((
+                    1,
+                    format!("not a bloomgate whitelist (expected {WHITELIST_HEADER:?})"),
+                ))
+            }
+        }
+        let mut keys = BTreeSet::new();
+        for (i, line) in lines.enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            keys.insert(unescape(line).map_err(|r| (i + 2, r))?);
+        }
+        Ok(Whitelist { keys })
+    }
+
+    /// Serializes to the file format.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.keys.iter().map(|k| k.len() + 1).sum::<usize>());
+        out.extend_from_slice(WHITELIST_HEADER.as_bytes());
+        out.push(b'\n');
+        for k in &self.keys {
+            escape_into(k, &mut out);
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// Writes to `path` atomically.
+    pub fn save(&self, path: &Path) -> Result<(), WhitelistError> {
+        let io = |op: &'static str| {
+            move |source| WhitelistError::Io {
+                path: path.into(),
+                op,
+                source,
+            }
+        };
+        let mut name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        name.push(format!(".tmp-{}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        let result = (|| {
+            let mut f = std::fs::File::create(&tmp).map_err(io("create"))?;
+            f.write_all(&self.to_bytes()).map_err(io("write"))?;
+            f.sync_all().map_err(io("fsync"))?;
+            std::fs::rename(&tmp, path).map_err(io("rename into place"))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                if let Ok(d) = std::fs::File::open(dir) {
+                    let _ = d.sync_all();
+                }
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// True if `key` is whitelisted.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Adds a key; returns true if it was new.
+    pub fn insert(&mut self, key: Vec<u8>) -> bool {
+        self.keys.insert(key)
+    }
+
+    /// Removes a key; returns true if it was there.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        self.keys.remove(key)
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The keys, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter().map(Vec::as_slice)
+    }
+}
+
+fn escape_into(key: &[u8], out: &mut Vec<u8>) {
+    for &b in key {
+        if (0x21..0x7f).contains(&b) && b != b'\\' {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        }
+    }
+}
+
+fn unescape(line: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == b'\\' {
+            let hex = line
+                .get(i + 1..i + 4)
+                .filter(|h| h[0] == b'x')
+                .and_then(|h| std::str::from_utf8(&h[1..]).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "malformed \\x escape".to_string())?;
+            out.push(hex);
+            i += 4;
+        } else {
+            out.push(line[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_any_bytes() {
+        let mut w = Whitelist::default();
+        w.insert(b"evil.com/x".to_vec());
+        w.insert(b"a\nb\\c \x00\xff".to_vec());
+        let parsed = Whitelist::parse(&w.to_bytes()).unwrap();
+        assert_eq!(parsed, w);
+    }
+
+    #[test]
+    fn refuses_foreign_or_malformed() {
+        assert_eq!(Whitelist::parse(b"hello\n").unwrap_err().0, 1);
+        let bad = format!("{WHITELIST_HEADER}\nok\nbad\\x4\n");
+        assert_eq!(Whitelist::parse(bad.as_bytes()).unwrap_err().0, 3);
+    }
+
+    #[test]
+    fn save_load_atomic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.bgf.whitelist");
+        assert!(Whitelist::load(&p).unwrap().is_empty());
+        let mut w = Whitelist::default();
+        w.insert(b"k".to_vec());
+        w.save(&p).unwrap();
+        assert_eq!(Whitelist::load(&p).unwrap(), w);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
