@@ -552,7 +552,12 @@ mod tests {
             b"http://[::1]/",
             b" http://a.com/",
         ] {
-            assert_eq!(fast_key_start(bad), None, "{}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                fast_key_start(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -40,7 +40,11 @@ pub const MAX_EXPRESSIONS: usize = 30;
 pub(crate) fn expressions_from_key(key: &[u8], out: &mut Vec<Vec<u8>>) {
     let slash = memchr(b'/', key).unwrap_or(key.len());
     let host = &key[..slash];
-    let rest: &[u8] = if slash < key.len() { &key[slash..] } else { b"/" };
+    let rest: &[u8] = if slash < key.len() {
+        &key[slash..]
+    } else {
+        b"/"
+    };
     let is_ip = host.first() == Some(&b'[') || parse_ipv4(host).is_some();
 
     // Host variants.

@@ -419,7 +419,15 @@ mod tests {
         for (i, o) in cases {
             assert_eq!(host(i.as_bytes()).as_deref(), Ok(*o), "{i}");
         }
-        for bad in ["[", "[]", "[:]", "[1:2:3]", "[::1%eth0]", "[12345::]", "[::g]"] {
+        for bad in [
+            "[",
+            "[]",
+            "[:]",
+            "[1:2:3]",
+            "[::1%eth0]",
+            "[12345::]",
+            "[::g]",
+        ] {
             assert!(
                 matches!(host(bad.as_bytes()), Err(UrlError::InvalidIpv6(_))),
                 "{bad}"

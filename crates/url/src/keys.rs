@@ -416,7 +416,11 @@ mod tests {
         let entry = e(KeyKind::Url, MatchMode::Exact, b"http://www.evil.com/a/c").unwrap();
         assert_eq!(entry, b"www.evil.com/a/c");
         assert_eq!(
-            q(KeyKind::Url, MatchMode::Exact, "HTTP://WWW.Evil.COM:80/a/./b/../c#top"),
+            q(
+                KeyKind::Url,
+                MatchMode::Exact,
+                "HTTP://WWW.Evil.COM:80/a/./b/../c#top"
+            ),
             ["www.evil.com/a/c"]
         );
         assert!(e(KeyKind::Url, MatchMode::Exact, b"http:///path").is_err());
@@ -442,7 +446,9 @@ mod tests {
         );
         assert!(keys.iter().any(|k| k == "evil.com/"));
         assert!(keys.iter().any(|k| k == "evil.com/phish/"));
-        assert!(keys.iter().any(|k| k == "login.evil.com/phish/page.html?x=1"));
+        assert!(keys
+            .iter()
+            .any(|k| k == "login.evil.com/phish/page.html?x=1"));
         assert!(keys.len() <= max_lookups(KeyKind::Url, MatchMode::Prefix) as usize);
     }
 
@@ -453,7 +459,12 @@ mod tests {
             b"evil.com"
         );
         assert_eq!(
-            e(KeyKind::Host, MatchMode::Prefix, b"http://user@Evil.com:8080/x").unwrap(),
+            e(
+                KeyKind::Host,
+                MatchMode::Prefix,
+                b"http://user@Evil.com:8080/x"
+            )
+            .unwrap(),
             b"evil.com"
         );
         assert_eq!(
@@ -464,7 +475,10 @@ mod tests {
             q(KeyKind::Host, MatchMode::Prefix, "someone@Mail.Evil.com"),
             ["mail.evil.com", "evil.com"]
         );
-        assert_eq!(q(KeyKind::Host, MatchMode::Exact, "localhost"), ["localhost"]);
+        assert_eq!(
+            q(KeyKind::Host, MatchMode::Exact, "localhost"),
+            ["localhost"]
+        );
         assert_eq!(
             q(KeyKind::Host, MatchMode::Exact, "http://0300.0250.0.1/x"),
             ["192.168.0.1"]
@@ -484,7 +498,10 @@ mod tests {
         let msg = e(KeyKind::Host, MatchMode::Exact, b"0.0.0.0 evil.com")
             .unwrap_err()
             .to_string();
-        assert_eq!(msg, "invalid host: contains whitespace or control characters");
+        assert_eq!(
+            msg,
+            "invalid host: contains whitespace or control characters"
+        );
     }
 
     #[test]
@@ -494,7 +511,12 @@ mod tests {
             b"John.Doe@example.com"
         );
         assert_eq!(
-            e(KeyKind::Email, MatchMode::Exact, "a@Bücher.example".as_bytes()).unwrap(),
+            e(
+                KeyKind::Email,
+                MatchMode::Exact,
+                "a@Bücher.example".as_bytes()
+            )
+            .unwrap(),
             b"a@xn--bcher-kva.example"
         );
         assert_eq!(
@@ -533,10 +555,7 @@ mod tests {
     fn raw_kind() {
         let k = entry_key(KeyKind::Raw, MatchMode::Exact, b" As Is ").unwrap();
         assert!(matches!(k, Cow::Borrowed(b" As Is ")));
-        assert_eq!(
-            e(KeyKind::Raw, MatchMode::Exact, b""),
-            Err(KeyError::Empty)
-        );
+        assert_eq!(e(KeyKind::Raw, MatchMode::Exact, b""), Err(KeyError::Empty));
         assert_eq!(q(KeyKind::Raw, MatchMode::Prefix, "X y"), ["X y"]);
         let mut out = vec![b"stale".to_vec()];
         assert!(query_keys(KeyKind::Raw, MatchMode::Exact, b"", &mut out).is_err());
@@ -547,8 +566,14 @@ mod tests {
     fn max_lookups_table() {
         assert_eq!(max_lookups(KeyKind::Url, MatchMode::Exact), 1);
         assert_eq!(max_lookups(KeyKind::Url, MatchMode::Prefix), 30);
-        assert_eq!(max_lookups(KeyKind::Host, MatchMode::Exact), MAX_HOST_LOOKUPS);
-        assert_eq!(max_lookups(KeyKind::Host, MatchMode::Prefix), MAX_HOST_LOOKUPS);
+        assert_eq!(
+            max_lookups(KeyKind::Host, MatchMode::Exact),
+            MAX_HOST_LOOKUPS
+        );
+        assert_eq!(
+            max_lookups(KeyKind::Host, MatchMode::Prefix),
+            MAX_HOST_LOOKUPS
+        );
         assert_eq!(max_lookups(KeyKind::Email, MatchMode::Exact), 1);
         assert_eq!(max_lookups(KeyKind::Raw, MatchMode::Prefix), 1);
     }
@@ -556,7 +581,13 @@ mod tests {
     #[test]
     fn query_reuses_buffers() {
         let mut out = Vec::new();
-        query_keys(KeyKind::Url, MatchMode::Prefix, b"http://a.b.c/1/2/3", &mut out).unwrap();
+        query_keys(
+            KeyKind::Url,
+            MatchMode::Prefix,
+            b"http://a.b.c/1/2/3",
+            &mut out,
+        )
+        .unwrap();
         let n = out.len();
         let ptr = out[0].as_ptr();
         query_keys(KeyKind::Url, MatchMode::Exact, b"http://a.b.c/", &mut out).unwrap();
