@@ -1,0 +1,363 @@
+//! Command-line arguments: each flag defined once, with its help text and
+//! validation. Parsing does no I/O; values that are invalid (p ≤ 0, n = 0,
+//! non-numbers) are usage errors, exit code 2.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use bloomgate_engine::Layout;
+use bloomgate_url::{KeyKind, MatchMode};
+
+/// bloomgate: is this URL or key on the blacklist? Bloom filters for
+/// blacklists of billions of entries.
+#[derive(Parser, Debug)]
+#[command(name = "bloomgate", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Compute filter sizes for N items at false-positive rate P.
+    Plan(PlanArgs),
+    /// Build a filter file from lists of entries (one per line).
+    Build(BuildArgs),
+    /// Print the input lines that are (probably) in the filter.
+    Check(CheckArgs),
+    /// Add entries to an existing filter file in place.
+    Add(AddArgs),
+    /// Show a filter file's parameters and statistics.
+    Info(InfoArgs),
+    /// Combine two compatible filters (same layout, size, k, seed).
+    Union(UnionArgs),
+    /// Manage the exact whitelist of known false positives.
+    #[command(subcommand)]
+    Whitelist(WhitelistCmd),
+    /// URL canonicalization tools.
+    #[command(subcommand)]
+    Url(UrlCmd),
+}
+
+/// Parses an item count: `10000000000`, `1e10`, `10_000_000`.
+pub fn parse_items(s: &str) -> Result<u64, String> {
+    let clean: String = s.chars().filter(|&c| c != '_' && c != ',').collect();
+    let n = match clean.parse::<u64>() {
+        Ok(n) => n,
+        Err(_) => {
+            let f: f64 = clean
+                .parse()
+                .map_err(|_| format!("{s:?} is not a number of items"))?;
+            if !f.is_finite() || f.fract() != 0.0 || !(0.0..9.2e18).contains(&f) {
+                return Err(format!("{s:?} is not a whole number of items"));
+            }
+            f as u64
+        }
+    };
+    if n == 0 {
+        return Err("the number of items must be at least 1".into());
+    }
+    Ok(n)
+}
+
+/// Parses a false-positive rate strictly between 0 and 1 (`0.0001`, `1e-4`, `0.01%`).
+pub fn parse_fp(s: &str) -> Result<f64, String> {
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (s, 1.0),
+    };
+    let p: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    let p = p * scale;
+    if !(p > 0.0 && p < 1.0) {
+        return Err(format!(
+            "the false-positive rate must be strictly between 0 and 1, got {s}"
+        ));
+    }
+    Ok(p)
+}
+
+/// Parses a seed in decimal or `0x` hex.
+pub fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a 64-bit seed (decimal or 0x-hex)"))
+}
+
+/// Filter layout on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LayoutArg {
+    /// One 512-bit cache line per item: one cache miss per lookup (default).
+    Blocked,
+    /// The textbook layout: fewest bits, k cache misses per lookup.
+    Classic,
+}
+
+impl From<LayoutArg> for Layout {
+    fn from(l: LayoutArg) -> Layout {
+        match l {
+            LayoutArg::Blocked => Layout::Blocked,
+            LayoutArg::Classic => Layout::Classic,
+        }
+    }
+}
+
+/// Key kind on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum KeysArg {
+    /// URLs, canonicalized with Google Safe Browsing's rules.
+    Url,
+    /// Hosts/domains; a query matches its host and parent domains.
+    Host,
+    /// Email addresses, domain lowercased.
+    Email,
+    /// Exact bytes.
+    Raw,
+}
+
+impl From<KeysArg> for KeyKind {
+    fn from(k: KeysArg) -> KeyKind {
+        match k {
+            KeysArg::Url => KeyKind::Url,
+            KeysArg::Host => KeyKind::Host,
+            KeysArg::Email => KeyKind::Email,
+            KeysArg::Raw => KeyKind::Raw,
+        }
+    }
+}
+
+/// Matching mode on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum MatchArg {
+    /// One lookup of the canonical key.
+    Exact,
+    /// Safe Browsing host-suffix/path-prefix expressions (up to 30 lookups).
+    Prefix,
+}
+
+impl From<MatchArg> for MatchMode {
+    fn from(m: MatchArg) -> MatchMode {
+        match m {
+            MatchArg::Exact => MatchMode::Exact,
+            MatchArg::Prefix => MatchMode::Prefix,
+        }
+    }
+}
+
+/// Sizing inputs shared by `plan` and `build`.
+#[derive(Args, Debug)]
+pub struct SizeArgs {
+    /// Number of items the filter must hold (`10000000000`, `1e10`).
+    #[arg(long, short = 'n', value_parser = parse_items)]
+    pub items: u64,
+    /// Target false-positive rate per query (`0.0001`, `1e-4`, `0.01%`).
+    #[arg(long, short = 'p', value_parser = parse_fp)]
+    pub fp: f64,
+}
+
+/// Key kind and matching mode options.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct KeyArgs {
+    /// What the entries are.
+    #[arg(long, value_enum, default_value = "url")]
+    pub keys: KeysArg,
+    /// How queries match entries (prefix: Safe Browsing host/path expressions).
+    #[arg(long = "match", value_enum, default_value = "exact")]
+    pub match_mode: MatchArg,
+}
+
+/// `bloomgate plan`.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub size: SizeArgs,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    /// Print JSON (`{"layouts": [...]}`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `bloomgate build`.
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub size: SizeArgs,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    /// Bit layout.
+    #[arg(long, value_enum, default_value = "blocked")]
+    pub layout: LayoutArg,
+    /// Output filter file (written atomically).
+    #[arg(long, short = 'o')]
+    pub output: String,
+    /// Hash seed (default: random). Filters built with the same seed, size
+    /// and layout can be combined with `union`.
+    #[arg(long, value_parser = parse_seed)]
+    pub seed: Option<u64>,
+    /// Stop at the first invalid entry instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
+    #[arg(default_value = "-")]
+    pub inputs: Vec<String>,
+}
+
+/// `bloomgate check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The filter file.
+    pub filter: String,
+    /// Input files, one query per line (`-` for standard input).
+    #[arg(default_value = "-")]
+    pub inputs: Vec<String>,
+    /// Print only the number of hits.
+    #[arg(long, conflicts_with = "json")]
+    pub count: bool,
+    /// Print one JSON object per query: item, hit, whitelisted, matched.
+    #[arg(long)]
+    pub json: bool,
+    /// Key kind of the queries; must match the filter's (default: the filter's).
+    #[arg(long, value_enum)]
+    pub keys: Option<KeysArg>,
+    /// Matching mode; must match the filter's (default: the filter's).
+    #[arg(long = "match", value_enum)]
+    pub match_mode: Option<MatchArg>,
+    /// Check the filter's data checksum before answering.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// `bloomgate add`.
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// The filter file (modified in place).
+    pub filter: String,
+    /// Input files, one entry per line (`-` for standard input).
+    #[arg(default_value = "-")]
+    pub inputs: Vec<String>,
+    /// Key kind of the entries; must match the filter's.
+    #[arg(long, value_enum)]
+    pub keys: Option<KeysArg>,
+    /// Stop at the first invalid entry instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// `bloomgate info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// The filter file.
+    pub filter: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the whole file and check its data checksum.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+/// `bloomgate union`.
+#[derive(Args, Debug)]
+pub struct UnionArgs {
+    /// First filter.
+    pub a: String,
+    /// Second filter.
+    pub b: String,
+    /// Output filter file.
+    #[arg(long, short = 'o')]
+    pub output: String,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `bloomgate whitelist …`.
+#[derive(Subcommand, Debug)]
+pub enum WhitelistCmd {
+    /// Add items (normalized with the filter's key kind).
+    Add {
+        /// The filter file.
+        filter: String,
+        /// Items to whitelist.
+        #[arg(required = true)]
+        items: Vec<String>,
+    },
+    /// Remove items.
+    Remove {
+        /// The filter file.
+        filter: String,
+        /// Items to remove.
+        #[arg(required = true)]
+        items: Vec<String>,
+    },
+    /// List the whitelisted keys.
+    List {
+        /// The filter file.
+        filter: String,
+    },
+}
+
+/// `bloomgate url …`.
+#[derive(Subcommand, Debug)]
+pub enum UrlCmd {
+    /// Print the canonical form of each URL (standard input when none given).
+    Canon {
+        /// URLs.
+        urls: Vec<String>,
+    },
+    /// Print the host-suffix/path-prefix expressions Safe Browsing looks up.
+    Expressions {
+        /// URLs.
+        #[arg(required = true)]
+        urls: Vec<String>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn items_forms() {
+        assert_eq!(parse_items("1e10"), Ok(10_000_000_000));
+        assert_eq!(parse_items("10000000000"), Ok(10_000_000_000));
+        assert_eq!(parse_items("10_000"), Ok(10_000));
+        assert!(parse_items("0").is_err());
+        assert!(parse_items("1.5").is_err());
+        assert!(parse_items("-3").is_err());
+        assert!(parse_items("ten").is_err());
+        assert!(parse_items("1e30").is_err());
+    }
+
+    #[test]
+    fn fp_forms() {
+        assert_eq!(parse_fp("0.0001"), Ok(0.0001));
+        assert_eq!(parse_fp("1e-4"), Ok(1e-4));
+        assert!((parse_fp("0.01%").unwrap() - 1e-4).abs() < 1e-18);
+        for bad in ["0", "1", "-0.1", "2", "nan", "x", "inf"] {
+            assert!(parse_fp(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn seed_forms() {
+        assert_eq!(parse_seed("0x10"), Ok(16));
+        assert_eq!(parse_seed("42"), Ok(42));
+        assert!(parse_seed("zz").is_err());
+    }
+}

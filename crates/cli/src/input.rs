@@ -1,0 +1,320 @@
+//! Reading one item per line from files or standard input, in parallel chunks.
+//!
+//! A reader thread fills ~4 MiB chunks that end on a line boundary and tags
+//! each with the line number of its first line; worker threads (rayon) process
+//! chunks independently; results come back to the caller **in input order**,
+//! so `check` prints matches in the order of its input while `build` uses every
+//! core. Decompression (`.gz`, `.zst`, by extension) happens in the reader
+//! thread.
+//!
+//! Line rules: `\n` ends a line, one trailing `\r` is stripped, empty lines are
+//! skipped, and a line longer than [`MAX_LINE`] bytes is reported with its line
+//! number (never silently cut).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use rayon::iter::{ParallelBridge, ParallelIterator};
+
+/// Longest accepted line, in bytes (after stripping `\r\n`). Longer lines are
+/// invalid entries, reported with their line number.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Target chunk size.
+const CHUNK: usize = 4 << 20;
+
+/// A run of whole lines from one input.
+pub struct Chunk {
+    /// Index of the input in the argument list.
+    pub input: usize,
+    /// Line number (1-based) of the first line in `data`.
+    pub first_line: u64,
+    /// The bytes, ending with `\n` unless this is the input's last chunk.
+    pub data: Vec<u8>,
+    /// Lines in this input that were too long (line numbers), found by the reader.
+    pub too_long: Vec<u64>,
+}
+
+impl Chunk {
+    /// Calls `f(line_number, line)` for every non-empty line.
+    pub fn for_each_line<'a>(&'a self, mut f: impl FnMut(u64, &'a [u8])) {
+        let mut line_no = self.first_line;
+        for mut line in self.data.split(|&b| b == b'\n') {
+            if let [rest @ .., b'\r'] = line {
+                line = rest;
+            }
+            if !line.is_empty() {
+                f(line_no, line);
+            }
+            line_no += 1;
+        }
+    }
+}
+
+/// Opens an input by name: `-` is standard input; `.gz` and `.zst` are
+/// decompressed. Also returns the file size (for progress), if known.
+pub fn open(name: &str) -> Result<(Box<dyn Read + Send>, Option<u64>)> {
+    if name == "-" {
+        return Ok((Box::new(io::stdin()), None));
+    }
+    let file = File::open(name).with_context(|| format!("{name}: cannot open"))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("{name}: cannot stat"))?;
+    if meta.is_dir() {
+        anyhow::bail!("{name}: is a directory");
+    }
+    let size = Some(meta.len());
+    let reader: Box<dyn Read + Send> = if name.ends_with(".gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(file)))
+    } else if name.ends_with(".zst") {
+        Box::new(
+            zstd::stream::read::Decoder::new(file)
+                .with_context(|| format!("{name}: cannot start zstd decoder"))?,
+        )
+    } else {
+        Box::new(file)
+    };
+    Ok((reader, size))
+}
+
+/// Bytes read so far across inputs (for the progress bar).
+pub type Progress = Arc<AtomicU64>;
+
+/// Runs the reader thread: splits every input into chunks and sends them.
+fn spawn_reader(
+    inputs: Vec<String>,
+    progress: Progress,
+) -> (Receiver<Result<Chunk>>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = sync_channel::<Result<Chunk>>(2 * rayon::current_num_threads() + 2);
+    let handle = std::thread::spawn(move || {
+        for (index, name) in inputs.iter().enumerate() {
+            let result = (|| -> Result<()> {
+                let (mut reader, _) = open(name)?;
+                let mut line_no = 1u64;
+                let mut carry: Vec<u8> = Vec::new();
+                let mut skipping_long = false;
+                let mut too_long = Vec::new();
+                loop {
+                    let mut buf = std::mem::take(&mut carry);
+                    let start = buf.len();
+                    buf.resize(start + CHUNK, 0);
+                    let n = read_full(&mut reader, &mut buf[start..])
+                        .with_context(|| format!("{name}: read error"))?;
+                    buf.truncate(start + n);
+                    progress.fetch_add(n as u64, Ordering::Relaxed);
+                    let eof = n == 0;
+                    if skipping_long {
+                        // Inside an over-long line: drop bytes up to its newline.
+                        match memchr::memchr(b'\n', &buf) {
+                            Some(i) => {
+                                buf.drain(..=i);
+                                skipping_long = false;
+                                line_no += 1;
+                            }
+                            None if eof => break,
+                            None => continue,
+                        }
+                    }
+                    let cut = if eof {
+                        buf.len()
+                    } else {
+                        match memchr::memrchr(b'\n', &buf) {
+                            Some(i) => i + 1,
+                            None => {
+                                // No newline in a whole chunk: if the pending line is
+                                // already too long, report and skip it; else read more.
+                                if buf.len() > MAX_LINE {
+                                    too_long.push(line_no);
+                                    skipping_long = true;
+                                } else {
+                                    carry = buf;
+                                }
+                                continue;
+                            }
+                        }
+                    };
+                    carry = buf.split_off(cut);
+                    let mut data = buf;
+                    // Over-long complete lines inside the chunk: report and blank them.
+                    let mut ln = line_no;
+                    let mut pos = 0;
+                    let mut lines_in_chunk = 0u64;
+                    while pos < data.len() {
+                        let end =
+                            memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |i| pos + i);
+                        let mut len = end - pos;
+                        if len > 0 && data[end - 1] == b'\r' {
+                            len -= 1;
+                        }
+                        if len > MAX_LINE {
+                            too_long.push(ln);
+                            data[pos..end].fill(b'\r');
+                        }
+                        ln += 1;
+                        lines_in_chunk += 1;
+                        pos = end + 1;
+                    }
+                    if !data.is_empty() || !too_long.is_empty() {
+                        let chunk = Chunk {
+                            input: index,
+                            first_line: line_no,
+                            data,
+                            too_long: std::mem::take(&mut too_long),
+                        };
+                        if tx.send(Ok(chunk)).is_err() {
+                            return Ok(());
+                        }
+                    }
+                    line_no += lines_in_chunk;
+                    if eof {
+                        break;
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = result {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    });
+    (rx, handle)
+}
+
+/// Reads until `buf` is full or EOF; returns bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Processes every chunk of `inputs` with `work` on all cores and hands the
+/// results to `sink` in input order. Stops at the first read error or the
+/// first error returned by `sink`.
+pub fn process<R, W, S>(inputs: Vec<String>, progress: Progress, work: W, mut sink: S) -> Result<()>
+where
+    R: Send,
+    W: Fn(&Chunk) -> R + Sync + Send,
+    S: FnMut(&Chunk, R) -> Result<()>,
+{
+    let (rx, reader) = spawn_reader(inputs, progress);
+    let (done_tx, done_rx) =
+        sync_channel::<(u64, Result<(Chunk, R)>)>(2 * rayon::current_num_threads() + 2);
+    let outcome = std::thread::scope(|scope| -> Result<()> {
+        let work = &work;
+        scope.spawn(move || {
+            rx.into_iter()
+                .enumerate()
+                .par_bridge()
+                .for_each_with(done_tx, |tx, (seq, chunk)| {
+                    let msg = chunk.map(|c| {
+                        let r = work(&c);
+                        (c, r)
+                    });
+                    let _ = tx.send((seq as u64, msg));
+                });
+        });
+        let mut pending = BTreeMap::new();
+        let mut next = 0u64;
+        let mut result = Ok(());
+        for (seq, msg) in done_rx.iter() {
+            if result.is_err() {
+                continue; // drain so the workers can finish
+            }
+            pending.insert(seq, msg);
+            while let Some(msg) = pending.remove(&next) {
+                next += 1;
+                match msg {
+                    Ok((chunk, r)) => {
+                        if let Err(e) = sink(&chunk, r) {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        result
+    });
+    let _ = reader.join();
+    outcome
+}
+
+/// Sum of the sizes of the inputs that are regular files (None if any is stdin).
+pub fn total_size(inputs: &[String]) -> Option<u64> {
+    let mut total = 0;
+    for name in inputs {
+        if name == "-" {
+            return None;
+        }
+        total += std::fs::metadata(name).ok()?.len();
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(content: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("in.txt");
+        std::fs::write(&p, content).unwrap();
+        let mut lines = Vec::new();
+        process(
+            vec![p.to_string_lossy().into_owned()],
+            Progress::default(),
+            |c| {
+                let mut v = Vec::new();
+                c.for_each_line(|n, l| v.push((n, l.to_vec())));
+                v
+            },
+            |_, v| {
+                lines.extend(v);
+                Ok(())
+            },
+        )
+        .unwrap();
+        lines
+    }
+
+    #[test]
+    fn lines_numbers_crlf_and_empty() {
+        let got = run(b"a\r\n\nb\nc");
+        assert_eq!(
+            got,
+            vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (4, b"c".to_vec())]
+        );
+    }
+
+    #[test]
+    fn many_chunks_keep_order_and_numbers() {
+        let mut s = Vec::new();
+        for i in 0..1_500_000u64 {
+            s.extend_from_slice(format!("line{i}\n").as_bytes());
+        }
+        let got = run(&s);
+        assert_eq!(got.len(), 1_500_000);
+        for (i, (n, l)) in got.iter().enumerate().step_by(9973) {
+            assert_eq!(*n, i as u64 + 1);
+            assert_eq!(l, format!("line{i}").as_bytes());
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Human-facing output helpers: one-line errors, numbers, the progress bar.
+
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::input::Progress;
+
+/// An error and its causes on one line, outermost first, without repeats
+/// (library errors already name the file).
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let s = cause.to_string();
+        if parts.last().is_some_and(|p| p.contains(&s)) {
+            continue;
+        }
+        parts.push(s);
+    }
+    parts.join(": ").replace('\n', " ")
+}
+
+/// Formats an integer with thousands separators.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Formats a byte count with a binary unit.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A progress bar on stderr when it is a terminal, tracking bytes read;
+/// `None` otherwise (no escape codes in logs and pipes).
+pub fn progress_bar(
+    total: Option<u64>,
+    progress: &Progress,
+) -> Option<(ProgressBar, std::thread::JoinHandle<()>)> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match total {
+        Some(t) => ProgressBar::new(t).with_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bytes} read ({bytes_per_sec})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    let b = bar.clone();
+    let p = progress.clone();
+    let handle = std::thread::spawn(move || {
+        while !b.is_finished() {
+            b.set_position(p.load(Ordering::Relaxed));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    Some((bar, handle))
+}
+
+/// Finishes and clears a progress bar.
+pub fn finish(bar: Option<(ProgressBar, std::thread::JoinHandle<()>)>) {
+    if let Some((bar, handle)) = bar {
+        bar.finish_and_clear();
+        let _ = handle.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(25_000_000_000), "23.3 GiB");
+    }
+}
