@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command (README, and CI through .ci/run): installs what the tests
+# need when it is missing, then runs every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! python3 -c 'import redis' >/dev/null 2>&1; then
+  echo "test.sh: installing redis-py"
+  python3 -m pip install --quiet 'redis>=5' || python3 -m pip install --quiet --break-system-packages 'redis>=5'
+fi
+
+echo "test.sh: cargo fmt --check"
+cargo fmt --all -- --check
+echo "test.sh: cargo clippy"
+cargo clippy --workspace --all-targets --release -- -D warnings
+echo "test.sh: cargo test (release: the FP-rate and 2^33-bit tests do real work)"
+cargo test --workspace --release
