@@ -22,10 +22,10 @@
 //! * **host** is always suffix matching; the mode is ignored. The query may
 //!   be a bare host, a URL or an email address. Its canonical host is looked
 //!   up, then each parent domain with at least two labels, most specific
-//!   first. When a host has more labels than fit in [`MAX_HOST_LOOKUPS`],
-//!   the exact host and the parents *nearest the root* are kept (a deep
-//!   subdomain is rarely listed; its registrable domain very often is). An
-//!   IP address is only looked up as itself.
+//!   first, however many there are (a listed domain must match any depth of
+//!   subdomain). Filters are sized for [`MAX_HOST_LOOKUPS`] lookups per query;
+//!   a deeper host makes more lookups, with a proportionally higher
+//!   false-positive rate. An IP address is only looked up as itself.
 //! * **email**: surrounding whitespace is trimmed, exactly one `@` is
 //!   required, the local part is kept byte-for-byte (case included) and the
 //!   domain is canonicalized as a host (lowercase, Punycode).
@@ -302,24 +302,19 @@ fn host_lookups(host: &[u8], out: &mut Vec<Vec<u8>>) {
     };
     put(out, host);
     if !is_ip {
-        // Up to MAX_HOST_LOOKUPS - 1 parents, nearest the root: the suffixes
-        // with k labels for k = min(labels - 1, MAX_HOST_LOOKUPS) down to 2.
-        let mut dots = [0usize; 8];
-        let mut nd = 0;
-        for (i, &b) in host.iter().enumerate().rev() {
+        // Every parent domain with at least two labels, most specific
+        // first. No cap: an entry must match however deep the query's
+        // subdomain is (zero false negatives). Sizing assumes at most
+        // MAX_HOST_LOOKUPS lookups (see `max_lookups`); a deeper host makes
+        // proportionally more lookups and so has a proportionally higher
+        // false-positive rate.
+        for (i, &b) in host.iter().enumerate() {
             if b == b'.' {
-                dots[nd] = i;
-                nd += 1;
-                if nd == dots.len() {
-                    break;
+                let parent = &host[i + 1..];
+                if parent.contains(&b'.') {
+                    put(out, parent);
                 }
             }
-        }
-        // A suffix with k labels starts after the k-th dot from the end and
-        // differs from the host itself iff the host has at least k dots.
-        let kmax = nd.min(MAX_HOST_LOOKUPS as usize);
-        for k in (2..=kmax).rev() {
-            put(out, &host[dots[k - 1] + 1..]);
         }
     }
     out.truncate(n);
@@ -488,10 +483,13 @@ mod tests {
             ["[2001:db8::1]"]
         );
         let deep = q(KeyKind::Host, MatchMode::Exact, "a.b.c.d.e.f.g.h.i.j.k.com");
-        assert_eq!(deep.len(), MAX_HOST_LOOKUPS as usize);
+        // Every parent with two or more labels: no depth limit, so an entry
+        // such as `c.d.e.f.g.h.i.j.k.com` (regression: a 9-label entry of the
+        // disposable-domain list was missed when lookups were capped at 8).
+        assert_eq!(deep.len(), 11);
         assert_eq!(deep[0], "a.b.c.d.e.f.g.h.i.j.k.com");
-        assert_eq!(deep[1], "e.f.g.h.i.j.k.com");
-        assert_eq!(deep[7], "k.com");
+        assert_eq!(deep[1], "b.c.d.e.f.g.h.i.j.k.com");
+        assert_eq!(deep[10], "k.com");
         for bad in [&b""[..], b"   ", b"0.0.0.0 evil.com", b"\x80.com", b"[::g]"] {
             assert!(e(KeyKind::Host, MatchMode::Exact, bad).is_err(), "{bad:?}");
         }
