@@ -1,1 +1,296 @@
-//! placeholder
+//! `bloomgate serve`: filter files on the network.
+//!
+//! Every `*.bgf` file in a data directory is served under its file stem,
+//! memory-mapped, through two front ends that share one [`store::Store`]:
+//!
+//! * an HTTP/JSON API ([`http`], documented in `docs/http-api.md`), and
+//! * the Redis protocol, RESP2 and RESP3 ([`resp`]), compatible with
+//!   RedisBloom's `BF.*` commands, so `redis-cli`, `redis-benchmark` and
+//!   client libraries (`redis-py`'s `r.bf()`) work unchanged.
+//!
+//! Queries go through the same key rules as the CLI (`bloomgate-url`'s
+//! canonicalization, key kinds and match modes, `bloomgate-blacklist`'s
+//! whitelist semantics), so a URL is a hit over the network exactly when
+//! `bloomgate check` says it is.
+//!
+//! Live additions are made durable by a write-ahead log ([`wal`]): an add is
+//! acknowledged only once its record is on disk (`fdatasync`, group commit).
+//! Snapshots rewrite the filter files atomically and trim the log; startup
+//! replays it. Security and resource limits are in [`auth`] and [`Limits`].
+//!
+//! The entry point is [`run`], which blocks and builds its own Tokio runtime.
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod http;
+pub mod metrics;
+pub mod resp;
+pub mod store;
+pub mod wal;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Resource limits that protect the service from hostile or broken clients.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Largest HTTP request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Most items in one batch (HTTP check/add, `BF.MADD`, `BF.MEXISTS`, `BF.INSERT`).
+    pub max_batch: usize,
+    /// Longest item, in bytes.
+    pub max_item_bytes: usize,
+    /// Largest RESP bulk string (bounds `BF.LOADCHUNK` chunks too).
+    pub max_bulk_bytes: usize,
+    /// Most elements in one RESP command array.
+    pub max_array_len: usize,
+    /// Most simultaneous connections, per listener.
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request (HTTP headers + body, or one RESP command) must arrive
+    /// completely within this time once it has started (slow-drip defence).
+    pub request_timeout: Duration,
+    /// Largest filter that `create` / `BF.RESERVE` may allocate, in bytes.
+    pub max_filter_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 8 << 20,
+            max_batch: 10_000,
+            max_item_bytes: 64 << 10,
+            max_bulk_bytes: 32 << 20,
+            max_array_len: 1 << 20,
+            max_connections: 10_000,
+            idle_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(30),
+            max_filter_bytes: 8 << 30,
+        }
+    }
+}
+
+/// Everything `bloomgate serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Directory of `*.bgf` filter files (and the write-ahead log, in `.bloomgate-wal/`).
+    pub data_dir: PathBuf,
+    /// HTTP listen address; `None` disables HTTP. Default `127.0.0.1:8080`.
+    pub http: Option<SocketAddr>,
+    /// Redis-protocol listen address; `None` disables it. Default `127.0.0.1:6380`.
+    pub resp: Option<SocketAddr>,
+    /// File whose first line is the access token (see [`auth`]).
+    pub token_file: Option<PathBuf>,
+    /// Allow reads without the token even when a token is configured.
+    pub open_reads: bool,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Snapshot (rewrite changed filter files, trim the log) this often.
+    pub snapshot_interval: Duration,
+    /// Also snapshot as soon as the log grows past this many bytes.
+    pub snapshot_wal_bytes: u64,
+    /// Once listening, write `{"http": "ADDR", "resp": "ADDR"}` here (useful with port 0).
+    pub ready_file: Option<PathBuf>,
+    /// Worker threads of the runtime (0 = one per core).
+    pub threads: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            data_dir: PathBuf::from("."),
+            http: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            resp: Some(SocketAddr::from(([127, 0, 0, 1], 6380))),
+            token_file: None,
+            open_reads: false,
+            limits: Limits::default(),
+            snapshot_interval: Duration::from_secs(300),
+            snapshot_wal_bytes: 256 << 20,
+            ready_file: None,
+            threads: 0,
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The data directory, the token file or the log could not be used.
+    #[error("{0}")]
+    Setup(String),
+    /// A store operation failed during startup or shutdown.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// Other I/O failure.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The addresses the server actually listens on (ports resolved when 0 was asked).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BoundAddrs {
+    /// HTTP address, if enabled.
+    pub http: Option<SocketAddr>,
+    /// Redis-protocol address, if enabled.
+    pub resp: Option<SocketAddr>,
+}
+
+/// Runs the service until SIGTERM/SIGINT (then snapshots and returns).
+/// Blocking: builds its own multi-threaded Tokio runtime.
+pub fn run(config: ServeConfig) -> Result<(), ServerError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("bloomgate-serve");
+    if config.threads > 0 {
+        builder.worker_threads(config.threads);
+    }
+    let rt = builder.build()?;
+    rt.block_on(serve(config))
+}
+
+/// The async body of [`run`], for callers that already have a runtime.
+pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
+    let policy = auth::Policy::from_config(&config)?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let store = tokio::task::spawn_blocking({
+        let dir = config.data_dir.clone();
+        let limits = config.limits.clone();
+        let metrics = metrics.clone();
+        move || store::Store::open(&dir, limits, metrics)
+    })
+    .await
+    .map_err(|e| ServerError::Setup(format!("startup task failed: {e}")))??;
+    let store = Arc::new(store);
+    let app = Arc::new(App {
+        store: store.clone(),
+        policy,
+        limits: config.limits.clone(),
+        metrics,
+    });
+
+    let mut bound = BoundAddrs::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    if let Some(addr) = config.http {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        bound.http = Some(l.local_addr()?);
+        tasks.push(tokio::spawn(http::serve(l, app.clone(), stop_rx.clone())));
+    }
+    if let Some(addr) = config.resp {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        bound.resp = Some(l.local_addr()?);
+        tasks.push(tokio::spawn(resp::serve(l, app.clone(), stop_rx.clone())));
+    }
+    eprintln!(
+        "bloomgate serve: {} filter(s) from {}; http {}; resp {}; auth: {}",
+        store.names().len(),
+        config.data_dir.display(),
+        bound.http.map_or("off".into(), |a| a.to_string()),
+        bound.resp.map_or("off".into(), |a| a.to_string()),
+        app.policy.describe()
+    );
+    if let Some(path) = &config.ready_file {
+        let json = serde_json::to_vec(&bound).unwrap_or_default();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, path)?;
+    }
+
+    // Periodic snapshots.
+    let snap_store = store.clone();
+    let interval = config.snapshot_interval;
+    let wal_limit = config.snapshot_wal_bytes;
+    let mut snap_stop = stop_rx.clone();
+    let snapshotter = tokio::spawn(async move {
+        let mut last = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = snap_stop.changed() => return,
+            }
+            if last.elapsed() >= interval || snap_store.wal_bytes() >= wal_limit {
+                last = tokio::time::Instant::now();
+                let s = snap_store.clone();
+                match tokio::task::spawn_blocking(move || s.snapshot()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => eprintln!("bloomgate serve: snapshot failed: {e}"),
+                    Err(e) => eprintln!("bloomgate serve: snapshot task failed: {e}"),
+                }
+            }
+        }
+    });
+
+    wait_for_signals(&store).await;
+    eprintln!("bloomgate serve: shutting down, writing a snapshot");
+    let _ = stop_tx.send(true);
+    snapshotter.abort();
+    for t in tasks {
+        t.abort();
+    }
+    let s = store.clone();
+    let snap = tokio::task::spawn_blocking(move || s.snapshot())
+        .await
+        .map_err(|e| ServerError::Setup(format!("shutdown snapshot task failed: {e}")))?;
+    snap?;
+    store.shutdown();
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn wait_for_signals(store: &Arc<store::Store>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => {
+                let s = store.clone();
+                let res = tokio::task::spawn_blocking(move || s.reload_changed()).await;
+                match res {
+                    Ok(report) => eprintln!("bloomgate serve: SIGHUP: {report}"),
+                    Err(e) => eprintln!("bloomgate serve: SIGHUP reload failed: {e}"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signals(_store: &Arc<store::Store>) {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// State shared by both front ends.
+pub struct App {
+    /// The filters.
+    pub store: Arc<store::Store>,
+    /// Who may read and write.
+    pub policy: auth::Policy,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Counters and histograms.
+    pub metrics: Arc<metrics::Metrics>,
+}

@@ -1,0 +1,561 @@
+//! The HTTP/JSON API (axum), documented in `docs/http-api.md`.
+//!
+//! The accept loop is our own (hyper's HTTP/1 connection builder) rather
+//! than `axum::serve`, so that it can enforce a connection limit and a
+//! header-read timeout; bodies are bounded by axum's `DefaultBodyLimit`, and
+//! a middleware bounds each request's total time. Errors are JSON
+//! `{"error": {"code": "...", "message": "..."}}` with a fitting status.
+//!
+//! CPU-light handlers (checks, adds) run inline on the runtime; anything that
+//! may touch whole files (create, reload, delete, snapshot, metrics with
+//! fill ratios) runs on the blocking pool.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::auth::Denied;
+use crate::metrics::{Op, Proto};
+use crate::store::{AddOutcome, CreateSpec, Growth, Named, StoreError};
+use crate::App;
+
+/// An API error: status, machine code, message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let (status, code) = match &e {
+            StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
+            StoreError::BadName(_) | StoreError::Invalid(_) => {
+                (StatusCode::BAD_REQUEST, "bad_request")
+            }
+            StoreError::Io(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
+            StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl From<Denied> for ApiError {
+    fn from(d: Denied) -> Self {
+        match d {
+            Denied::NeedToken => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", d.message())
+            }
+            Denied::WritesDisabled => {
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", d.message())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+type St = State<Arc<App>>;
+
+fn authed(app: &App, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .is_some_and(|t| app.policy.token_matches(t.trim_ascii()))
+}
+
+fn can_read(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    Ok(app.policy.check_read(authed(app, headers))?)
+}
+
+fn can_write(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
+    Ok(app.policy.check_write(authed(app, headers))?)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+}
+
+/// The router (without the accept loop), for embedding and tests.
+pub fn router(app: Arc<App>) -> Router {
+    let limit = app.limits.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/filters", get(list).post(create))
+        .route("/v1/filters/{name}", get(info).delete(delete))
+        .route("/v1/filters/{name}/check", get(check_one).post(check_batch))
+        .route("/v1/filters/{name}/add", post(add))
+        .route(
+            "/v1/filters/{name}/whitelist",
+            post(whitelist_add).delete(whitelist_remove),
+        )
+        .route("/v1/filters/{name}/reload", post(reload))
+        .route("/v1/snapshot", post(snapshot))
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        })
+        .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(app)
+}
+
+/// Times every request, bounds its duration, and counts it.
+async fn observe(State(app): St, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let path = req.uri().path();
+    let op = if path.ends_with("/check") {
+        Op::Check
+    } else if path.ends_with("/add") {
+        Op::Add
+    } else if path.starts_with("/v1/filters") && req.method() == axum::http::Method::GET {
+        Op::Info
+    } else if path.starts_with("/v1/") {
+        Op::Admin
+    } else {
+        Op::Other
+    };
+    let timeout = app.limits.request_timeout;
+    let resp = match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "request took too long",
+        )
+        .into_response(),
+    };
+    let error = resp.status().is_client_error() || resp.status().is_server_error();
+    app.metrics.record(Proto::Http, op, start.elapsed(), error);
+    resp
+}
+
+async fn healthz() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
+    can_read(&app, &headers)?;
+    let text = blocking(move || {
+        let mut out = String::with_capacity(16 << 10);
+        app.metrics.render(&mut out);
+        app.store.render_metrics(&mut out);
+        out
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
+    can_read(&app, &headers)?;
+    let infos: Vec<_> = app.store.all().iter().map(|n| n.info(false)).collect();
+    Ok(Json(json!({ "filters": infos })).into_response())
+}
+
+fn named(app: &App, name: &str) -> Result<Arc<Named>, ApiError> {
+    Ok(app.store.need(name)?)
+}
+
+async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
+    can_read(&app, &headers)?;
+    let n = named(&app, &name)?;
+    let info = blocking(move || n.info(true)).await?;
+    Ok(Json(info).into_response())
+}
+
+#[derive(Deserialize)]
+struct ItemQuery {
+    item: Option<String>,
+}
+
+fn verdict_json(app: &App, n: &Named, item: &str, scratch: &mut Vec<Vec<u8>>) -> Value {
+    app.metrics.items_checked.fetch_add(1, Relaxed);
+    if item.len() > app.limits.max_item_bytes {
+        return json!({"item": item, "error": "item is too long"});
+    }
+    match n.check(item.as_bytes(), scratch) {
+        Ok(v) => {
+            if v.hit {
+                app.metrics.hits.fetch_add(1, Relaxed);
+            }
+            if v.whitelisted {
+                app.metrics.whitelisted.fetch_add(1, Relaxed);
+            }
+            json!({"item": item, "hit": v.hit, "whitelisted": v.whitelisted, "matched": v.matched})
+        }
+        Err(e) => json!({"item": item, "error": e.to_string()}),
+    }
+}
+
+async fn check_one(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<ItemQuery>,
+) -> ApiResult {
+    can_read(&app, &headers)?;
+    let n = named(&app, &name)?;
+    let item = q
+        .item
+        .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
+    let v = verdict_json(&app, &n, &item, &mut Vec::new());
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(ApiError::bad(format!("invalid item: {e}")));
+    }
+    Ok(Json(v).into_response())
+}
+
+/// A batch body: a JSON array of strings, or `{"items": [...]}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Items {
+    List(Vec<String>),
+    Object { items: Vec<String> },
+}
+
+impl Items {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Items::List(v) | Items::Object { items: v } => v,
+        }
+    }
+}
+
+fn parse_items(app: &App, body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let items: Items = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad(format!(
+            "body must be a JSON array of strings or {{\"items\": [...]}}: {e}"
+        ))
+    })?;
+    let items = items.into_vec();
+    if items.len() > app.limits.max_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_items",
+            format!(
+                "{} items in one request; the limit is {}",
+                items.len(),
+                app.limits.max_batch
+            ),
+        ));
+    }
+    Ok(items)
+}
+
+async fn check_batch(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    can_read(&app, &headers)?;
+    let n = named(&app, &name)?;
+    let items = parse_items(&app, &body)?;
+    let mut scratch = Vec::new();
+    let results: Vec<Value> = items
+        .iter()
+        .map(|i| verdict_json(&app, &n, i, &mut scratch))
+        .collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+async fn add(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    can_write(&app, &headers)?;
+    let n = named(&app, &name)?;
+    let items = parse_items(&app, &body)?;
+    let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
+    let mut outcomes = Vec::with_capacity(refs.len());
+    let rx = app.store.add(&n, &refs, &mut outcomes)?;
+    if let Some(rx) = rx {
+        match rx.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(StoreError::Wal(e).into()),
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "log_failed",
+                    "log stopped",
+                ))
+            }
+        }
+    }
+    let mut added = 0;
+    let results: Vec<Value> = items
+        .iter()
+        .zip(outcomes.iter().map(Some).chain(std::iter::repeat(None)))
+        .map(|(item, o)| match o {
+            Some(AddOutcome::New) => {
+                added += 1;
+                json!({"item": item, "added": true})
+            }
+            Some(AddOutcome::Exists) => json!({"item": item, "added": false}),
+            Some(AddOutcome::Invalid(e)) => {
+                json!({"item": item, "error": format!("invalid item: {e}")})
+            }
+            Some(AddOutcome::TooLong) => json!({"item": item, "error": "item is too long"}),
+            Some(AddOutcome::Full) | None => {
+                json!({"item": item, "error": "filter is full (non-scaling)"})
+            }
+        })
+        .collect();
+    Ok(Json(json!({"added": added, "results": results})).into_response())
+}
+
+async fn whitelist_change(
+    app: Arc<App>,
+    headers: HeaderMap,
+    name: String,
+    body: axum::body::Bytes,
+    add: bool,
+) -> ApiResult {
+    can_write(&app, &headers)?;
+    let n = named(&app, &name)?;
+    let items = parse_items(&app, &body)?;
+    let app2 = app.clone();
+    let results = blocking(move || {
+        let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
+        app2.store.whitelist(&n, &refs, add).map(|r| (items, r))
+    })
+    .await??;
+    let (items, r) = results;
+    let key = if add { "was_hit" } else { "removed" };
+    let results: Vec<Value> = items
+        .iter()
+        .zip(r)
+        .map(|(item, r)| match r {
+            Ok(b) => json!({"item": item, key: b}),
+            Err(e) => json!({"item": item, "error": format!("invalid item: {e}")}),
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+async fn whitelist_add(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    whitelist_change(app, headers, name, body, true).await
+}
+
+async fn whitelist_remove(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    whitelist_change(app, headers, name, body, false).await
+}
+
+#[derive(Deserialize)]
+struct CreateBody {
+    name: String,
+    /// Items to plan for.
+    items: u64,
+    /// False-positive rate per query.
+    fp: f64,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    layout: Option<String>,
+}
+
+async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> ApiResult {
+    can_write(&app, &headers)?;
+    let b: CreateBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad(format!("bad create request: {e}")))?;
+    let kind = match &b.kind {
+        Some(k) => k
+            .parse()
+            .map_err(|e: bloomgate_url::ParseKindError| ApiError::bad(e.to_string()))?,
+        None => bloomgate_url::KeyKind::Raw,
+    };
+    let mode = match &b.mode {
+        Some(m) => m
+            .parse()
+            .map_err(|e: bloomgate_url::ParseKindError| ApiError::bad(e.to_string()))?,
+        None => bloomgate_url::MatchMode::Exact,
+    };
+    let layout = match b.layout.as_deref() {
+        None | Some("blocked") => bloomgate_engine::Layout::Blocked,
+        Some("classic") => bloomgate_engine::Layout::Classic,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "unknown layout '{other}' (blocked, classic)"
+            )))
+        }
+    };
+    if !(b.fp > 0.0 && b.fp < 1.0) || b.items == 0 {
+        return Err(ApiError::bad("need items > 0 and 0 < fp < 1"));
+    }
+    let spec = CreateSpec {
+        items: b.items,
+        fp: b.fp,
+        kind,
+        mode,
+        layout,
+        growth: Growth::Fixed,
+    };
+    let name = b.name;
+    let info = blocking(move || app.store.create(&name, &spec).map(|n| n.info(true))).await??;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn delete(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
+    can_write(&app, &headers)?;
+    let n2 = name.clone();
+    let existed = blocking(move || app.store.delete(&n2)).await??;
+    if !existed {
+        return Err(StoreError::NotFound(name).into());
+    }
+    Ok(Json(json!({"deleted": name})).into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct ReloadBody {
+    path: Option<String>,
+}
+
+async fn reload(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    can_write(&app, &headers)?;
+    let b: ReloadBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ReloadBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad(format!("bad reload request: {e}")))?
+    };
+    let info = blocking(move || {
+        app.store
+            .reload(&name, b.path.as_deref().map(std::path::Path::new))
+            .map(|n| n.info(true))
+    })
+    .await??;
+    Ok(Json(info).into_response())
+}
+
+async fn snapshot(State(app): St, headers: HeaderMap) -> ApiResult {
+    can_write(&app, &headers)?;
+    let rep = blocking(move || app.store.snapshot()).await??;
+    Ok(Json(rep).into_response())
+}
+
+/// Accepts HTTP connections until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let sem = Arc::new(Semaphore::new(app.limits.max_connections));
+    let router = router(app.clone());
+    let header_timeout = app.limits.request_timeout;
+    let idle = app.limits.idle_timeout;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let Ok(permit) = sem.clone().try_acquire_owned() else {
+            app.metrics.connections_rejected[Proto::Http as usize].fetch_add(1, Relaxed);
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut stream = stream;
+                let body = r#"{"error":{"code":"too_many_connections","message":"connection limit reached"}}"#;
+                let msg = format!(
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), stream.write_all(msg.as_bytes()))
+                        .await;
+            });
+            continue;
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            app.metrics.connections[Proto::Http as usize].fetch_add(1, Relaxed);
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout.min(idle))
+                .keep_alive(true);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            // Bound the life of an idle keep-alive connection too: hyper's
+            // header timeout starts when a new request begins.
+            let _ = conn.await;
+            app.metrics.connections[Proto::Http as usize].fetch_sub(1, Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+/// Builds an empty body (helper for tests).
+pub fn empty() -> Body {
+    Body::empty()
+}

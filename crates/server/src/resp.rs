@@ -1,0 +1,1100 @@
+//! The Redis protocol front end (RESP2 and RESP3), RedisBloom-compatible.
+//!
+//! # Connection handling
+//!
+//! Each connection reads into one buffer and parses as many complete
+//! commands as it holds (pipelining), executes them in order and writes all
+//! replies with one `write`. Writes (`BF.ADD`, …) apply to memory at once and
+//! queue a log record; before the replies of a batch that contains writes
+//! are sent, the connection waits for the *last* write's acknowledgement —
+//! the log acks in order, so that covers all of them, and a whole pipeline
+//! of adds shares one fsync. If the log fails, the connection is closed
+//! without sending the unacknowledged replies: no ack, no promise.
+//!
+//! # Limits
+//!
+//! Bulk strings longer than `max_bulk_bytes`, arrays longer than
+//! `max_array_len`, inline commands longer than 64 KiB, malformed framing,
+//! more than `max_connections` clients, silence longer than `idle_timeout`,
+//! and a command that takes longer than `request_timeout` to arrive once
+//! started (a slow drip) each get a Redis error and a closed connection. A
+//! length header is checked before anything is allocated for it, so a
+//! `$4294967296` header costs nothing.
+//!
+//! # Commands
+//!
+//! `BF.RESERVE`, `BF.ADD`, `BF.MADD`, `BF.INSERT`, `BF.EXISTS`, `BF.MEXISTS`,
+//! `BF.INFO`, `BF.CARD`, `BF.SCANDUMP`, `BF.LOADCHUNK`, plus what clients
+//! send on connect: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT …`,
+//! `INFO`, `COMMAND`, `CONFIG GET`, `QUIT`, `RESET`, `DEL`/`UNLINK`,
+//! `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `DBSIZE`. Replies and error strings
+//! follow Redis and RedisBloom; RESP3 connections get maps for `HELLO` and
+//! `BF.INFO`, booleans for `BF.EXISTS`/`BF.ADD` results and `_` nulls.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::metrics::{Op, Proto};
+use crate::store::{AddOutcome, CreateSpec, Growth, Meta, StoreError};
+use crate::wal::AckRx;
+use crate::App;
+
+const MAX_INLINE: usize = 64 << 10;
+
+/// A framing error: the client is told and disconnected.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+/// Parses one command from `buf`. `Ok(None)` means incomplete. On success
+/// returns the argument ranges (into `buf`) and the bytes consumed.
+pub fn parse(
+    buf: &[u8],
+    max_bulk: usize,
+    max_array: usize,
+    args: &mut Vec<std::ops::Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
+    args.clear();
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf[0] != b'*' {
+        // Inline command: one line, split on blanks.
+        let Some(nl) = memchr(b'\n', buf) else {
+            if buf.len() > MAX_INLINE {
+                return Err(ProtocolError("too big inline request".into()));
+            }
+            return Ok(None);
+        };
+        let line_end = if nl > 0 && buf[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        let mut i = 0;
+        while i < line_end {
+            while i < line_end && buf[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            let start = i;
+            while i < line_end && !buf[i].is_ascii_whitespace() {
+                i += 1;
+            }
+            if i > start {
+                if args.len() >= max_array {
+                    return Err(ProtocolError("invalid multibulk length".into()));
+                }
+                args.push(start..i);
+            }
+        }
+        return Ok(Some(nl + 1));
+    }
+    let Some((n, mut pos)) = read_int_line(buf, 1)? else {
+        return Ok(None);
+    };
+    if n < 0 || n as usize > max_array {
+        return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    for _ in 0..n {
+        if pos >= buf.len() {
+            return Ok(None);
+        }
+        if buf[pos] != b'$' {
+            return Err(ProtocolError(format!(
+                "expected '$', got '{}'",
+                (buf[pos] as char).escape_default()
+            )));
+        }
+        let Some((len, p)) = read_int_line(buf, pos + 1)? else {
+            return Ok(None);
+        };
+        if len < 0 || len as usize > max_bulk {
+            return Err(ProtocolError("invalid bulk length".into()));
+        }
+        let len = len as usize;
+        if buf.len() < p + len + 2 {
+            return Ok(None);
+        }
+        if &buf[p + len..p + len + 2] != b"\r\n" {
+            return Err(ProtocolError("bulk string not terminated by CRLF".into()));
+        }
+        args.push(p..p + len);
+        pos = p + len + 2;
+    }
+    Ok(Some(pos))
+}
+
+fn memchr(b: u8, s: &[u8]) -> Option<usize> {
+    s.iter().position(|&c| c == b)
+}
+
+/// Reads a decimal integer terminated by CRLF starting at `start`.
+fn read_int_line(buf: &[u8], start: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
+    let mut i = start;
+    let mut v: i64 = 0;
+    let mut neg = false;
+    if i < buf.len() && buf[i] == b'-' {
+        neg = true;
+        i += 1;
+    }
+    let digits_start = i;
+    while i < buf.len() && buf[i].is_ascii_digit() {
+        if i - digits_start >= 18 {
+            return Err(ProtocolError("invalid length".into()));
+        }
+        v = v * 10 + (buf[i] - b'0') as i64;
+        i += 1;
+    }
+    if i + 1 >= buf.len() {
+        if i - digits_start > 18 {
+            return Err(ProtocolError("invalid length".into()));
+        }
+        return Ok(None);
+    }
+    if i == digits_start || buf[i] != b'\r' || buf[i + 1] != b'\n' {
+        return Err(ProtocolError("invalid length".into()));
+    }
+    Ok(Some((if neg { -v } else { v }, i + 2)))
+}
+
+/// Reply encoder for one connection's protocol version.
+pub struct Out {
+    /// Encoded bytes.
+    pub buf: Vec<u8>,
+    /// 2 or 3.
+    pub proto: u8,
+}
+
+impl Out {
+    fn simple(&mut self, s: &str) {
+        self.buf.push(b'+');
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+    fn ok(&mut self) {
+        self.buf.extend_from_slice(b"+OK\r\n");
+    }
+    fn error(&mut self, s: &str) {
+        self.buf.push(b'-');
+        // Error lines must not contain CR/LF.
+        self.buf.extend(
+            s.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+        self.buf.extend_from_slice(b"\r\n");
+    }
+    fn int(&mut self, v: i64) {
+        self.buf.push(b':');
+        self.buf.extend_from_slice(v.to_string().as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+    fn boolean(&mut self, v: bool) {
+        if self.proto >= 3 {
+            self.buf
+                .extend_from_slice(if v { b"#t\r\n" } else { b"#f\r\n" });
+        } else {
+            self.buf
+                .extend_from_slice(if v { b":1\r\n" } else { b":0\r\n" });
+        }
+    }
+    fn bulk(&mut self, b: &[u8]) {
+        self.buf.push(b'$');
+        self.buf.extend_from_slice(b.len().to_string().as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+        self.buf.extend_from_slice(b);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+    fn null(&mut self) {
+        if self.proto >= 3 {
+            self.buf.extend_from_slice(b"_\r\n");
+        } else {
+            self.buf.extend_from_slice(b"$-1\r\n");
+        }
+    }
+    fn array(&mut self, n: usize) {
+        self.buf.push(b'*');
+        self.buf.extend_from_slice(n.to_string().as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+    fn map(&mut self, n: usize) {
+        if self.proto >= 3 {
+            self.buf.push(b'%');
+            self.buf.extend_from_slice(n.to_string().as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.array(n * 2);
+        }
+    }
+}
+
+struct Conn {
+    app: Arc<App>,
+    authed: bool,
+    scratch: Vec<Vec<u8>>,
+    outcomes: Vec<AddOutcome>,
+    pending: Option<AckRx>,
+    quit: bool,
+    name: Option<Vec<u8>>,
+    id: u64,
+}
+
+/// Accepts Redis-protocol connections until `stop` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let sem = Arc::new(Semaphore::new(app.limits.max_connections));
+    let mut next_id = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((mut stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        next_id += 1;
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        match sem.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let id = next_id;
+                tokio::spawn(async move {
+                    app.metrics.connections[Proto::Resp as usize].fetch_add(1, Relaxed);
+                    handle(stream, app.clone(), id).await;
+                    app.metrics.connections[Proto::Resp as usize].fetch_sub(1, Relaxed);
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        stream.write_all(b"-ERR max number of clients reached\r\n"),
+                    )
+                    .await;
+                });
+            }
+        }
+    }
+}
+
+async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
+    let limits = app.limits.clone();
+    let mut conn = Conn {
+        authed: false,
+        app,
+        scratch: Vec::new(),
+        outcomes: Vec::new(),
+        pending: None,
+        quit: false,
+        name: None,
+        id,
+    };
+    let mut buf = BytesMut::with_capacity(16 << 10);
+    let mut out = Out {
+        buf: Vec::with_capacity(16 << 10),
+        proto: 2,
+    };
+    let mut args = Vec::new();
+    let mut partial_since: Option<Instant> = None;
+    loop {
+        // Execute every complete command in the buffer.
+        loop {
+            match parse(&buf, limits.max_bulk_bytes, limits.max_array_len, &mut args) {
+                Ok(Some(used)) => {
+                    partial_since = None;
+                    if !args.is_empty() {
+                        let argv: Vec<&[u8]> = args.iter().map(|r| &buf[r.clone()]).collect();
+                        conn.execute(&argv, &mut out);
+                    }
+                    buf.advance(used);
+                    if conn.quit || out.buf.len() > (1 << 20) {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(ProtocolError(msg)) => {
+                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                        .fetch_add(1, Relaxed);
+                    out.error(&format!("ERR Protocol error: {msg}"));
+                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    return;
+                }
+            }
+        }
+        if flush(&mut stream, &mut conn, &mut out).await.is_err() || conn.quit {
+            return;
+        }
+        if !buf.is_empty() && partial_since.is_none() {
+            partial_since = Some(Instant::now());
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 << 10);
+        }
+        let wait = match partial_since {
+            Some(t) => limits.request_timeout.saturating_sub(t.elapsed()),
+            None => limits.idle_timeout,
+        };
+        match tokio::time::timeout(wait, stream.read_buf(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
+                out.error(if partial_since.is_some() {
+                    "ERR request timeout: command not completed in time"
+                } else {
+                    "ERR idle timeout"
+                });
+                let _ = flush(&mut stream, &mut conn, &mut out).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Waits for the batch's writes to be durable, then sends its replies.
+async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<(), ()> {
+    if let Some(rx) = conn.pending.take() {
+        match rx.await {
+            Ok(Ok(())) => {}
+            _ => return Err(()),
+        }
+    }
+    if out.buf.is_empty() {
+        return Ok(());
+    }
+    let r = stream.write_all(&out.buf).await;
+    out.buf.clear();
+    if out.buf.capacity() > (4 << 20) {
+        out.buf = Vec::with_capacity(16 << 10);
+    }
+    r.map_err(|_| ())
+}
+
+fn upper(a: &[u8]) -> Vec<u8> {
+    a.to_ascii_uppercase()
+}
+
+fn lossy(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).into_owned()
+}
+
+fn parse_i64(a: &[u8]) -> Option<i64> {
+    std::str::from_utf8(a).ok()?.parse().ok()
+}
+
+fn parse_f64(a: &[u8]) -> Option<f64> {
+    let v: f64 = std::str::from_utf8(a).ok()?.trim().parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+fn store_err(e: &StoreError) -> String {
+    match e {
+        StoreError::NotFound(_) => "ERR not found".into(),
+        StoreError::Exists(_) => "ERR item exists".into(),
+        other => format!("ERR {other}"),
+    }
+}
+
+/// Glob matching as Redis' `KEYS` does (`*`, `?`, `[...]`, `\`).
+pub fn glob(p: &[u8], s: &[u8]) -> bool {
+    if p.is_empty() {
+        return s.is_empty();
+    }
+    match p[0] {
+        b'*' => (0..=s.len()).any(|i| glob(&p[1..], &s[i..])),
+        b'?' => !s.is_empty() && glob(&p[1..], &s[1..]),
+        b'[' => {
+            let Some(end) = p.iter().skip(1).position(|&c| c == b']').map(|i| i + 1) else {
+                return !s.is_empty() && s[0] == b'[' && glob(&p[1..], &s[1..]);
+            };
+            if s.is_empty() {
+                return false;
+            }
+            let class = &p[1..end];
+            let (neg, class) = match class.first() {
+                Some(b'^') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == b'-' {
+                    hit |= class[i] <= s[0] && s[0] <= class[i + 2];
+                    i += 3;
+                } else {
+                    hit |= class[i] == s[0];
+                    i += 1;
+                }
+            }
+            hit != neg && glob(&p[end + 1..], &s[1..])
+        }
+        b'\\' if p.len() > 1 => !s.is_empty() && s[0] == p[1] && glob(&p[2..], &s[1..]),
+        c => !s.is_empty() && s[0] == c && glob(&p[1..], &s[1..]),
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Class {
+    Conn,
+    Read,
+    Write,
+}
+
+impl Conn {
+    fn execute(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let start = Instant::now();
+        let cmd = upper(argv[0]);
+        let (class, op) = match cmd.as_slice() {
+            b"BF.EXISTS" | b"BF.MEXISTS" => (Class::Read, Op::Check),
+            b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"EXISTS" | b"TYPE" | b"KEYS" | b"SCAN"
+            | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
+            b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" => (Class::Write, Op::Add),
+            b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" => (Class::Write, Op::Admin),
+            b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
+            _ => (Class::Conn, Op::Other),
+        };
+        let before = out.buf.len();
+        let denied = match class {
+            Class::Conn => None,
+            Class::Read => self.app.policy.check_read(self.authed).err(),
+            Class::Write => self.app.policy.check_write(self.authed).err(),
+        };
+        match denied {
+            Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
+            Some(d) => out.error(&format!("NOPERM {}", d.message())),
+            None => self.dispatch(&cmd, argv, out),
+        }
+        let error = out.buf.get(before) == Some(&b'-');
+        self.app
+            .metrics
+            .record(Proto::Resp, op, start.elapsed(), error);
+    }
+
+    fn wrong_arity(out: &mut Out, cmd: &[u8]) {
+        out.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            lossy(cmd).to_ascii_lowercase()
+        ));
+    }
+
+    fn dispatch(&mut self, cmd: &[u8], argv: &[&[u8]], out: &mut Out) {
+        let argc = argv.len();
+        match cmd {
+            b"PING" => match argc {
+                1 => out.simple("PONG"),
+                2 => out.bulk(argv[1]),
+                _ => Self::wrong_arity(out, argv[0]),
+            },
+            b"ECHO" if argc == 2 => out.bulk(argv[1]),
+            b"QUIT" => {
+                out.ok();
+                self.quit = true;
+            }
+            b"RESET" => {
+                out.proto = 2;
+                self.authed = false;
+                self.name = None;
+                out.simple("RESET");
+            }
+            b"HELLO" => self.hello(argv, out),
+            b"AUTH" => {
+                let token = match argc {
+                    2 => Some(argv[1]),
+                    3 if argv[1] == b"default" => Some(argv[2]),
+                    3 => None,
+                    _ => return Self::wrong_arity(out, argv[0]),
+                };
+                if !self.app.policy.has_token() {
+                    out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+                } else if token.is_some_and(|t| self.app.policy.token_matches(t)) {
+                    self.authed = true;
+                    out.ok();
+                } else {
+                    out.error("WRONGPASS invalid username-password pair or user is disabled.");
+                }
+            }
+            b"SELECT" if argc == 2 => {
+                if argv[1] == b"0" {
+                    out.ok()
+                } else {
+                    out.error("ERR DB index is out of range")
+                }
+            }
+            b"CLIENT" if argc >= 2 => match upper(argv[1]).as_slice() {
+                b"SETINFO" | b"NO-EVICT" | b"NO-TOUCH" | b"REPLY" => out.ok(),
+                b"SETNAME" if argc == 3 => {
+                    self.name = Some(argv[2].to_vec());
+                    out.ok()
+                }
+                b"GETNAME" => match &self.name {
+                    Some(n) => {
+                        let n = n.clone();
+                        out.bulk(&n)
+                    }
+                    None => out.null(),
+                },
+                b"ID" => out.int(self.id as i64),
+                _ => out.error(&format!(
+                    "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                    lossy(argv[1])
+                )),
+            },
+            b"COMMAND" => {
+                // Enough for redis-cli: no command table (it falls back to
+                // plain behaviour), a count, empty docs.
+                match argv.get(1).map(|a| upper(a)).as_deref() {
+                    Some(b"COUNT") => out.int(0),
+                    Some(b"DOCS") => out.map(0),
+                    _ => out.array(0),
+                }
+            }
+            b"CONFIG" if argc >= 2 => match upper(argv[1]).as_slice() {
+                b"GET" => out.map(0),
+                b"SET" | b"RESETSTAT" | b"REWRITE" => out.ok(),
+                _ => out.error("ERR unknown CONFIG subcommand"),
+            },
+            b"INFO" => {
+                let names = self.app.store.names();
+                let text = format!(
+                    "# Server\r\nredis_version:7.4.0\r\nbloomgate_version:{}\r\nredis_mode:standalone\r\nprocess_id:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Modules\r\nmodule:name=bf,ver=20800,api=1,filters=0,usedby=[],using=[],options=[]\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+                    env!("CARGO_PKG_VERSION"),
+                    std::process::id(),
+                    self.app.metrics.connections[Proto::Resp as usize].load(Relaxed),
+                    names.len()
+                );
+                if out.proto >= 3 {
+                    // Verbatim string.
+                    let body = format!("txt:{text}");
+                    out.buf
+                        .extend_from_slice(format!("={}\r\n{}\r\n", body.len(), body).as_bytes());
+                } else {
+                    out.bulk(text.as_bytes());
+                }
+            }
+            b"DBSIZE" => out.int(self.app.store.names().len() as i64),
+            b"KEYS" if argc == 2 => {
+                let names: Vec<String> = self
+                    .app
+                    .store
+                    .names()
+                    .into_iter()
+                    .filter(|n| glob(argv[1], n.as_bytes()))
+                    .collect();
+                out.array(names.len());
+                for n in names {
+                    out.bulk(n.as_bytes());
+                }
+            }
+            b"SCAN" if argc >= 2 => self.scan(argv, out),
+            b"EXISTS" if argc >= 2 => {
+                let n = argv[1..].iter().filter(|k| self.named(k).is_some()).count();
+                out.int(n as i64)
+            }
+            b"TYPE" if argc == 2 => {
+                if self.named(argv[1]).is_some() {
+                    out.simple("MBbloom--")
+                } else {
+                    out.simple("none")
+                }
+            }
+            b"DEL" | b"UNLINK" if argc >= 2 => {
+                let mut n = 0;
+                for k in &argv[1..] {
+                    match self.app.store.delete(&lossy(k)) {
+                        Ok(true) => n += 1,
+                        Ok(false) => {}
+                        Err(e) => return out.error(&store_err(&e)),
+                    }
+                }
+                out.int(n)
+            }
+            b"BF.RESERVE" => self.reserve(argv, out),
+            b"BF.ADD" if argc == 3 => self.add(
+                argv[1],
+                &argv[2..],
+                false,
+                Some(CreateSpec::redis_default()),
+                out,
+            ),
+            b"BF.MADD" if argc >= 3 => self.add(
+                argv[1],
+                &argv[2..],
+                true,
+                Some(CreateSpec::redis_default()),
+                out,
+            ),
+            b"BF.INSERT" => self.insert(argv, out),
+            b"BF.EXISTS" if argc == 3 => self.exists(argv[1], &argv[2..], false, out),
+            b"BF.MEXISTS" if argc >= 3 => self.exists(argv[1], &argv[2..], true, out),
+            b"BF.INFO" if argc == 2 || argc == 3 => self.info(argv, out),
+            b"BF.CARD" if argc == 2 => match self.named(argv[1]) {
+                Some(n) => out.int(n.layers().items() as i64),
+                None => out.int(0),
+            },
+            b"BF.SCANDUMP" if argc == 3 => {
+                let Some(n) = self.named(argv[1]) else {
+                    return out.error("ERR not found");
+                };
+                let Some(iter) = parse_i64(argv[2]).filter(|&i| i >= 0) else {
+                    return out.error("ERR Second argument must be numeric");
+                };
+                let (next, data) = self.app.store.scandump(&n, iter as u64);
+                out.array(2);
+                out.int(next as i64);
+                out.bulk(&data);
+            }
+            b"BF.LOADCHUNK" if argc == 4 => {
+                let Some(iter) = parse_i64(argv[2]).filter(|&i| i > 0) else {
+                    return out.error("ERR Second argument must be numeric");
+                };
+                match self
+                    .app
+                    .store
+                    .loadchunk(&lossy(argv[1]), iter as u64, argv[3])
+                {
+                    Ok(rx) => {
+                        if rx.is_some() {
+                            self.pending = rx;
+                        }
+                        out.ok()
+                    }
+                    Err(e) => out.error(&store_err(&e)),
+                }
+            }
+            b"ECHO" | b"SELECT" | b"CLIENT" | b"CONFIG" | b"KEYS" | b"SCAN" | b"EXISTS"
+            | b"TYPE" | b"DEL" | b"UNLINK" | b"BF.ADD" | b"BF.MADD" | b"BF.EXISTS"
+            | b"BF.MEXISTS" | b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.LOADCHUNK" => {
+                Self::wrong_arity(out, argv[0])
+            }
+            _ => {
+                let mut msg = format!(
+                    "ERR unknown command '{}', with args beginning with: ",
+                    lossy(&argv[0][..argv[0].len().min(128)])
+                );
+                let mut budget = 128usize;
+                for a in &argv[1..] {
+                    if budget == 0 {
+                        break;
+                    }
+                    let a = &a[..a.len().min(budget)];
+                    budget -= a.len();
+                    msg.push_str(&format!("'{}' ", lossy(a)));
+                }
+                out.error(&msg)
+            }
+        }
+    }
+
+    fn named(&self, key: &[u8]) -> Option<Arc<crate::store::Named>> {
+        std::str::from_utf8(key)
+            .ok()
+            .and_then(|k| self.app.store.get(k))
+    }
+
+    fn hello(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let mut i = 1;
+        let mut proto = out.proto;
+        if let Some(v) = argv.get(1) {
+            match parse_i64(v) {
+                Some(2) => proto = 2,
+                Some(3) => proto = 3,
+                _ => return out.error("NOPROTO unsupported protocol version"),
+            }
+            i = 2;
+        }
+        while i < argv.len() {
+            match upper(argv[i]).as_slice() {
+                b"AUTH" if i + 2 < argv.len() => {
+                    if !self.app.policy.has_token() {
+                        return out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+                    }
+                    if argv[i + 1] != b"default" || !self.app.policy.token_matches(argv[i + 2]) {
+                        return out.error(
+                            "WRONGPASS invalid username-password pair or user is disabled.",
+                        );
+                    }
+                    self.authed = true;
+                    i += 3;
+                }
+                b"SETNAME" if i + 1 < argv.len() => {
+                    self.name = Some(argv[i + 1].to_vec());
+                    i += 2;
+                }
+                _ => {
+                    return out.error(&format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        lossy(argv[i])
+                    ))
+                }
+            }
+        }
+        if self.app.policy.check_read(self.authed).is_err() {
+            return out.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        }
+        out.proto = proto;
+        out.map(7);
+        out.bulk(b"server");
+        out.bulk(b"redis");
+        out.bulk(b"version");
+        out.bulk(b"7.4.0");
+        out.bulk(b"proto");
+        out.int(proto as i64);
+        out.bulk(b"id");
+        out.int(self.id as i64);
+        out.bulk(b"mode");
+        out.bulk(b"standalone");
+        out.bulk(b"role");
+        out.bulk(b"master");
+        out.bulk(b"modules");
+        out.array(1);
+        out.map(2);
+        out.bulk(b"name");
+        out.bulk(b"bf");
+        out.bulk(b"ver");
+        out.int(20800);
+    }
+
+    fn scan(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let mut pattern: Option<&[u8]> = None;
+        let mut i = 2;
+        while i < argv.len() {
+            match upper(argv[i]).as_slice() {
+                b"MATCH" if i + 1 < argv.len() => {
+                    pattern = Some(argv[i + 1]);
+                    i += 2;
+                }
+                b"COUNT" | b"TYPE" if i + 1 < argv.len() => i += 2,
+                _ => return out.error("ERR syntax error"),
+            }
+        }
+        if parse_i64(argv[1]).is_none() {
+            return out.error("ERR invalid cursor");
+        }
+        let names: Vec<String> = self
+            .app
+            .store
+            .names()
+            .into_iter()
+            .filter(|n| pattern.is_none_or(|p| glob(p, n.as_bytes())))
+            .collect();
+        out.array(2);
+        out.bulk(b"0");
+        out.array(names.len());
+        for n in names {
+            out.bulk(n.as_bytes());
+        }
+    }
+
+    fn reserve(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let argc = argv.len();
+        if !(4..=7).contains(&argc) {
+            return Self::wrong_arity(out, argv[0]);
+        }
+        let Some(error) = parse_f64(argv[2]) else {
+            return out.error("ERR bad error rate");
+        };
+        if error <= 0.0 || error >= 1.0 {
+            return out.error("ERR (0 < error rate range < 1) ");
+        }
+        let Some(capacity) = parse_i64(argv[3]) else {
+            return out.error("ERR bad capacity");
+        };
+        if capacity <= 0 {
+            return out.error("ERR (capacity should be larger than 0)");
+        }
+        let mut nonscaling = false;
+        let mut expansion: Option<i64> = None;
+        let mut i = 4;
+        while i < argc {
+            match upper(argv[i]).as_slice() {
+                b"NONSCALING" => {
+                    nonscaling = true;
+                    i += 1;
+                }
+                b"EXPANSION" => {
+                    let Some(v) = argv.get(i + 1) else {
+                        return out.error("ERR no expansion");
+                    };
+                    match parse_i64(v) {
+                        Some(e) if e >= 1 => expansion = Some(e),
+                        _ => return out.error("ERR expansion should be greater or equal to 1"),
+                    }
+                    i += 2;
+                }
+                _ => return out.error("ERR unknown argument received"),
+            }
+        }
+        if nonscaling && expansion.is_some() {
+            return out.error("Nonscaling filters cannot expand");
+        }
+        let spec = CreateSpec {
+            items: capacity as u64,
+            fp: error,
+            growth: Growth::Redis(Meta {
+                expansion: expansion.unwrap_or(2).min(u32::MAX as i64) as u32,
+                nonscaling,
+            }),
+            ..CreateSpec::redis_default()
+        };
+        match self.app.store.create(&lossy(argv[1]), &spec) {
+            Ok(_) => out.ok(),
+            Err(e) => out.error(&store_err(&e)),
+        }
+    }
+
+    fn insert(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let argc = argv.len();
+        if argc < 4 {
+            return Self::wrong_arity(out, argv[0]);
+        }
+        let mut spec = CreateSpec::redis_default();
+        let mut autocreate = true;
+        let mut nonscaling = false;
+        let mut expansion = 2i64;
+        let mut items_at = None;
+        let mut i = 2;
+        while i < argc && items_at.is_none() {
+            match upper(argv[i]).as_slice() {
+                b"ITEMS" => items_at = Some(i + 1),
+                b"ERROR" => {
+                    let Some(v) = argv.get(i + 1) else {
+                        return Self::wrong_arity(out, argv[0]);
+                    };
+                    let Some(e) = parse_f64(v) else {
+                        return out.error("ERR Bad error rate");
+                    };
+                    spec.fp = e;
+                    i += 2;
+                }
+                b"CAPACITY" => {
+                    let Some(v) = argv.get(i + 1) else {
+                        return Self::wrong_arity(out, argv[0]);
+                    };
+                    let Some(c) = parse_i64(v) else {
+                        return out.error("ERR Bad capacity");
+                    };
+                    if c < 1 {
+                        return out.error("ERR Bad argument received");
+                    }
+                    spec.items = c as u64;
+                    i += 2;
+                }
+                b"EXPANSION" => {
+                    let Some(v) = argv.get(i + 1) else {
+                        return Self::wrong_arity(out, argv[0]);
+                    };
+                    let Some(e) = parse_i64(v) else {
+                        return out.error("ERR Bad expansion");
+                    };
+                    expansion = e;
+                    i += 2;
+                }
+                b"NOCREATE" => {
+                    autocreate = false;
+                    i += 1;
+                }
+                b"NONSCALING" => {
+                    nonscaling = true;
+                    i += 1;
+                }
+                _ => return out.error("ERR Unknown argument received"),
+            }
+        }
+        let Some(items_at) = items_at.filter(|&k| k < argc) else {
+            return Self::wrong_arity(out, argv[0]);
+        };
+        if spec.fp <= 0.0 || spec.fp >= 1.0 || expansion < 1 {
+            return out.error("ERR Bad argument received");
+        }
+        spec.growth = Growth::Redis(Meta {
+            expansion: expansion.min(u32::MAX as i64) as u32,
+            nonscaling,
+        });
+        let create = autocreate.then_some(spec);
+        self.add(argv[1], &argv[items_at..], true, create, out)
+    }
+
+    fn add(
+        &mut self,
+        key: &[u8],
+        items: &[&[u8]],
+        multi: bool,
+        create: Option<CreateSpec>,
+        out: &mut Out,
+    ) {
+        if items.len() > self.app.limits.max_batch {
+            return out.error(&format!(
+                "ERR too many items in one command (limit {})",
+                self.app.limits.max_batch
+            ));
+        }
+        let name = lossy(key);
+        let named = match self.app.store.get(&name) {
+            Some(n) => n,
+            None => {
+                let Some(spec) = create else {
+                    return out.error("ERR not found");
+                };
+                match self.app.store.create(&name, &spec) {
+                    Ok(n) => n,
+                    Err(StoreError::Exists(_)) => match self.app.store.get(&name) {
+                        Some(n) => n,
+                        None => return out.error("ERR not found"),
+                    },
+                    Err(e) => return out.error(&store_err(&e)),
+                }
+            }
+        };
+        self.outcomes.clear();
+        let mut outcomes = std::mem::take(&mut self.outcomes);
+        match self.app.store.add(&named, items, &mut outcomes) {
+            Ok(rx) => {
+                if rx.is_some() {
+                    self.pending = rx;
+                }
+            }
+            Err(e) => {
+                self.outcomes = outcomes;
+                return out.error(&store_err(&e));
+            }
+        }
+        if multi {
+            out.array(outcomes.len());
+        }
+        for o in &outcomes {
+            match o {
+                AddOutcome::New => out.boolean(true),
+                AddOutcome::Exists => out.boolean(false),
+                AddOutcome::Full => out.error("ERR non scaling filter is full"),
+                AddOutcome::TooLong => out.error("ERR item is too long"),
+                AddOutcome::Invalid(e) => out.error(&format!("ERR invalid item: {e}")),
+            }
+        }
+        self.outcomes = outcomes;
+    }
+
+    fn exists(&mut self, key: &[u8], items: &[&[u8]], multi: bool, out: &mut Out) {
+        if items.len() > self.app.limits.max_batch {
+            return out.error(&format!(
+                "ERR too many items in one command (limit {})",
+                self.app.limits.max_batch
+            ));
+        }
+        let named = self.named(key);
+        if multi {
+            out.array(items.len());
+        }
+        let m = &self.app.metrics;
+        m.items_checked.fetch_add(items.len() as u64, Relaxed);
+        let mut hits = 0;
+        for item in items {
+            match &named {
+                // RedisBloom answers 0 for a missing key.
+                None => out.boolean(false),
+                Some(n) => match n.exists(item, &mut self.scratch) {
+                    Ok(h) => {
+                        hits += h as u64;
+                        out.boolean(h)
+                    }
+                    Err(e) => out.error(&format!("ERR invalid item: {e}")),
+                },
+            }
+        }
+        if hits > 0 {
+            m.hits.fetch_add(hits, Relaxed);
+        }
+    }
+
+    fn info(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Some(n) = self.named(argv[1]) else {
+            return out.error("ERR not found");
+        };
+        let st = n.layers();
+        let capacity = st.capacity() as i64;
+        let size = st.bytes() as i64 + 64 * st.layers.len() as i64;
+        let filters = st.layers.len() as i64;
+        let items = st.items() as i64;
+        let expansion = match &st.growth {
+            Growth::Redis(m) if !m.nonscaling => Some(m.expansion as i64),
+            _ => None,
+        };
+        if let Some(field) = argv.get(2) {
+            let v = match upper(field).as_slice() {
+                b"CAPACITY" => Some(capacity),
+                b"SIZE" => Some(size),
+                b"FILTERS" => Some(filters),
+                b"ITEMS" => Some(items),
+                b"EXPANSION" => expansion,
+                _ => return out.error("ERR Invalid information value"),
+            };
+            out.array(1);
+            match v {
+                Some(v) => out.int(v),
+                None => out.null(),
+            }
+            return;
+        }
+        out.map(5);
+        for (k, v) in [
+            ("Capacity", Some(capacity)),
+            ("Size", Some(size)),
+            ("Number of filters", Some(filters)),
+            ("Number of items inserted", Some(items)),
+            ("Expansion rate", expansion),
+        ] {
+            out.simple(k);
+            match v {
+                Some(v) => out.int(v),
+                None => out.null(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+        let mut r = Vec::new();
+        Ok(parse(buf, 1 << 20, 1000, &mut r)?
+            .map(|n| (r.iter().map(|x| buf[x.clone()].to_vec()).collect(), n)))
+    }
+
+    #[test]
+    fn parses_arrays_inline_and_partials() {
+        let (a, n) = p(b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\nrest").unwrap().unwrap();
+        assert_eq!(a, vec![b"PING".to_vec(), b"hi".to_vec()]);
+        assert_eq!(n, 22);
+        assert_eq!(p(b"*2\r\n$4\r\nPING\r\n$2\r\nh").unwrap(), None);
+        assert_eq!(p(b"*2\r\n$4\r").unwrap(), None);
+        let (a, _) = p(b"PING  hello\r\n").unwrap().unwrap();
+        assert_eq!(a.len(), 2);
+        assert!(p(b"*1\r\n$4294967296\r\n").is_err());
+        assert!(p(b"*99999999\r\n").is_err());
+        assert!(p(b"*1\r\n:12\r\n").is_err());
+        assert!(p(b"*1\r\n$2\r\nabcd\r\n").is_err());
+        assert!(p(b"*x\r\n").is_err());
+        assert!(p(b"*1\r\n$99999999999999999999999\r\n").is_err());
+    }
+
+    #[test]
+    fn globbing() {
+        assert!(glob(b"*", b"abc"));
+        assert!(glob(b"a?c", b"abc"));
+        assert!(glob(b"a[b-d]c", b"acc"));
+        assert!(!glob(b"a[^b]c", b"abc"));
+        assert!(glob(b"bf:*", b"bf:1"));
+        assert!(!glob(b"bf:*", b"x"));
+    }
+}

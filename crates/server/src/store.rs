@@ -1,0 +1,1412 @@
+//! The named filters of a data directory, their live updates and their files.
+//!
+//! # Files
+//!
+//! | file | what |
+//! |---|---|
+//! | `NAME.bgf` | the filter (first layer); every `*.bgf` is served as `NAME` |
+//! | `NAME.bgf.layer1`, `.layer2`, … | further layers of a scaling filter |
+//! | `NAME.bgf.meta` | JSON `{"expansion": 2, "nonscaling": false}` for filters created through the Redis protocol |
+//! | `NAME.bgf.whitelist` | the exact whitelist (`bloomgate-blacklist`'s format) |
+//! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
+//!
+//! # Growth
+//!
+//! A filter with a `.meta` file behaves like a RedisBloom scalable filter: it
+//! is a chain of layers; when the newest layer holds as many items as it was
+//! planned for, an add first appends a layer with `expansion` times the
+//! capacity and half the error rate (RedisBloom's tightening ratio, so the
+//! compound rate stays below twice the first layer's). Lookups consult every
+//! layer. `NONSCALING` filters refuse with `ERR non scaling filter is full`.
+//! Filters without a `.meta` (built with the CLI) are *fixed*: they accept
+//! adds past their planned size, with a rising false-positive rate that
+//! `info` reports.
+//!
+//! # Concurrency
+//!
+//! Lookups are lock-free: a filter's layers and whitelist are published
+//! through [`arc_swap::ArcSwap`]s and the bit arrays are atomic. Adds, growth
+//! and whitelist edits of one filter are serialized by a mutex (adds are
+//! bounded by the log's fsync anyway). Snapshots, deletes, reloads and
+//! creations are serialized with each other by the store's snapshot lock, so
+//! a snapshot can never write an old filter over a freshly reloaded file or
+//! resurrect a deleted one.
+//!
+//! All layer-0 files are mapped copy-on-write ([`Access::ReadOnly`]): live
+//! adds change only this process's pages, the log makes them durable, and a
+//! snapshot writes a new file with `Filter::save` (atomic rename).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use bloomgate_blacklist::{per_lookup_rate, Verdict, Whitelist};
+use bloomgate_engine::{plan, random_seed, Access, Filter, Layout, Params};
+use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::Metrics;
+use crate::wal::{self, AckRx, Record, Wal};
+use crate::Limits;
+
+/// Errors of store operations. Each maps to an HTTP status and a Redis error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No filter of that name.
+    #[error("filter '{0}' not found")]
+    NotFound(String),
+    /// A filter of that name exists already.
+    #[error("filter '{0}' already exists")]
+    Exists(String),
+    /// The name is not usable as a file name.
+    #[error(
+        "invalid filter name '{0}': use 1-200 of A-Z a-z 0-9 _ - . : and do not start with '.'"
+    )]
+    BadName(String),
+    /// Bad parameters.
+    #[error("{0}")]
+    Invalid(String),
+    /// A file failed to open, verify or write.
+    #[error("{0}")]
+    Io(String),
+    /// The log failed.
+    #[error(transparent)]
+    Wal(#[from] wal::WalError),
+}
+
+impl From<bloomgate_engine::Error> for StoreError {
+    fn from(e: bloomgate_engine::Error) -> Self {
+        StoreError::Io(e.to_string())
+    }
+}
+
+/// Redis-style growth settings, stored in `NAME.bgf.meta`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    /// Capacity multiplier of each new layer.
+    pub expansion: u32,
+    /// Refuse adds when full instead of growing.
+    pub nonscaling: bool,
+}
+
+/// How a filter reacts when full.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Growth {
+    /// CLI-built: never grows, never refuses.
+    Fixed,
+    /// RedisBloom semantics.
+    Redis(Meta),
+}
+
+/// A filter's current layers and key rules (replaced as a whole on growth and reload).
+pub struct Layers {
+    /// Layer 0 first.
+    pub layers: Vec<Arc<Filter>>,
+    /// Key kind (from layer 0's header).
+    pub kind: KeyKind,
+    /// Match mode (from layer 0's header).
+    pub mode: MatchMode,
+    /// Growth behaviour.
+    pub growth: Growth,
+}
+
+impl Layers {
+    /// True if any layer (probably) contains the key.
+    #[inline]
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self.layers.as_slice() {
+            [one] => one.contains(key),
+            many => many.iter().rev().any(|f| f.contains(key)),
+        }
+    }
+
+    /// Items counted over all layers.
+    pub fn items(&self) -> u64 {
+        self.layers.iter().map(|f| f.items()).sum()
+    }
+
+    /// Sum of planned items over all layers (RedisBloom's "Capacity").
+    pub fn capacity(&self) -> u64 {
+        self.layers.iter().map(|f| f.params().planned_items).sum()
+    }
+
+    /// Bytes of bit arrays.
+    pub fn bytes(&self) -> u64 {
+        self.layers.iter().map(|f| f.params().bits / 8).sum()
+    }
+
+    /// Seed of layer 0: identifies this incarnation of the filter in the log.
+    pub fn seed(&self) -> u64 {
+        self.layers[0].params().seed
+    }
+}
+
+/// What happened to one added entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AddOutcome {
+    /// Newly added.
+    New,
+    /// Already (probably) present.
+    Exists,
+    /// The entry could not be normalized.
+    Invalid(KeyError),
+    /// Too long.
+    TooLong,
+    /// A non-scaling filter is full (processing stopped here).
+    Full,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct FileId {
+    len: u64,
+    mtime: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId {
+        len: m.len(),
+        mtime: m.modified().ok(),
+        #[cfg(unix)]
+        ino: std::os::unix::fs::MetadataExt::ino(&m),
+    })
+}
+
+/// One served filter.
+pub struct Named {
+    name: String,
+    state: ArcSwap<Layers>,
+    whitelist: ArcSwap<Whitelist>,
+    write: Mutex<()>,
+    dirty: AtomicBool,
+    deleted: AtomicBool,
+    checks: AtomicU64,
+    hits: AtomicU64,
+    fill_cache: Mutex<Option<(Instant, f64)>>,
+    loaded: Mutex<Option<FileId>>,
+}
+
+/// Per-filter information (HTTP `info`, `BF.INFO`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    /// Filter name.
+    pub name: String,
+    /// Key kind (`url`, `host`, `email`, `raw`).
+    pub key_kind: String,
+    /// Match mode (`exact`, `prefix`).
+    pub match_mode: String,
+    /// Layout of layer 0 (`blocked`, `classic`).
+    pub layout: String,
+    /// Bits over all layers.
+    pub bits: u64,
+    /// Probes per item (layer 0).
+    pub k: u32,
+    /// Items inserted (that set a new bit).
+    pub items: u64,
+    /// Planned items over all layers.
+    pub capacity: u64,
+    /// Fraction of bits set (over all layers).
+    pub fill_ratio: f64,
+    /// Predicted false-positive rate per lookup at the current item count.
+    pub predicted_fp: f64,
+    /// The false-positive rate layer 0 was planned for.
+    pub target_fp: f64,
+    /// Number of layers.
+    pub layers: usize,
+    /// `fixed`, `scaling` or `nonscaling`.
+    pub growth: String,
+    /// Expansion factor of a scaling filter.
+    pub expansion: Option<u32>,
+    /// Bytes of bit arrays.
+    pub size_bytes: u64,
+    /// Entries in the whitelist.
+    pub whitelist_entries: usize,
+    /// Adds not yet in a snapshot (only in the log).
+    pub unsnapshotted_changes: bool,
+}
+
+impl Named {
+    fn new(name: String, layers: Layers, whitelist: Whitelist, loaded: Option<FileId>) -> Named {
+        Named {
+            name,
+            state: ArcSwap::from_pointee(layers),
+            whitelist: ArcSwap::from_pointee(whitelist),
+            write: Mutex::new(()),
+            dirty: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
+            checks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            fill_cache: Mutex::new(None),
+            loaded: Mutex::new(loaded),
+        }
+    }
+
+    /// The filter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current layers.
+    pub fn layers(&self) -> arc_swap::Guard<Arc<Layers>> {
+        self.state.load()
+    }
+
+    /// Answers one query exactly as `Blacklist::check` does (canonicalization,
+    /// lookups, whitelist), over all layers.
+    pub fn check(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError> {
+        let st = self.state.load();
+        let wl = self.whitelist.load();
+        let v = if st.kind == KeyKind::Raw {
+            // Fast path: a raw query is its own single key.
+            if query.is_empty() {
+                return Err(KeyError::Empty);
+            }
+            if !st.contains(query) {
+                Verdict {
+                    hit: false,
+                    whitelisted: false,
+                    matched: None,
+                }
+            } else if !wl.is_empty() && wl.contains(query) {
+                Verdict {
+                    hit: false,
+                    whitelisted: true,
+                    matched: Some(String::from_utf8_lossy(query).into_owned()),
+                }
+            } else {
+                Verdict {
+                    hit: true,
+                    whitelisted: false,
+                    matched: Some(String::from_utf8_lossy(query).into_owned()),
+                }
+            }
+        } else {
+            query_keys(st.kind, st.mode, query, scratch)?;
+            verdict(&st, &wl, scratch)
+        };
+        self.checks.fetch_add(1, Relaxed);
+        if v.hit {
+            self.hits.fetch_add(1, Relaxed);
+        }
+        Ok(v)
+    }
+
+    /// Like [`Named::check`] but only says hit or not (no allocation for raw keys).
+    #[inline]
+    pub fn exists(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
+        let st = self.state.load();
+        let hit = if st.kind == KeyKind::Raw {
+            if query.is_empty() {
+                return Err(KeyError::Empty);
+            }
+            st.contains(query) && {
+                let wl = self.whitelist.load();
+                wl.is_empty() || !wl.contains(query)
+            }
+        } else {
+            query_keys(st.kind, st.mode, query, scratch)?;
+            verdict(&st, &self.whitelist.load(), scratch).hit
+        };
+        self.checks.fetch_add(1, Relaxed);
+        if hit {
+            self.hits.fetch_add(1, Relaxed);
+        }
+        Ok(hit)
+    }
+
+    /// Information about the filter. `fill` computes the fill ratio (a full
+    /// scan, cached for 30 s); without it the cached value or 0 is reported.
+    pub fn info(&self, fill: bool) -> Info {
+        let st = self.state.load();
+        let l0 = st.layers[0].params();
+        let fill_ratio = self.fill_ratio(&st, fill);
+        let mut not_fp = 1.0;
+        for f in &st.layers {
+            not_fp *= 1.0 - f.predicted_fp();
+        }
+        let (growth, expansion) = match &st.growth {
+            Growth::Fixed => ("fixed", None),
+            Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
+            Growth::Redis(m) => ("scaling", Some(m.expansion)),
+        };
+        Info {
+            name: self.name.clone(),
+            key_kind: st.kind.as_str().into(),
+            match_mode: st.mode.as_str().into(),
+            layout: l0.layout.name().into(),
+            bits: st.layers.iter().map(|f| f.params().bits).sum(),
+            k: l0.k,
+            items: st.items(),
+            capacity: st.capacity(),
+            fill_ratio,
+            predicted_fp: 1.0 - not_fp,
+            target_fp: l0.target_fp,
+            layers: st.layers.len(),
+            growth: growth.into(),
+            expansion,
+            size_bytes: st.bytes(),
+            whitelist_entries: self.whitelist.load().len(),
+            unsnapshotted_changes: self.dirty.load(Relaxed),
+        }
+    }
+
+    fn fill_ratio(&self, st: &Layers, compute: bool) -> f64 {
+        let mut cache = self.fill_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, v)) = *cache {
+            if !compute || at.elapsed().as_secs() < 30 {
+                return v;
+            }
+        }
+        if !compute {
+            return 0.0;
+        }
+        let ones: u64 = st.layers.iter().map(|f| f.count_ones()).sum();
+        let bits: u64 = st.layers.iter().map(|f| f.params().bits).sum();
+        let v = ones as f64 / bits.max(1) as f64;
+        *cache = Some((Instant::now(), v));
+        v
+    }
+
+    /// (checks, hits) counters.
+    pub fn counters(&self) -> (u64, u64) {
+        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    }
+}
+
+/// The verdict over several layers; mirrors `bloomgate_blacklist::Blacklist::verdict`.
+fn verdict(st: &Layers, wl: &Whitelist, keys: &[Vec<u8>]) -> Verdict {
+    let exempt_all = !wl.is_empty() && keys.first().is_some_and(|k| wl.contains(k));
+    let mut whitelisted: Option<&[u8]> = None;
+    for key in keys {
+        if !st.contains(key) {
+            continue;
+        }
+        if exempt_all || wl.contains(key) {
+            whitelisted.get_or_insert(key);
+            continue;
+        }
+        return Verdict {
+            hit: true,
+            whitelisted: false,
+            matched: Some(String::from_utf8_lossy(key).into_owned()),
+        };
+    }
+    Verdict {
+        hit: false,
+        whitelisted: whitelisted.is_some(),
+        matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
+    }
+}
+
+/// Parameters of a new filter.
+#[derive(Clone, Debug)]
+pub struct CreateSpec {
+    /// Items to plan for (first layer's capacity).
+    pub items: u64,
+    /// False-positive rate: per query for `Fixed` filters of url/host kinds
+    /// (converted per lookup like the CLI does), per layer for Redis filters.
+    pub fp: f64,
+    /// Key kind.
+    pub kind: KeyKind,
+    /// Match mode.
+    pub mode: MatchMode,
+    /// Layout.
+    pub layout: Layout,
+    /// Growth behaviour.
+    pub growth: Growth,
+}
+
+impl CreateSpec {
+    /// RedisBloom's defaults for an auto-created filter: capacity 100, error 0.01, expansion 2.
+    pub fn redis_default() -> CreateSpec {
+        CreateSpec {
+            items: 100,
+            fp: 0.01,
+            kind: KeyKind::Raw,
+            mode: MatchMode::Exact,
+            layout: Layout::Blocked,
+            growth: Growth::Redis(Meta {
+                expansion: 2,
+                nonscaling: false,
+            }),
+        }
+    }
+}
+
+/// The header of a `BF.SCANDUMP` stream (JSON after a magic line).
+#[derive(Serialize, Deserialize)]
+struct DumpHeader {
+    layers: Vec<DumpLayer>,
+    meta: Option<Meta>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DumpLayer {
+    layout: u8,
+    bits: u64,
+    k: u32,
+    seed: u64,
+    key_kind: u8,
+    match_mode: u8,
+    planned_items: u64,
+    target_fp: f64,
+    items: u64,
+}
+
+const DUMP_MAGIC: &[u8] = b"BLOOMGATE-DUMP-1\n";
+/// Bytes per `BF.SCANDUMP` data chunk.
+pub const DUMP_CHUNK: usize = 4 << 20;
+
+/// Result of a snapshot.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SnapshotReport {
+    /// Filters written.
+    pub filters_saved: usize,
+    /// Log segments removed.
+    pub segments_removed: usize,
+}
+
+/// All served filters plus the log.
+pub struct Store {
+    dir: PathBuf,
+    filters: RwLock<HashMap<String, Arc<Named>>>,
+    wal: Wal,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    snapshot_lock: Mutex<()>,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+fn layer_path(base: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        return base.to_path_buf();
+    }
+    let mut s = base.as_os_str().to_os_string();
+    s.push(format!(".layer{i}"));
+    PathBuf::from(s)
+}
+
+fn meta_path(base: &Path) -> PathBuf {
+    let mut s = base.as_os_str().to_os_string();
+    s.push(".meta");
+    PathBuf::from(s)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    sync_dir(path);
+    Ok(())
+}
+
+fn sync_dir(path: &Path) {
+    if let Some(d) = path.parent() {
+        if let Ok(d) = std::fs::File::open(if d.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            d
+        }) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Loads a filter's layers, meta and whitelist from `base` (`NAME.bgf`).
+fn load_layers(base: &Path) -> Result<(Layers, Whitelist), StoreError> {
+    let l0 = Filter::open(base, Access::ReadOnly)?;
+    let p = l0.params().clone();
+    let (kind, mode) = match (
+        KeyKind::from_u8(p.key_kind),
+        MatchMode::from_u8(p.match_mode),
+    ) {
+        (Some(k), Some(m)) => (k, m),
+        _ => {
+            return Err(StoreError::Io(format!(
+                "{}: unknown key kind code {} or match mode code {}",
+                base.display(),
+                p.key_kind,
+                p.match_mode
+            )))
+        }
+    };
+    let growth = match std::fs::read(meta_path(base)) {
+        Ok(b) => Growth::Redis(
+            serde_json::from_slice(&b)
+                .map_err(|e| StoreError::Io(format!("{}: {e}", meta_path(base).display())))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Growth::Fixed,
+        Err(e) => {
+            return Err(StoreError::Io(format!(
+                "{}: {e}",
+                meta_path(base).display()
+            )))
+        }
+    };
+    let mut layers = vec![Arc::new(l0)];
+    if matches!(growth, Growth::Redis(_)) {
+        for i in 1.. {
+            let path = layer_path(base, i);
+            if !path.exists() {
+                break;
+            }
+            let f = Filter::open(&path, Access::ReadOnly)?;
+            layers.push(Arc::new(f));
+        }
+    }
+    let whitelist =
+        Whitelist::load(&Whitelist::path_for(base)).map_err(|e| StoreError::Io(e.to_string()))?;
+    Ok((
+        Layers {
+            layers,
+            kind,
+            mode,
+            growth,
+        },
+        whitelist,
+    ))
+}
+
+impl Store {
+    /// Opens every `*.bgf` in `dir`, replays the log and snapshots what it replayed.
+    pub fn open(dir: &Path, limits: Limits, metrics: Arc<Metrics>) -> Result<Store, StoreError> {
+        let rd = std::fs::read_dir(dir).map_err(|e| {
+            StoreError::Io(format!(
+                "{}: cannot read data directory: {e}",
+                dir.display()
+            ))
+        })?;
+        let mut filters = HashMap::new();
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("bgf") || !path.is_file() {
+                continue;
+            }
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+                continue;
+            };
+            if !valid_name(&name) {
+                eprintln!(
+                    "bloomgate serve: skipping {}: unusable name",
+                    path.display()
+                );
+                continue;
+            }
+            match load_layers(&path) {
+                Ok((layers, wl)) => {
+                    let id = file_id(&path);
+                    filters.insert(name.clone(), Arc::new(Named::new(name, layers, wl, id)));
+                }
+                Err(e) => eprintln!("bloomgate serve: skipping {}: {e}", path.display()),
+            }
+        }
+        let wal_dir = dir.join(".bloomgate-wal");
+        std::fs::create_dir_all(&wal_dir)
+            .map_err(|e| StoreError::Io(format!("{}: {e}", wal_dir.display())))?;
+        // Replay.
+        let old = wal::segments(&wal_dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        let mut replayed = 0u64;
+        for (_, seg) in &old {
+            let rep = wal::read_segment(seg, |rec| {
+                replayed += 1;
+                apply_replay(&filters, rec);
+            })
+            .map_err(|e| StoreError::Io(format!("{}: {e}", seg.display())))?;
+            if let Some(problem) = &rep.problem {
+                eprintln!(
+                    "bloomgate serve: write-ahead log {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
+                    seg.display(),
+                    rep.records,
+                    rep.lost_bytes
+                );
+                metrics.wal_records_lost.fetch_add(1, Relaxed);
+            }
+        }
+        metrics.wal_records_replayed.store(replayed, Relaxed);
+        if replayed > 0 {
+            eprintln!("bloomgate serve: replayed {replayed} log record(s)");
+        }
+        let wal = Wal::start(&wal_dir, metrics.clone())?;
+        let store = Store {
+            dir: dir.to_path_buf(),
+            filters: RwLock::new(filters),
+            wal,
+            limits,
+            metrics,
+            snapshot_lock: Mutex::new(()),
+        };
+        if !old.is_empty() {
+            store.snapshot()?;
+        }
+        Ok(store)
+    }
+
+    fn base(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.bgf"))
+    }
+
+    /// The filter called `name`.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<Arc<Named>> {
+        self.filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The filter called `name`, or [`StoreError::NotFound`].
+    pub fn need(&self, name: &str) -> Result<Arc<Named>, StoreError> {
+        self.get(name)
+            .ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    /// All names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// All filters, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Named>> {
+        let mut v: Vec<Arc<Named>> = self
+            .filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Bytes in the current log segment.
+    pub fn wal_bytes(&self) -> u64 {
+        self.wal.bytes()
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Creates a filter file and serves it.
+    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<Named>, StoreError> {
+        if !valid_name(name) {
+            return Err(StoreError::BadName(name.into()));
+        }
+        let _snap = lock(&self.snapshot_lock);
+        if self.get(name).is_some() {
+            return Err(StoreError::Exists(name.into()));
+        }
+        let per_lookup = match spec.growth {
+            Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
+            Growth::Redis(_) => spec.fp,
+        };
+        let plan = plan(spec.layout, spec.items, per_lookup)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if plan.bytes() > self.limits.max_filter_bytes {
+            return Err(StoreError::Invalid(format!(
+                "a filter of {} bytes exceeds the server's limit of {} bytes",
+                plan.bytes(),
+                self.limits.max_filter_bytes
+            )));
+        }
+        let mut params = Params::from_plan(&plan, random_seed());
+        params.key_kind = spec.kind.as_u8();
+        params.match_mode = spec.mode.as_u8();
+        let base = self.base(name);
+        let layers = self.write_new(&base, &[(params, 0)], &spec.growth, 0)?;
+        self.install(name, &base, layers)
+    }
+
+    /// Writes a new filter's files (removing stale ones) and opens it.
+    fn write_new(
+        &self,
+        base: &Path,
+        layers: &[(Params, u64)],
+        growth: &Growth,
+        _unused: u8,
+    ) -> Result<Layers, StoreError> {
+        remove_files(base);
+        for (i, (params, items)) in layers.iter().enumerate().rev() {
+            let mut f = Filter::create_file(layer_path(base, i), params.clone())?;
+            f.set_items(*items);
+            f.persist()?;
+        }
+        if let Growth::Redis(meta) = growth {
+            let json = serde_json::to_vec(meta).unwrap_or_default();
+            write_atomic(&meta_path(base), &json)
+                .map_err(|e| StoreError::Io(format!("{}: {e}", meta_path(base).display())))?;
+        }
+        let (layers, _) = load_layers(base)?;
+        Ok(layers)
+    }
+
+    fn install(&self, name: &str, base: &Path, layers: Layers) -> Result<Arc<Named>, StoreError> {
+        let named = Arc::new(Named::new(
+            name.into(),
+            layers,
+            Whitelist::default(),
+            file_id(base),
+        ));
+        self.filters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.into(), named.clone());
+        Ok(named)
+    }
+
+    /// Deletes a filter and its files. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        let _snap = lock(&self.snapshot_lock);
+        let Some(named) = self.get(name) else {
+            return Ok(false);
+        };
+        let _w = lock(&named.write);
+        named.deleted.store(true, Relaxed);
+        self.filters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        let base = self.base(name);
+        remove_files(&base);
+        let _ = std::fs::remove_file(Whitelist::path_for(&base));
+        sync_dir(&base);
+        Ok(true)
+    }
+
+    /// Adds entries under the filter's write lock; returns the outcomes and,
+    /// if anything was logged, the receiver that resolves once it is durable.
+    pub fn add(
+        &self,
+        named: &Named,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<Option<AckRx>, StoreError> {
+        let mut log = Vec::new();
+        {
+            let _w = lock(&named.write);
+            if named.deleted.load(Relaxed) {
+                return Err(StoreError::NotFound(named.name.clone()));
+            }
+            for entry in entries {
+                if entry.len() > self.limits.max_item_bytes {
+                    out.push(AddOutcome::TooLong);
+                    continue;
+                }
+                let st = named.state.load();
+                let key = match entry_key(st.kind, st.mode, entry) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        out.push(AddOutcome::Invalid(e));
+                        continue;
+                    }
+                };
+                let outcome = add_key(named, &key, &self.limits)?;
+                if outcome == AddOutcome::New {
+                    self.metrics.items_added.fetch_add(1, Relaxed);
+                }
+                let stop = outcome == AddOutcome::Full;
+                if matches!(outcome, AddOutcome::New) {
+                    wal::encode_add(&mut log, &named.name, st.seed(), &key);
+                }
+                out.push(outcome);
+                if stop {
+                    break;
+                }
+            }
+            if log.is_empty() {
+                return Ok(None);
+            }
+            named.dirty.store(true, Relaxed);
+            Ok(Some(self.wal.append(log)))
+        }
+    }
+
+    /// Adds or removes whitelist entries and writes the whitelist file.
+    /// Returns, per item, whether it was a hit (add) or was present (remove).
+    pub fn whitelist(
+        &self,
+        named: &Named,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        let _w = lock(&named.write);
+        let st = named.state.load();
+        let mut wl: Whitelist = (**named.whitelist.load()).clone();
+        let mut out = Vec::with_capacity(items.len());
+        let mut scratch = Vec::new();
+        for item in items {
+            let key = match entry_key(st.kind, st.mode, item) {
+                Ok(k) => k.into_owned(),
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
+            if add {
+                let was_hit = st.contains(&key)
+                    || query_keys(st.kind, st.mode, item, &mut scratch)
+                        .map(|_| scratch.iter().any(|k| st.contains(k)))
+                        .unwrap_or(false);
+                wl.insert(key);
+                out.push(Ok(was_hit));
+            } else {
+                out.push(Ok(wl.remove(&key)));
+            }
+        }
+        wl.save(&Whitelist::path_for(&self.base(&named.name)))
+            .map_err(|e| StoreError::Io(e.to_string()))?;
+        named.whitelist.store(Arc::new(wl));
+        Ok(out)
+    }
+
+    /// Rewrites every changed filter atomically and trims the log.
+    pub fn snapshot(&self) -> Result<SnapshotReport, StoreError> {
+        let _snap = lock(&self.snapshot_lock);
+        let dirty: Vec<Arc<Named>> = self
+            .all()
+            .into_iter()
+            .filter(|n| n.dirty.swap(false, Relaxed))
+            .collect();
+        let old = self.wal.rotate()?;
+        let mut failure = None;
+        let mut saved = 0;
+        for n in &dirty {
+            if n.deleted.load(Relaxed) {
+                continue;
+            }
+            match self.save_named(n) {
+                Ok(()) => saved += 1,
+                Err(e) => {
+                    n.dirty.store(true, Relaxed);
+                    failure = Some(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for p in &old {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(p) = old.first() {
+            sync_dir(p);
+        }
+        self.metrics.snapshots.fetch_add(1, Relaxed);
+        Ok(SnapshotReport {
+            filters_saved: saved,
+            segments_removed: old.len(),
+        })
+    }
+
+    fn save_named(&self, n: &Named) -> Result<(), StoreError> {
+        let st = n.state.load_full();
+        let base = self.base(&n.name);
+        for (i, f) in st.layers.iter().enumerate().skip(1) {
+            f.save(layer_path(&base, i))?;
+        }
+        st.layers[0].save(&base)?;
+        *lock(&n.loaded) = file_id(&base);
+        Ok(())
+    }
+
+    /// Replaces a filter with a rebuilt file. With `source`, the file is
+    /// verified, copied into the data directory and renamed over `NAME.bgf`;
+    /// without, `NAME.bgf` itself (already replaced by the operator) is
+    /// verified and reopened. A file that does not verify is refused and the
+    /// old filter keeps serving. Adds made since the last snapshot are not
+    /// carried over: the rebuilt file is the new truth.
+    pub fn reload(&self, name: &str, source: Option<&Path>) -> Result<Arc<Named>, StoreError> {
+        if !valid_name(name) {
+            return Err(StoreError::BadName(name.into()));
+        }
+        let _snap = lock(&self.snapshot_lock);
+        let base = self.base(name);
+        let src = source.unwrap_or(&base);
+        let probe = Filter::open(src, Access::ReadOnly)?;
+        probe.verify()?;
+        drop(probe);
+        if let Some(src) = source {
+            let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
+            if !same {
+                let mut tmp = base.as_os_str().to_os_string();
+                tmp.push(format!(".incoming-{}", std::process::id()));
+                let tmp = PathBuf::from(tmp);
+                let copy = (|| {
+                    std::fs::copy(src, &tmp)?;
+                    std::fs::File::open(&tmp)?.sync_all()?;
+                    std::fs::rename(&tmp, &base)?;
+                    sync_dir(&base);
+                    Ok::<(), std::io::Error>(())
+                })();
+                if let Err(e) = copy {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(StoreError::Io(format!(
+                        "cannot copy {} into place: {e}",
+                        src.display()
+                    )));
+                }
+            }
+        }
+        // The rebuilt file replaces every layer.
+        for i in 1.. {
+            let p = layer_path(&base, i);
+            if std::fs::remove_file(&p).is_err() {
+                break;
+            }
+        }
+        let (layers, wl) = load_layers(&base)?;
+        let id = file_id(&base);
+        match self.get(name) {
+            Some(named) => {
+                let _w = lock(&named.write);
+                named.state.store(Arc::new(layers));
+                named.whitelist.store(Arc::new(wl));
+                named.dirty.store(false, Relaxed);
+                *lock(&named.fill_cache) = None;
+                *lock(&named.loaded) = id;
+                Ok(named.clone())
+            }
+            None => {
+                let named = Arc::new(Named::new(name.into(), layers, wl, id));
+                self.filters
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.into(), named.clone());
+                Ok(named)
+            }
+        }
+    }
+
+    /// SIGHUP: reloads every `NAME.bgf` whose file changed and serves new ones.
+    pub fn reload_changed(&self) -> String {
+        let mut report = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return "cannot read the data directory".into();
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("bgf") {
+                continue;
+            }
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if !valid_name(name) {
+                continue;
+            }
+            let changed = match self.get(name) {
+                Some(n) => *lock(&n.loaded) != file_id(&path),
+                None => true,
+            };
+            if changed {
+                match self.reload(name, None) {
+                    Ok(_) => report.push(format!("reloaded {name}")),
+                    Err(e) => report.push(format!("kept {name}: {e}")),
+                }
+            }
+        }
+        if report.is_empty() {
+            "nothing changed".into()
+        } else {
+            report.join("; ")
+        }
+    }
+
+    /// `BF.SCANDUMP`: iteration 0 gives the header; later iterations the bit
+    /// arrays of all layers in order, [`DUMP_CHUNK`] bytes at a time; `(0, [])` ends.
+    pub fn scandump(&self, named: &Named, iter: u64) -> (u64, Vec<u8>) {
+        let st = named.state.load();
+        if iter == 0 {
+            let header = DumpHeader {
+                layers: st
+                    .layers
+                    .iter()
+                    .map(|f| {
+                        let p = f.params();
+                        DumpLayer {
+                            layout: p.layout.code(),
+                            bits: p.bits,
+                            k: p.k,
+                            seed: p.seed,
+                            key_kind: p.key_kind,
+                            match_mode: p.match_mode,
+                            planned_items: p.planned_items,
+                            target_fp: p.target_fp,
+                            items: f.items(),
+                        }
+                    })
+                    .collect(),
+                meta: match &st.growth {
+                    Growth::Fixed => None,
+                    Growth::Redis(m) => Some(m.clone()),
+                },
+            };
+            let mut out = DUMP_MAGIC.to_vec();
+            out.extend_from_slice(&serde_json::to_vec(&header).unwrap_or_default());
+            return (1, out);
+        }
+        let mut pos = iter - 1;
+        for f in &st.layers {
+            let bytes = f.as_bytes();
+            let len = bytes.len() as u64;
+            if pos < len {
+                let end = (pos + DUMP_CHUNK as u64).min(len);
+                let chunk = bytes[pos as usize..end as usize].to_vec();
+                let consumed: u64 = iter - 1 + (end - pos);
+                return (consumed + 1, chunk);
+            }
+            pos -= len;
+        }
+        (0, Vec::new())
+    }
+
+    /// `BF.LOADCHUNK`: iteration 1 creates the filter from a header; later
+    /// iterations OR data into it (logged like adds).
+    pub fn loadchunk(
+        &self,
+        name: &str,
+        iter: u64,
+        data: &[u8],
+    ) -> Result<Option<AckRx>, StoreError> {
+        if iter == 1 {
+            if !valid_name(name) {
+                return Err(StoreError::BadName(name.into()));
+            }
+            let json = data
+                .strip_prefix(DUMP_MAGIC)
+                .ok_or_else(|| StoreError::Invalid("not a bloomgate dump header".into()))?;
+            let h: DumpHeader = serde_json::from_slice(json)
+                .map_err(|e| StoreError::Invalid(format!("bad dump header: {e}")))?;
+            if h.layers.is_empty() || h.layers.len() > 64 {
+                return Err(StoreError::Invalid("bad dump header: layer count".into()));
+            }
+            let mut specs = Vec::new();
+            let mut total = 0u64;
+            for l in &h.layers {
+                let p = Params {
+                    layout: Layout::from_code(l.layout)
+                        .ok_or_else(|| StoreError::Invalid("bad dump header: layout".into()))?,
+                    bits: l.bits,
+                    k: l.k,
+                    seed: l.seed,
+                    key_kind: l.key_kind,
+                    match_mode: l.match_mode,
+                    planned_items: l.planned_items,
+                    target_fp: l.target_fp,
+                };
+                p.validate()?;
+                total = total.saturating_add(p.bits / 8);
+                specs.push((p, l.items));
+            }
+            if total > self.limits.max_filter_bytes {
+                return Err(StoreError::Invalid(
+                    "filter too large for this server".into(),
+                ));
+            }
+            let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
+            let _snap = lock(&self.snapshot_lock);
+            if self.get(name).is_some() {
+                return Err(StoreError::Exists(name.into()));
+            }
+            let base = self.base(name);
+            let layers = self.write_new(&base, &specs, &growth, 0)?;
+            self.install(name, &base, layers)?;
+            return Ok(None);
+        }
+        let named = self.need(name)?;
+        let _w = lock(&named.write);
+        let st = named.state.load();
+        let end = iter
+            .checked_sub(1)
+            .ok_or_else(|| StoreError::Invalid("invalid iterator".into()))?;
+        let mut start = end
+            .checked_sub(data.len() as u64)
+            .ok_or_else(|| StoreError::Invalid("chunk does not match its iterator".into()))?;
+        for (i, f) in st.layers.iter().enumerate() {
+            let len = f.as_bytes().len() as u64;
+            if start < len {
+                f.or_bytes_at(start, data)
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let mut log = Vec::with_capacity(data.len() + 64);
+                wal::encode_chunk(&mut log, &named.name, st.seed(), i as u32, start, data);
+                named.dirty.store(true, Relaxed);
+                return Ok(Some(self.wal.append(log)));
+            }
+            start -= len;
+        }
+        Err(StoreError::Invalid(
+            "chunk is past the end of the filter".into(),
+        ))
+    }
+
+    /// Per-filter Prometheus gauges.
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let all = self.all();
+        let gauges: [(&str, &str); 6] = [
+            ("bloomgate_filter_items", "Items in the filter."),
+            ("bloomgate_filter_fill_ratio", "Fraction of bits set."),
+            (
+                "bloomgate_filter_predicted_fp",
+                "Predicted false-positive rate per lookup.",
+            ),
+            ("bloomgate_filter_layers", "Layers (sub-filters)."),
+            (
+                "bloomgate_filter_checks_total",
+                "Lookups against the filter.",
+            ),
+            ("bloomgate_filter_hits_total", "Lookups that were hits."),
+        ];
+        let infos: Vec<(Info, (u64, u64))> =
+            all.iter().map(|n| (n.info(true), n.counters())).collect();
+        for (i, (name, help)) in gauges.iter().enumerate() {
+            let ty = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
+            for (info, (checks, hits)) in &infos {
+                let v = match i {
+                    0 => info.items as f64,
+                    1 => info.fill_ratio,
+                    2 => info.predicted_fp,
+                    3 => info.layers as f64,
+                    4 => *checks as f64,
+                    _ => *hits as f64,
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{filter=\"{}\"}} {v}",
+                    crate::metrics::label(&info.name)
+                );
+            }
+        }
+    }
+
+    /// Stops the log thread (after a final snapshot).
+    pub fn shutdown(&self) {
+        self.wal.stop();
+    }
+}
+
+fn remove_files(base: &Path) {
+    let _ = std::fs::remove_file(base);
+    let _ = std::fs::remove_file(meta_path(base));
+    for i in 1.. {
+        if std::fs::remove_file(layer_path(base, i)).is_err() {
+            break;
+        }
+    }
+}
+
+/// RedisBloom's add: present anywhere → exists; full newest layer → grow (or
+/// refuse if non-scaling); insert into the newest layer.
+fn add_key(named: &Named, key: &[u8], limits: &Limits) -> Result<AddOutcome, StoreError> {
+    let st = named.state.load_full();
+    if st.contains(key) {
+        return Ok(AddOutcome::Exists);
+    }
+    let last = st.layers.last().expect("at least one layer");
+    let full = last.items() >= last.params().planned_items;
+    let target = match &st.growth {
+        Growth::Redis(m) if full && m.nonscaling => return Ok(AddOutcome::Full),
+        Growth::Redis(m) if full => {
+            let p = last.params();
+            let cap = p.planned_items.saturating_mul(m.expansion.max(1) as u64);
+            let fp = (p.target_fp * 0.5).max(1e-15);
+            let plan = plan(p.layout, cap, fp).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            if st.bytes().saturating_add(plan.bytes()) > limits.max_filter_bytes
+                || st.layers.len() >= 64
+            {
+                return Err(StoreError::Invalid(
+                    "filter cannot grow further (size limit reached)".into(),
+                ));
+            }
+            let mut params = Params::from_plan(&plan, random_seed());
+            params.key_kind = p.key_kind;
+            params.match_mode = p.match_mode;
+            let layer = Arc::new(Filter::new(params)?);
+            let mut layers = st.layers.clone();
+            layers.push(layer.clone());
+            named.state.store(Arc::new(Layers {
+                layers,
+                kind: st.kind,
+                mode: st.mode,
+                growth: st.growth.clone(),
+            }));
+            layer
+        }
+        _ => last.clone(),
+    };
+    Ok(if target.insert(key) {
+        AddOutcome::New
+    } else {
+        AddOutcome::Exists
+    })
+}
+
+fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
+    match rec {
+        Record::Add { name, seed, key } => {
+            if let Some(n) = filters.get(&name) {
+                if n.state.load().seed() == seed {
+                    let limits = Limits::default();
+                    if add_key(n, &key, &limits).is_ok() {
+                        n.dirty.store(true, Relaxed);
+                    }
+                }
+            }
+        }
+        Record::Chunk {
+            name,
+            seed,
+            layer,
+            offset,
+            data,
+        } => {
+            if let Some(n) = filters.get(&name) {
+                let st = n.state.load();
+                if st.seed() == seed {
+                    if let Some(f) = st.layers.get(layer as usize) {
+                        if f.or_bytes_at(offset, &data).is_ok() {
+                            n.dirty.store(true, Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomgate_blacklist::Blacklist;
+
+    fn store(dir: &Path) -> Store {
+        Store::open(dir, Limits::default(), Arc::new(Metrics::default())).unwrap()
+    }
+
+    #[test]
+    fn scaling_grows_and_nonscaling_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut spec = CreateSpec::redis_default();
+        spec.items = 10;
+        let n = s.create("r", &spec).unwrap();
+        let items: Vec<Vec<u8>> = (0..100u32)
+            .map(|i| format!("item{i}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = items.iter().map(|v| v.as_slice()).collect();
+        let mut out = Vec::new();
+        let rx = s.add(&n, &refs, &mut out).unwrap().unwrap();
+        rx.blocking_recv().unwrap().unwrap();
+        assert!(n.layers().layers.len() >= 3);
+        let mut scratch = Vec::new();
+        for it in &refs {
+            assert!(n.exists(it, &mut scratch).unwrap());
+        }
+        let mut ns = CreateSpec::redis_default();
+        ns.items = 5;
+        ns.growth = Growth::Redis(Meta {
+            expansion: 2,
+            nonscaling: true,
+        });
+        let n2 = s.create("ns", &ns).unwrap();
+        out.clear();
+        let _ = s.add(&n2, &refs[..20], &mut out).unwrap();
+        assert_eq!(out.last(), Some(&AddOutcome::Full));
+        assert!(out.len() <= 7);
+        s.snapshot().unwrap();
+        s.shutdown();
+        drop(s);
+        // Layers survive a restart.
+        let s = store(dir.path());
+        let n = s.get("r").unwrap();
+        assert!(n.layers().layers.len() >= 3);
+        for it in &refs {
+            assert!(n.exists(it, &mut scratch).unwrap());
+        }
+        s.shutdown();
+    }
+
+    #[test]
+    fn replay_without_snapshot_and_verdicts_match_blacklist() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let spec = CreateSpec {
+            items: 1000,
+            fp: 1e-4,
+            kind: KeyKind::Url,
+            mode: MatchMode::Prefix,
+            layout: Layout::Blocked,
+            growth: Growth::Fixed,
+        };
+        let n = s.create("urls", &spec).unwrap();
+        let mut out = Vec::new();
+        let rx = s
+            .add(
+                &n,
+                &[b"http://evil.example/phish/", b"bad.example/"],
+                &mut out,
+            )
+            .unwrap()
+            .unwrap();
+        rx.blocking_recv().unwrap().unwrap();
+        s.whitelist(&n, &[b"http://bad.example/ok"], true).unwrap();
+        // Crash: no snapshot, no shutdown.
+        std::mem::forget(s);
+        let s = store(dir.path());
+        let n = s.get("urls").unwrap();
+        let bl = Blacklist::open(dir.path().join("urls.bgf"), Access::ReadOnly).unwrap();
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for q in [
+            &b"HTTP://EVIL.example:80/phish/./login.php#x"[..],
+            b"http://evil.example/",
+            b"http://bad.example/ok",
+            b"http://bad.example/other",
+            b"not a url at all \x00",
+        ] {
+            let mine = n.check(q, &mut a);
+            let theirs = bl.check(q, &mut b);
+            assert_eq!(mine, theirs, "{}", String::from_utf8_lossy(q));
+        }
+        assert!(n.check(b"http://evil.example/phish/x", &mut a).unwrap().hit);
+        s.shutdown();
+    }
+}
