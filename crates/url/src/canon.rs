@@ -54,7 +54,7 @@ use std::borrow::Cow;
 use memchr::{memchr, memrchr};
 
 use crate::error::UrlError;
-use crate::host::{canonicalize_host_into, fast_host_is_canonical, HostKind};
+use crate::host::{canonicalize_host_into, ipv4_is_canonical_or_not_ip, HostKind};
 
 /// Maximum accepted input length in bytes (8 KiB). Longer inputs are rejected
 /// with [`UrlError::TooLong`]; real URLs are far shorter, and the limit bounds
@@ -63,20 +63,66 @@ pub const MAX_INPUT_LEN: usize = 8 * 1024;
 
 const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
 
+/// Byte classes used by the escaper and the fast path.
+const ESC: u8 = 1; // must be percent-escaped in canonical output
+const HOST_OK: u8 = 2; // allowed in a fast-path host: [a-z0-9._-]
+const PLAIN: u8 = 4; // plain path/query byte for the fast path (no '/', '?')
+const IP_CHAR: u8 = 8; // may appear in an IPv4 spelling: [0-9a-fx.]
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0usize;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0u8;
+        if b <= 0x20 || b >= 0x7f || b == b'#' || b == b'%' {
+            c |= ESC;
+        }
+        if b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'_' {
+            c |= HOST_OK;
+        }
+        if c & ESC == 0 && b != b'/' && b != b'?' {
+            c |= PLAIN;
+        }
+        if b.is_ascii_digit() || matches!(b, b'a'..=b'f' | b'x' | b'.') {
+            c |= IP_CHAR;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+#[inline]
+fn class(b: u8) -> u8 {
+    CLASS[usize::from(b)]
+}
+
 /// Append `bytes` to `out`, percent-escaping bytes `<= 0x20`, `>= 0x7f`, `#`
 /// and `%` (uppercase hex), optionally ASCII-lowercasing the others.
-pub(crate) fn push_escaped(out: &mut String, bytes: &[u8], lowercase: bool) {
+pub(crate) fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], lowercase: bool) {
     out.reserve(bytes.len());
-    for &b in bytes {
-        if b <= 0x20 || b >= 0x7f || b == b'#' || b == b'%' {
-            out.push('%');
-            out.push(char::from(HEX_UPPER[usize::from(b >> 4)]));
-            out.push(char::from(HEX_UPPER[usize::from(b & 0xf)]));
-        } else if lowercase {
-            out.push(char::from(b.to_ascii_lowercase()));
-        } else {
-            out.push(char::from(b));
+    let mut run = 0usize;
+    for (i, &b) in bytes.iter().enumerate() {
+        if class(b) & ESC != 0 {
+            push_run(out, &bytes[run..i], lowercase);
+            out.extend_from_slice(&[
+                b'%',
+                HEX_UPPER[usize::from(b >> 4)],
+                HEX_UPPER[usize::from(b & 0xf)],
+            ]);
+            run = i + 1;
         }
+    }
+    push_run(out, &bytes[run..], lowercase);
+}
+
+#[inline]
+fn push_run(out: &mut Vec<u8>, run: &[u8], lowercase: bool) {
+    let start = out.len();
+    out.extend_from_slice(run);
+    if lowercase {
+        out[start..].make_ascii_lowercase();
     }
 }
 
@@ -121,22 +167,20 @@ fn prepare(input: &[u8]) -> Result<Vec<u8>, UrlError> {
         });
     }
     let trimmed = input.trim_ascii();
-    let mut buf = Vec::with_capacity(trimmed.len());
-    let mut saw_any = false;
-    for &b in trimmed {
-        match b {
-            b'\t' | b'\r' | b'\n' => {}
-            b'#' => {
-                saw_any = true;
-                break;
-            }
-            _ => {
-                saw_any = true;
-                buf.push(b);
-            }
-        }
+    // Cut at the fragment, then drop tab/CR/LF (runs copied with memchr).
+    let no_frag = match memchr(b'#', trimmed) {
+        Some(p) => &trimmed[..p],
+        None => trimmed,
+    };
+    let mut buf = Vec::with_capacity(no_frag.len() + 8);
+    let mut rest = no_frag;
+    while let Some(p) = memchr::memchr3(b'\t', b'\r', b'\n', rest) {
+        buf.extend_from_slice(&rest[..p]);
+        rest = &rest[p + 1..];
     }
-    if !saw_any {
+    buf.extend_from_slice(rest);
+    if buf.is_empty() && no_frag.len() == trimmed.len() {
+        // Nothing but whitespace/tab/CR/LF (a fragment alone is "no host").
         return Err(UrlError::Empty);
     }
     unescape_fully(&mut buf);
@@ -235,8 +279,8 @@ pub(crate) fn split(buf: &[u8]) -> Result<Split<'_>, UrlError> {
 }
 
 /// Step 5 + 6 for the path: resolve dot segments, drop empty segments, escape.
-fn push_canonical_path(out: &mut String, path: &[u8]) {
-    out.push('/');
+fn push_canonical_path(out: &mut Vec<u8>, path: &[u8]) {
+    out.push(b'/');
     let base = out.len();
     let body = path.strip_prefix(b"/").unwrap_or(path);
     if body.is_empty() {
@@ -250,14 +294,14 @@ fn push_canonical_path(out: &mut String, path: &[u8]) {
                 if out.len() > base {
                     // out ends with "seg/"; remove it back to the previous '/'.
                     out.pop();
-                    let cut = out.rfind('/').map_or(base, |p| p + 1).max(base);
+                    let cut = memrchr(b'/', out).map_or(base, |p| p + 1).max(base);
                     out.truncate(cut);
                 }
                 ends_in_dir = true;
             }
             s => {
                 push_escaped(out, s, false);
-                out.push('/');
+                out.push(b'/');
                 ends_in_dir = false;
             }
         }
@@ -271,7 +315,7 @@ fn push_canonical_path(out: &mut String, path: &[u8]) {
 /// `scheme://` if `with_scheme`, and says what kind of host it has.
 pub(crate) fn canon_into(
     input: &[u8],
-    out: &mut String,
+    out: &mut Vec<u8>,
     with_scheme: bool,
 ) -> Result<HostKind, UrlError> {
     let buf = prepare(input)?;
@@ -280,14 +324,14 @@ pub(crate) fn canon_into(
     if with_scheme {
         match parts.scheme {
             Some(s) => push_escaped(out, s, true),
-            None => out.push_str("http"),
+            None => out.extend_from_slice(b"http"),
         }
-        out.push_str("://");
+        out.extend_from_slice(b"://");
     }
     let host_kind = canonicalize_host_into(parts.host, false, out)?;
     push_canonical_path(out, parts.path);
     if let Some(q) = parts.query {
-        out.push('?');
+        out.push(b'?');
         push_escaped(out, q, false);
     }
     Ok(host_kind)
@@ -300,48 +344,78 @@ pub(crate) fn fast_key_start(input: &[u8]) -> Option<usize> {
         return None;
     }
     // Optional lowercase scheme followed by "://".
-    let key_start = match input.first() {
-        Some(b'a'..=b'z') => {
-            let n = input
-                .iter()
-                .position(|&b| !matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'+' | b'-' | b'.'))
-                .unwrap_or(input.len());
-            if input[n..].starts_with(b"://") {
-                n + 3
-            } else {
-                0
+    let key_start = if input.starts_with(b"http://") {
+        7
+    } else if input.starts_with(b"https://") {
+        8
+    } else {
+        match input.first() {
+            Some(b'a'..=b'z') => {
+                let n = input
+                    .iter()
+                    .position(|&b| !matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'+' | b'-' | b'.'))
+                    .unwrap_or(input.len());
+                if input[n..].starts_with(b"://") {
+                    n + 3
+                } else {
+                    0
+                }
             }
+            _ => 0,
         }
-        _ => 0,
     };
-    let rest = &input[key_start..];
-    let slash = memchr(b'/', rest)?;
-    if !fast_host_is_canonical(&rest[..slash]) {
+    let n = input.len();
+    // Host: [a-z0-9._-]+ without leading, trailing or doubled dots, then '/'.
+    let mut i = key_start;
+    let mut prev = b'.';
+    let mut maybe_ip = true;
+    while i < n {
+        let b = input[i];
+        let c = class(b);
+        if c & HOST_OK == 0 || (b == b'.' && prev == b'.') {
+            break;
+        }
+        maybe_ip &= c & IP_CHAR != 0;
+        prev = b;
+        i += 1;
+    }
+    if i == key_start || prev == b'.' || i == n || input[i] != b'/' {
         return None;
     }
-    let path_and_query = &rest[slash..];
-    let mut seg_start = 1usize; // index just after the last '/'
-    let mut in_query = false;
-    for (i, &b) in path_and_query.iter().enumerate() {
-        if b <= 0x20 || b >= 0x7f || b == b'%' || b == b'#' {
-            return None;
-        }
-        if in_query {
+    // Only hex letters, digits, 'x' and dots can spell an IPv4 address; such a
+    // host must already be a canonical dotted quad (or not an address at all).
+    if maybe_ip && !ipv4_is_canonical_or_not_ip(&input[key_start..i]) {
+        return None;
+    }
+    i += 1;
+    let mut seg_start = i;
+    while i < n {
+        let b = input[i];
+        if class(b) & PLAIN != 0 {
+            i += 1;
             continue;
         }
-        if b == b'/' {
-            if i > 0 && is_dot_or_empty(&path_and_query[seg_start..i]) {
-                return None;
+        match b {
+            b'/' => {
+                if is_dot_or_empty(&input[seg_start..i]) {
+                    return None;
+                }
+                i += 1;
+                seg_start = i;
             }
-            seg_start = i + 1;
-        } else if b == b'?' {
-            if is_dot_segment(&path_and_query[seg_start..i]) {
-                return None;
+            b'?' => {
+                if is_dot_segment(&input[seg_start..i]) {
+                    return None;
+                }
+                return input[i + 1..]
+                    .iter()
+                    .all(|&b| class(b) & ESC == 0)
+                    .then_some(key_start);
             }
-            in_query = true;
+            _ => return None,
         }
     }
-    if !in_query && is_dot_segment(&path_and_query[seg_start..]) {
+    if is_dot_segment(&input[seg_start..]) {
         return None;
     }
     Some(key_start)
@@ -353,6 +427,15 @@ fn is_dot_segment(seg: &[u8]) -> bool {
 
 fn is_dot_or_empty(seg: &[u8]) -> bool {
     seg.is_empty() || is_dot_segment(seg)
+}
+
+/// Turn ASCII output bytes into a `String` (never fails in practice; the
+/// lossy branch only exists to avoid a panic path).
+fn ascii_string(v: Vec<u8>) -> String {
+    match String::from_utf8(v) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
 }
 
 /// Canonical form with scheme, e.g. `"http://www.evil.com/a/c"`, following
@@ -383,9 +466,9 @@ pub fn canonicalize(input: &[u8]) -> Result<Cow<'_, str>, UrlError> {
             return Ok(Cow::Owned(out));
         }
     }
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(input.len() + 16);
     canon_into(input, &mut out, true)?;
-    Ok(Cow::Owned(out))
+    Ok(Cow::Owned(ascii_string(out)))
 }
 
 /// The lookup key: the canonical form *without* the scheme
@@ -409,13 +492,17 @@ pub fn canonical_key(input: &[u8]) -> Result<Cow<'_, [u8]>, UrlError> {
     if let Some(start) = fast_key_start(input) {
         return Ok(Cow::Borrowed(&input[start..]));
     }
-    Ok(Cow::Owned(slow_key(input)?.into_bytes()))
+    Ok(Cow::Owned(slow_key_bytes(input)?))
 }
 
 /// The general-path key, skipping the fast path (exposed for tests/benches
 /// through [`canonical_key`] semantics).
 pub(crate) fn slow_key(input: &[u8]) -> Result<String, UrlError> {
-    let mut out = String::with_capacity(input.len() + 8);
+    slow_key_bytes(input).map(ascii_string)
+}
+
+fn slow_key_bytes(input: &[u8]) -> Result<Vec<u8>, UrlError> {
+    let mut out = Vec::with_capacity(input.len() + 8);
     canon_into(input, &mut out, false)?;
     Ok(out)
 }
@@ -453,9 +540,9 @@ pub fn canonical_host(input: &[u8]) -> Result<String, UrlError> {
     };
     let buf = prepare(src)?;
     let parts = split(&buf)?;
-    let mut out = String::with_capacity(parts.host.len());
+    let mut out = Vec::with_capacity(parts.host.len());
     canonicalize_host_into(parts.host, true, &mut out)?;
-    Ok(out)
+    Ok(ascii_string(out))
 }
 
 #[cfg(test)]
@@ -522,9 +609,9 @@ mod tests {
             ("/a/..b/.c", "/a/..b/.c"),
         ];
         for (i, o) in cases {
-            let mut s = String::new();
+            let mut s = Vec::new();
             push_canonical_path(&mut s, i.as_bytes());
-            assert_eq!(s, *o, "{i}");
+            assert_eq!(s, o.as_bytes(), "{i}");
         }
     }
 
@@ -533,6 +620,10 @@ mod tests {
         assert_eq!(fast_key_start(b"http://a.com/b?c//d/../"), Some(7));
         assert_eq!(fast_key_start(b"a.com/"), Some(0));
         assert_eq!(fast_key_start(b"https://a.com/x/y.html"), Some(8));
+        assert_eq!(fast_key_start(b"http://1.2.3.4/"), Some(7));
+        assert_eq!(fast_key_start(b"a-b_c.d/"), Some(0));
+        assert_eq!(fast_key_start(b"1.2.3.256/"), Some(0));
+        assert_eq!(fast_key_start(b"cafe.de/.../..a/a..?./"), Some(0));
         for bad in [
             &b"a.com"[..],
             b"http://a.com",
@@ -547,6 +638,13 @@ mod tests {
             b"http://u@a.com/",
             b"http://a..com/",
             b"http://1.2/",
+            b"http://01.2.3.4/",
+            b"http://0xa.1.1.1/",
+            b"http://a./",
+            b"http://.a/",
+            b"http:///",
+            b"http://a.com/?#",
+            b"http://a.com/?%",
             b"http://a.com/ x",
             b"HTTP://a.com/",
             b"http://[::1]/",

@@ -38,9 +38,9 @@
 //! rejected: they could not be re-parsed from the canonical URL, which would
 //! break idempotence.
 //!
-//! The module also provides the building blocks used by the fast path in
-//! [`crate::canon`]: a cheap check that a lowercase ASCII host is already
-//! canonical.
+//! The module also provides a building block of the fast path in
+//! [`crate::canon`]: a cheap check that an IPv4-looking host is already a
+//! canonical dotted quad.
 
 use std::borrow::Cow;
 use std::net::Ipv6Addr;
@@ -67,7 +67,7 @@ pub(crate) enum HostKind {
 pub(crate) fn canonicalize_host_into(
     raw: &[u8],
     strict: bool,
-    out: &mut String,
+    out: &mut Vec<u8>,
 ) -> Result<HostKind, UrlError> {
     if raw.first() == Some(&b'[') {
         let inner = raw
@@ -195,78 +195,49 @@ fn parse_ipv4_part(p: &[u8]) -> Option<u64> {
     Some(v)
 }
 
-/// Append `a.b.c.d` for `ip`.
-pub(crate) fn write_ipv4(ip: u32, out: &mut String) {
-    let o = ip.to_be_bytes();
-    for (i, b) in o.iter().enumerate() {
+/// Format `ip` as `a.b.c.d` into a stack buffer; returns it and its length.
+fn format_ipv4(ip: u32) -> ([u8; 15], usize) {
+    let mut buf = [0u8; 15];
+    let mut n = 0;
+    for (i, b) in ip.to_be_bytes().into_iter().enumerate() {
         if i > 0 {
-            out.push('.');
+            buf[n] = b'.';
+            n += 1;
         }
-        push_u8_decimal(out, *b);
+        if b >= 100 {
+            buf[n] = b'0' + b / 100;
+            n += 1;
+        }
+        if b >= 10 {
+            buf[n] = b'0' + (b / 10) % 10;
+            n += 1;
+        }
+        buf[n] = b'0' + b % 10;
+        n += 1;
     }
+    (buf, n)
 }
 
-fn push_u8_decimal(out: &mut String, b: u8) {
-    if b >= 100 {
-        out.push(char::from(b'0' + b / 100));
-    }
-    if b >= 10 {
-        out.push(char::from(b'0' + (b / 10) % 10));
-    }
-    out.push(char::from(b'0' + b % 10));
+/// Append `a.b.c.d` for `ip`.
+pub(crate) fn write_ipv4(ip: u32, out: &mut Vec<u8>) {
+    let (buf, n) = format_ipv4(ip);
+    out.extend_from_slice(&buf[..n]);
 }
 
-/// True if `host` (already known to be `[0-9a-z.]`-ish ASCII without empty
-/// labels) is exactly the canonical dotted-quad form of the IPv4 address it
-/// parses as, or does not parse as one at all.
-fn ipv4_is_canonical_or_not_ip(host: &[u8]) -> bool {
+/// True if `host` is exactly the canonical dotted-quad form of the IPv4
+/// address it parses as, or does not parse as one at all.
+pub(crate) fn ipv4_is_canonical_or_not_ip(host: &[u8]) -> bool {
     match parse_ipv4(host) {
         None => true,
         Some(ip) => {
-            let mut buf = String::with_capacity(15);
-            write_ipv4(ip, &mut buf);
-            buf.as_bytes() == host
+            let (buf, n) = format_ipv4(ip);
+            &buf[..n] == host
         }
     }
-}
-
-/// Fast-path check: is `host` a host that [`canonicalize_host_into`] would
-/// return unchanged? Conservative: only `[a-z0-9_-]` labels separated by
-/// single dots are accepted (plus canonical dotted quads).
-pub(crate) fn fast_host_is_canonical(host: &[u8]) -> bool {
-    if host.is_empty() || host[0] == b'.' || host[host.len() - 1] == b'.' {
-        return false;
-    }
-    let mut prev_dot = false;
-    let mut maybe_ip = true;
-    for &b in host {
-        match b {
-            b'a'..=b'z' => {
-                // Only hex letters and 'x' can appear in an IPv4 spelling.
-                if !matches!(b, b'a'..=b'f' | b'x') {
-                    maybe_ip = false;
-                }
-                prev_dot = false;
-            }
-            b'0'..=b'9' => prev_dot = false,
-            b'-' | b'_' => {
-                maybe_ip = false;
-                prev_dot = false;
-            }
-            b'.' => {
-                if prev_dot {
-                    return false;
-                }
-                prev_dot = true;
-            }
-            _ => return false,
-        }
-    }
-    !maybe_ip || ipv4_is_canonical_or_not_ip(host)
 }
 
 /// Parse the inside of `[...]` and append its canonical form.
-fn ipv6_into(inner: &[u8], out: &mut String) -> Result<HostKind, UrlError> {
+fn ipv6_into(inner: &[u8], out: &mut Vec<u8>) -> Result<HostKind, UrlError> {
     let s = std::str::from_utf8(inner).map_err(|_| UrlError::InvalidIpv6("not ASCII"))?;
     let addr: Ipv6Addr = s
         .parse()
@@ -283,14 +254,14 @@ fn ipv6_into(inner: &[u8], out: &mut String) -> Result<HostKind, UrlError> {
         write_ipv4(embedded_v4, out);
         return Ok(HostKind::Ipv4);
     }
-    out.push('[');
+    out.push(b'[');
     write_ipv6(&seg, out);
-    out.push(']');
+    out.push(b']');
     Ok(HostKind::Ipv6)
 }
 
 /// RFC 5952 text form (without brackets), never with embedded IPv4.
-fn write_ipv6(seg: &[u16; 8], out: &mut String) {
+fn write_ipv6(seg: &[u16; 8], out: &mut Vec<u8>) {
     // Longest run (>= 2) of zero groups, leftmost on ties.
     let (mut best_start, mut best_len) = (8usize, 0usize);
     let mut i = 0;
@@ -316,12 +287,12 @@ fn write_ipv6(seg: &[u16; 8], out: &mut String) {
     let mut i = 0;
     while i < 8 {
         if i == best_start {
-            out.push_str("::");
+            out.extend_from_slice(b"::");
             i += best_len;
             continue;
         }
         if i > 0 && i != best_start + best_len {
-            out.push(':');
+            out.push(b':');
         }
         let v = seg[i];
         let mut started = false;
@@ -329,7 +300,7 @@ fn write_ipv6(seg: &[u16; 8], out: &mut String) {
             let nib = ((v >> shift) & 0xf) as usize;
             if nib != 0 || started || shift == 0 {
                 started = true;
-                out.push(char::from(HEX[nib]));
+                out.push(HEX[nib]);
             }
         }
         i += 1;
@@ -341,8 +312,9 @@ mod tests {
     use super::*;
 
     fn host(s: &[u8]) -> Result<String, UrlError> {
-        let mut out = String::new();
-        canonicalize_host_into(s, false, &mut out).map(|_| out)
+        let mut out = Vec::new();
+        canonicalize_host_into(s, false, &mut out)
+            .map(|_| String::from_utf8_lossy(&out).into_owned())
     }
 
     #[test]
@@ -388,7 +360,7 @@ mod tests {
             "0xcg.0xa8.0x0.0x1",
         ] {
             assert_eq!(host(h.as_bytes()).as_deref(), Ok(h), "{h}");
-            assert!(fast_host_is_canonical(h.as_bytes()), "{h}");
+            assert!(ipv4_is_canonical_or_not_ip(h.as_bytes()), "{h}");
         }
     }
 
@@ -452,27 +424,12 @@ mod tests {
         );
         // Invalid UTF-8 is escaped (lenient) or rejected (strict).
         assert_eq!(host(b"\x01\x80.com").as_deref(), Ok("%01%80.com"));
-        let mut s = String::new();
+        let mut s = Vec::new();
         assert_eq!(
             canonicalize_host_into(b"\x80.com", true, &mut s),
             Err(UrlError::InvalidUtf8Host)
         );
         // Fullwidth solidus maps to '/', which is not allowed in a host.
         assert!(host("a\u{ff0f}b.com".as_bytes()).is_err());
-    }
-
-    #[test]
-    fn fast_host() {
-        assert!(fast_host_is_canonical(b"www.example.com"));
-        assert!(fast_host_is_canonical(b"1.2.3.4"));
-        assert!(fast_host_is_canonical(b"a-b_c.d"));
-        assert!(!fast_host_is_canonical(b"01.2.3.4"));
-        assert!(!fast_host_is_canonical(b"1.2"));
-        assert!(!fast_host_is_canonical(b"0xa.1.1.1"));
-        assert!(!fast_host_is_canonical(b"Www.example.com"));
-        assert!(!fast_host_is_canonical(b"a..b"));
-        assert!(!fast_host_is_canonical(b".a"));
-        assert!(!fast_host_is_canonical(b"a."));
-        assert!(!fast_host_is_canonical(b""));
     }
 }
