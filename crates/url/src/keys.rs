@@ -12,7 +12,7 @@
 //! |-------|--------|--------------------------|---------------------------------------------------|
 //! | url   | exact  | [`canonical_key`]        | [`canonical_key`] (1)                             |
 //! | url   | prefix | [`canonical_key`]        | [`expressions`](crate::expressions) (≤ 30)        |
-//! | host  | any    | [`canonical_host`]       | host + parent domains, ≥ 2 labels (≤ [`MAX_HOST_LOOKUPS`]) |
+//! | host  | any    | [`canonical_host`]       | host + every parent domain with ≥ 2 labels (sized for [`MAX_HOST_LOOKUPS`]) |
 //! | email | any    | `local@canonical-domain` | same normalization (1)                            |
 //! | raw   | any    | bytes unchanged          | bytes unchanged (1)                               |
 //!
@@ -44,8 +44,9 @@ use crate::error::{KeyError, UrlError};
 use crate::expressions::{expressions_from_key, MAX_EXPRESSIONS};
 use crate::host::parse_ipv4;
 
-/// Maximum number of lookups for one `host` query (the host itself plus up to
-/// seven parent domains).
+/// Number of lookups per `host` query that filters are sized for (the host
+/// itself plus seven parent domains). Deeper hosts still look up every parent
+/// (no false negatives), at a proportionally higher false-positive rate.
 pub const MAX_HOST_LOOKUPS: u32 = 8;
 
 /// Error returned when parsing a [`KeyKind`] or [`MatchMode`] from a string.
@@ -352,9 +353,10 @@ fn email_key(input: &[u8]) -> Result<Vec<u8>, KeyError> {
     Ok(key)
 }
 
-/// Upper bound on the number of lookups one query makes: url+exact = 1,
-/// url+prefix = 30, host = [`MAX_HOST_LOOKUPS`], email = 1, raw = 1. Used to
-/// size filters for a per-query false-positive rate.
+/// Number of lookups one query makes, used to size filters for a per-query
+/// false-positive rate: url+exact = 1, url+prefix = 30 (a hard bound),
+/// host = [`MAX_HOST_LOOKUPS`] (the sizing assumption; a host with more than
+/// nine labels makes more), email = 1, raw = 1.
 pub fn max_lookups(kind: KeyKind, mode: MatchMode) -> u32 {
     match (kind, mode) {
         (KeyKind::Url, MatchMode::Prefix) => MAX_EXPRESSIONS as u32,
