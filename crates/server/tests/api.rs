@@ -1,0 +1,592 @@
+//! The HTTP API, the Redis protocol (our client, `redis-cli`, redis-py),
+//! authentication, reload and hostile clients, against the real binary.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bloomgate_engine::{plan, Filter, Layout, Params};
+use common::{Server, V};
+use serde_json::json;
+
+fn url_filter(path: &std::path::Path, entries: &[&str]) {
+    let mut p = Params::from_plan(&plan(Layout::Blocked, 1000, 1e-6).unwrap(), 42);
+    p.key_kind = bloomgate_url::KeyKind::Url.as_u8();
+    p.match_mode = bloomgate_url::MatchMode::Prefix.as_u8();
+    let f = Filter::new(p).unwrap();
+    let list = bloomgate_blacklist::Blacklist::from_filter(f).unwrap();
+    for e in entries {
+        list.add(e.as_bytes()).unwrap();
+    }
+    list.filter().save(path).unwrap();
+}
+
+#[test]
+fn http_api_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    url_filter(
+        &dir.path().join("phish.bgf"),
+        &["http://evil.example/phish/"],
+    );
+    let s = Server::start(dir.path(), &[]);
+
+    let (st, v) = s.http("GET", "/healthz", None, None);
+    assert_eq!((st, v["status"].as_str()), (200, Some("ok")));
+    let (st, v) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(st, 200);
+    assert_eq!(v["filters"][0]["name"], "phish");
+    let (st, v) = s.http("GET", "/v1/filters/phish", None, None);
+    assert_eq!(st, 200);
+    assert_eq!(v["key_kind"], "url");
+    assert_eq!(v["match_mode"], "prefix");
+    assert_eq!(v["layout"], "blocked");
+    assert_eq!(v["items"], 1);
+    assert!(v["fill_ratio"].as_f64().unwrap() > 0.0);
+    assert!(v["k"].as_u64().unwrap() > 0);
+
+    // Single check, canonicalized like the CLI.
+    let (st, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=HTTP%3A%2F%2FEVIL.example%3A80%2Fphish%2F.%2Flogin.php",
+        None,
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["hit"], true);
+    assert_eq!(v["matched"], "evil.example/phish/");
+    // Batch.
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/phish/check",
+        Some(r#"["http://evil.example/phish/x", "http://good.example/", "http://[bad"]"#),
+        None,
+    );
+    assert_eq!(st, 200);
+    assert_eq!(v["results"][0]["hit"], true);
+    assert_eq!(v["results"][1]["hit"], false);
+    assert!(v["results"][2]["error"].is_string());
+    // Add, then check.
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/phish/add",
+        Some(r#"{"items": ["http://new.example/bad"]}"#),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["added"], 1);
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://new.example/bad",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], true);
+    // Whitelist: exempt one URL, then remove the exemption.
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/phish/whitelist",
+        Some(r#"["http://evil.example/phish/ok"]"#),
+        None,
+    );
+    assert_eq!(st, 200);
+    assert_eq!(v["results"][0]["was_hit"], true);
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://evil.example/phish/ok",
+        None,
+        None,
+    );
+    assert_eq!(
+        (v["hit"].clone(), v["whitelisted"].clone()),
+        (json!(false), json!(true))
+    );
+    assert_eq!(v["matched"], "evil.example/phish/");
+    assert!(dir.path().join("phish.bgf.whitelist").exists());
+    let (st, v) = s.http(
+        "DELETE",
+        "/v1/filters/phish/whitelist",
+        Some(r#"["http://evil.example/phish/ok"]"#),
+        None,
+    );
+    assert_eq!((st, v["results"][0]["removed"].clone()), (200, json!(true)));
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://evil.example/phish/ok",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], true);
+
+    // Create from n and p.
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"hosts","items":1000,"fp":0.001,"kind":"host"}"#),
+        None,
+    );
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["key_kind"], "host");
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"hosts","items":1000,"fp":0.001}"#),
+        None,
+    );
+    assert_eq!(st, 409);
+    s.http(
+        "POST",
+        "/v1/filters/hosts/add",
+        Some(r#"["Evil.COM"]"#),
+        None,
+    );
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/hosts/check?item=https://a.b.evil.com/x",
+        None,
+        None,
+    );
+    assert_eq!(
+        (v["hit"].clone(), v["matched"].clone()),
+        (json!(true), json!("evil.com"))
+    );
+
+    // Reload: a corrupt file is refused and the old filter keeps serving;
+    // a good rebuilt file is swapped in.
+    let bad = dir.path().join("incoming-bad.bin");
+    url_filter(&bad, &["http://other.example/"]);
+    let mut bytes = std::fs::read(&bad).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 0xff;
+    std::fs::write(&bad, &bytes).unwrap();
+    let body = json!({"path": bad}).to_string();
+    let (st, v) = s.http("POST", "/v1/filters/phish/reload", Some(&body), None);
+    assert_eq!(st, 422, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("corrupt"),
+        "{v}"
+    );
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://evil.example/phish/",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], true);
+    let good = dir.path().join("incoming-good.bin");
+    url_filter(&good, &["http://other.example/"]);
+    let body = json!({"path": good}).to_string();
+    let (st, v) = s.http("POST", "/v1/filters/phish/reload", Some(&body), None);
+    assert_eq!(st, 200, "{v}");
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://other.example/",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], true);
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/phish/check?item=http://evil.example/phish/",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], false);
+
+    // Errors.
+    let (st, v) = s.http("GET", "/v1/filters/nope", None, None);
+    assert_eq!((st, v["error"]["code"].clone()), (404, json!("not_found")));
+    let (st, _) = s.http("POST", "/v1/filters/phish/check", Some("{not json"), None);
+    assert_eq!(st, 400);
+    let (st, _) = s.http("GET", "/v1/filters/phish/check", None, None);
+    assert_eq!(st, 400);
+    let many = serde_json::to_string(&vec!["x"; 20_000]).unwrap();
+    let (st, _) = s.http("POST", "/v1/filters/phish/check", Some(&many), None);
+    assert_eq!(st, 413);
+
+    // Metrics.
+    let (st, v) = s.http("GET", "/metrics", None, None);
+    assert_eq!(st, 200);
+    let text = v["text"].as_str().unwrap();
+    for needle in [
+        "bloomgate_requests_total{proto=\"http\",op=\"check\"}",
+        "bloomgate_request_duration_seconds_bucket",
+        "bloomgate_hits_total",
+        "bloomgate_filter_items{filter=\"phish\"}",
+        "bloomgate_filter_fill_ratio{filter=\"hosts\"}",
+    ] {
+        assert!(text.contains(needle), "missing {needle}");
+    }
+    // Delete.
+    let (st, _) = s.http("DELETE", "/v1/filters/hosts", None, None);
+    assert_eq!(st, 200);
+    assert!(!dir.path().join("hosts.bgf").exists());
+    let (st, _) = s.http("DELETE", "/v1/filters/hosts", None, None);
+    assert_eq!(st, 404);
+}
+
+#[test]
+fn tokens_guard_writes_and_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("token");
+    std::fs::write(&tok, "s3cret-token-0123456789\n").unwrap();
+    let s = Server::start(dir.path(), &["--token-file", tok.to_str().unwrap()]);
+    let t = Some("s3cret-token-0123456789");
+    let (st, _) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(st, 401);
+    let (st, _) = s.http("GET", "/v1/filters", None, Some("wrong-token-0123456789"));
+    assert_eq!(st, 401);
+    let (st, _) = s.http("GET", "/v1/filters", None, t);
+    assert_eq!(st, 200);
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"a","items":10,"fp":0.01}"#),
+        None,
+    );
+    assert_eq!(st, 401);
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"a","items":10,"fp":0.01}"#),
+        t,
+    );
+    assert_eq!(st, 201);
+    let (st, _) = s.http("GET", "/healthz", None, None);
+    assert_eq!(st, 200);
+
+    let mut c = s.resp();
+    assert!(c.cmd(&["BF.EXISTS", "a", "x"]).err().starts_with("NOAUTH"));
+    assert!(c.cmd(&["AUTH", "nope"]).err().starts_with("WRONGPASS"));
+    assert_eq!(
+        c.cmd(&["AUTH", "s3cret-token-0123456789"]),
+        V::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["BF.ADD", "a", "x"]).int(), 1);
+    let mut c2 = s.resp();
+    let hello = c2.cmd(&["HELLO", "3", "AUTH", "default", "s3cret-token-0123456789"]);
+    assert!(matches!(hello, V::Map(_)), "{hello:?}");
+    assert_eq!(c2.cmd(&["BF.EXISTS", "a", "x"]), V::Bool(true));
+    drop(s);
+
+    // --open-reads: reads without a token, writes still need it.
+    let s = Server::start(
+        dir.path(),
+        &["--token-file", tok.to_str().unwrap(), "--open-reads"],
+    );
+    let (st, _) = s.http("GET", "/v1/filters/a/check?item=x", None, None);
+    assert_eq!(st, 200);
+    let (st, _) = s.http("POST", "/v1/filters/a/add", Some(r#"["y"]"#), None);
+    assert_eq!(st, 401);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["BF.EXISTS", "a", "x"]).int(), 1);
+    assert!(c.cmd(&["BF.ADD", "a", "y"]).err().starts_with("NOAUTH"));
+    assert!(c.cmd(&["DEL", "a"]).err().starts_with("NOAUTH"));
+}
+
+#[test]
+fn resp_commands_and_redisbloom_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "r", "0.01", "100"]),
+        V::Simple("OK".into())
+    );
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "r", "0.01", "100"]).err(),
+        "ERR item exists"
+    );
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "x", "2", "100"]).err(),
+        "ERR (0 < error rate range < 1) "
+    );
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "x", "0.1", "0"]).err(),
+        "ERR (capacity should be larger than 0)"
+    );
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "x", "abc", "10"]).err(),
+        "ERR bad error rate"
+    );
+    assert!(c
+        .cmd(&["BF.ADD", "r"])
+        .err()
+        .starts_with("ERR wrong number of arguments for 'bf.add' command"));
+    assert_eq!(c.cmd(&["BF.ADD", "r", "a"]).int(), 1);
+    assert_eq!(c.cmd(&["BF.ADD", "r", "a"]).int(), 0);
+    let v = c.cmd(&["BF.MADD", "r", "a", "b", "c"]);
+    assert_eq!(
+        v.arr().iter().map(V::int).collect::<Vec<_>>(),
+        vec![0, 1, 1]
+    );
+    let v = c.cmd(&["BF.MEXISTS", "r", "a", "b", "zz"]);
+    assert_eq!(
+        v.arr().iter().map(V::int).collect::<Vec<_>>(),
+        vec![1, 1, 0]
+    );
+    assert_eq!(c.cmd(&["BF.EXISTS", "missing", "a"]).int(), 0);
+    assert_eq!(c.cmd(&["BF.CARD", "r"]).int(), 3);
+    assert_eq!(c.cmd(&["BF.CARD", "missing"]).int(), 0);
+    let info = c.cmd(&["BF.INFO", "r"]);
+    let a = info.arr();
+    assert_eq!(a[0], V::Simple("Capacity".into()));
+    assert_eq!(a[1], V::Int(100));
+    assert_eq!(a[4], V::Simple("Number of filters".into()));
+    assert_eq!(a[7], V::Int(3));
+    assert_eq!(a[8], V::Simple("Expansion rate".into()));
+    assert_eq!(a[9], V::Int(2));
+    assert_eq!(c.cmd(&["BF.INFO", "r", "ITEMS"]), V::Arr(vec![V::Int(3)]));
+    assert_eq!(c.cmd(&["BF.INFO", "missing"]).err(), "ERR not found");
+    assert_eq!(
+        c.cmd(&["BF.INFO", "r", "bogus"]).err(),
+        "ERR Invalid information value"
+    );
+
+    // Growth: capacity 10, expansion 3.
+    c.cmd(&["BF.RESERVE", "g", "0.01", "10", "EXPANSION", "3"]);
+    for i in 0..100 {
+        c.cmd(&["BF.ADD", "g", &format!("i{i}")]);
+    }
+    let filters = c.cmd(&["BF.INFO", "g", "FILTERS"]).arr()[0].int();
+    assert!(filters >= 3, "{filters}");
+    assert_eq!(
+        c.cmd(&["BF.INFO", "g", "CAPACITY"]).arr()[0].int(),
+        (0..filters).map(|i| 10 * 3i64.pow(i as u32)).sum::<i64>()
+    );
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["BF.EXISTS", "g", &format!("i{i}")]).int(), 1);
+    }
+    // Non-scaling refuses.
+    let v = c.cmd(&[
+        "BF.INSERT",
+        "ns",
+        "CAPACITY",
+        "5",
+        "NONSCALING",
+        "ITEMS",
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+        "8",
+    ]);
+    let a = v.arr();
+    assert!(
+        matches!(a.last(), Some(V::Err(e)) if e == "ERR non scaling filter is full"),
+        "{a:?}"
+    );
+    assert_eq!(c.cmd(&["BF.INFO", "ns", "EXPANSION"]), V::Arr(vec![V::Nil]));
+    assert_eq!(
+        c.cmd(&["BF.INSERT", "nc", "NOCREATE", "ITEMS", "a"]).err(),
+        "ERR not found"
+    );
+    assert_eq!(
+        c.cmd(&["BF.INSERT", "nc", "BOGUS", "ITEMS", "a"]).err(),
+        "ERR Unknown argument received"
+    );
+
+    // Keys.
+    assert_eq!(c.cmd(&["EXISTS", "r", "g", "nope"]).int(), 2);
+    assert_eq!(c.cmd(&["TYPE", "r"]), V::Simple("MBbloom--".into()));
+    assert_eq!(c.cmd(&["TYPE", "nope"]), V::Simple("none".into()));
+    let keys = c.cmd(&["KEYS", "*"]);
+    assert_eq!(keys.arr().len(), 3);
+    let scan = c.cmd(&["SCAN", "0", "MATCH", "n*"]);
+    assert_eq!(scan.arr()[1].arr(), &[V::Bulk(b"ns".to_vec())]);
+    assert_eq!(c.cmd(&["DEL", "ns", "nope"]).int(), 1);
+    assert_eq!(c.cmd(&["SELECT", "0"]), V::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["SELECT", "1"]).err(),
+        "ERR DB index is out of range"
+    );
+    assert_eq!(
+        c.cmd(&["foo", "a", "b"]).err(),
+        "ERR unknown command 'foo', with args beginning with: 'a' 'b' "
+    );
+    assert_eq!(
+        c.cmd(&["CLIENT", "SETINFO", "LIB-NAME", "x"]),
+        V::Simple("OK".into())
+    );
+
+    // SCANDUMP → LOADCHUNK into a second server.
+    let dir2 = tempfile::tempdir().unwrap();
+    let s2 = Server::start(dir2.path(), &[]);
+    let mut c2 = s2.resp();
+    let mut iter = 0i64;
+    loop {
+        let v = c.cmd(&["BF.SCANDUMP", "g", &iter.to_string()]);
+        let a = v.arr();
+        iter = a[0].int();
+        if iter == 0 {
+            break;
+        }
+        let V::Bulk(data) = &a[1] else { panic!() };
+        let it = iter.to_string();
+        c2.send(&[b"BF.LOADCHUNK", b"g", it.as_bytes(), data]);
+        assert_eq!(c2.read().unwrap(), V::Simple("OK".into()));
+    }
+    for i in 0..100 {
+        assert_eq!(c2.cmd(&["BF.EXISTS", "g", &format!("i{i}")]).int(), 1);
+    }
+    assert_eq!(c2.cmd(&["BF.CARD", "g"]), c.cmd(&["BF.CARD", "g"]));
+
+    // RESP3.
+    let mut c3 = s.resp();
+    let hello = c3.cmd(&["HELLO", "3"]);
+    let V::Map(m) = hello else {
+        panic!("{hello:?}")
+    };
+    assert!(m.contains(&(V::Bulk(b"proto".to_vec()), V::Int(3))));
+    assert_eq!(c3.cmd(&["BF.EXISTS", "r", "a"]), V::Bool(true));
+    assert!(matches!(c3.cmd(&["BF.INFO", "r"]), V::Map(m) if m.len() == 5));
+    assert_eq!(c3.cmd(&["QUIT"]), V::Simple("OK".into()));
+}
+
+#[test]
+fn hostile_clients_are_cut_off_without_harming_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--request-secs", "2", "--idle-secs", "3"]);
+    let mut good = s.resp();
+    good.cmd(&["BF.ADD", "f", "x"]);
+
+    // A 4 GB bulk header: an error, then the connection closes.
+    let mut bad = TcpStream::connect(s.resp).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    bad.write_all(b"*2\r\n$4294967296\r\n").unwrap();
+    let mut buf = String::new();
+    bad.read_to_string(&mut buf).unwrap();
+    assert!(buf.starts_with("-ERR Protocol error"), "{buf}");
+    // A huge array header.
+    let mut bad = TcpStream::connect(s.resp).unwrap();
+    bad.write_all(b"*2147483647\r\n").unwrap();
+    let mut buf = String::new();
+    bad.read_to_string(&mut buf).unwrap();
+    assert!(buf.contains("invalid multibulk length"), "{buf}");
+    // Garbage bytes.
+    let mut bad = TcpStream::connect(s.resp).unwrap();
+    bad.write_all(b"*1\r\n\x00\xff\xfe garbage\r\n").unwrap();
+    let mut buf = Vec::new();
+    bad.read_to_end(&mut buf).unwrap();
+    assert!(buf.starts_with(b"-ERR Protocol error"));
+    // A slow drip: one byte a second never completes a command.
+    let t = Instant::now();
+    let mut drip = TcpStream::connect(s.resp).unwrap();
+    drip.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut closed = false;
+    for b in b"*2\r\n$4\r\nPING\r\n$100\r\n".iter().cycle().take(20) {
+        if drip.write_all(&[*b]).is_err() {
+            closed = true;
+            break;
+        }
+        let mut one = [0u8; 256];
+        match drip.read(&mut one) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => {}
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    assert!(closed, "slow drip was not cut off");
+    assert!(t.elapsed() < Duration::from_secs(8));
+    // HTTP: garbage and oversized bodies.
+    let mut h = TcpStream::connect(s.http).unwrap();
+    h.write_all(b"\x00\x01garbage garbage\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    let _ = h.read_to_end(&mut buf);
+    let big = format!("[\"{}\"]", "a".repeat(9 << 20));
+    let (st, _) = s.http("POST", "/v1/filters/f/check", Some(&big), None);
+    assert_eq!(st, 413);
+
+    // The well-behaved client was never disturbed.
+    assert_eq!(good.cmd(&["BF.EXISTS", "f", "x"]).int(), 1);
+}
+
+#[test]
+fn redis_cli_works() {
+    if !common::have("redis-cli") {
+        eprintln!("SKIPPED: redis-cli not installed (apt-get install redis-tools)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let port = s.resp.port().to_string();
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["PING"]), "PONG");
+    assert_eq!(cli(&["BF.RESERVE", "cli", "0.001", "1000"]), "OK");
+    assert_eq!(cli(&["BF.ADD", "cli", "hello"]), "1");
+    assert_eq!(cli(&["BF.MEXISTS", "cli", "hello", "nope"]), "1\n0");
+    assert!(cli(&["BF.INFO", "cli"]).contains("Number of items inserted"));
+    assert!(cli(&["foo"]).contains("unknown command 'foo'"));
+    assert_eq!(cli(&["-3", "BF.EXISTS", "cli", "hello"]), "(true)");
+    // Interactive-mode start-up (COMMAND DOCS etc.) via stdin.
+    let mut child = Command::new("redis-cli")
+        .args(["-p", &port])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"BF.CARD cli\nKEYS *\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains('1') && out.contains("cli"), "{out}");
+}
+
+#[test]
+fn redis_py_client() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/python/test_redis_py.py"
+    );
+    let ok = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: python3 with the `redis` module is not installed (pip install redis)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let dir2 = tempfile::tempdir().unwrap();
+    let s2 = Server::start(dir2.path(), &[]);
+    let out = Command::new("python3")
+        .arg(script)
+        .args([
+            "--port",
+            &s.resp.port().to_string(),
+            "--port2",
+            &s2.resp.port().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-py test failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
