@@ -785,7 +785,7 @@ impl Conn {
             .store
             .names()
             .into_iter()
-            .filter(|n| pattern.is_none_or(|p| glob(p, n.as_bytes())))
+            .filter(|n| pattern.map_or(true, |p| glob(p, n.as_bytes())))
             .collect();
         out.array(2);
         out.bulk(b"0");
@@ -1065,7 +1065,9 @@ impl Conn {
 mod tests {
     use super::*;
 
-    fn p(buf: &[u8]) -> Result<Option<(Vec<Vec<u8>>, usize)>, ProtocolError> {
+    type Parsed = Option<(Vec<Vec<u8>>, usize)>;
+
+    fn p(buf: &[u8]) -> Result<Parsed, ProtocolError> {
         let mut r = Vec::new();
         Ok(parse(buf, 1 << 20, 1000, &mut r)?
             .map(|n| (r.iter().map(|x| buf[x.clone()].to_vec()).collect(), n)))

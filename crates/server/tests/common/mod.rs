@@ -17,6 +17,7 @@ pub struct Server {
 }
 
 impl Server {
+    #[allow(clippy::zombie_processes)] // waited for in Drop
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
         let ready = dir.join(format!("ready-{}", std::process::id()));
         let _ = std::fs::remove_file(&ready);
