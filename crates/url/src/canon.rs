@@ -159,7 +159,9 @@ pub(crate) fn unescape_fully(buf: &mut Vec<u8>) {
 }
 
 /// Steps 1–2: length check, trim, drop tab/CR/LF, cut fragment, unescape.
-fn prepare(input: &[u8]) -> Result<Vec<u8>, UrlError> {
+///
+/// Borrows the input when there is nothing to remove or unescape.
+fn prepare(input: &[u8]) -> Result<Cow<'_, [u8]>, UrlError> {
     if input.len() > MAX_INPUT_LEN {
         return Err(UrlError::TooLong {
             len: input.len(),
@@ -172,6 +174,12 @@ fn prepare(input: &[u8]) -> Result<Vec<u8>, UrlError> {
         Some(p) => &trimmed[..p],
         None => trimmed,
     };
+    if trimmed.is_empty() {
+        return Err(UrlError::Empty);
+    }
+    if memchr::memchr3(b'\t', b'\r', b'\n', no_frag).is_none() && memchr(b'%', no_frag).is_none() {
+        return Ok(Cow::Borrowed(no_frag));
+    }
     let mut buf = Vec::with_capacity(no_frag.len() + 8);
     let mut rest = no_frag;
     while let Some(p) = memchr::memchr3(b'\t', b'\r', b'\n', rest) {
@@ -184,7 +192,7 @@ fn prepare(input: &[u8]) -> Result<Vec<u8>, UrlError> {
         return Err(UrlError::Empty);
     }
     unescape_fully(&mut buf);
-    Ok(buf)
+    Ok(Cow::Owned(buf))
 }
 
 /// Length of a scheme (any case) followed by `://`, if present.
