@@ -25,6 +25,10 @@ use rayon::iter::{ParallelBridge, ParallelIterator};
 /// invalid entries, reported with their line number.
 pub const MAX_LINE: usize = 64 * 1024;
 
+fn too_long_reason() -> String {
+    format!("line longer than {MAX_LINE} bytes")
+}
+
 /// Target chunk size.
 const CHUNK: usize = 4 << 20;
 
@@ -41,15 +45,28 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// Calls `f(line_number, line)` for every non-empty line.
-    pub fn for_each_line<'a>(&'a self, mut f: impl FnMut(u64, &'a [u8])) {
+    /// Calls `f(line_number, Ok(line))` for every non-empty line, and
+    /// `f(line_number, Err(reason))` for every line longer than [`MAX_LINE`]
+    /// (including lines too long to fit in a chunk, found by the reader).
+    pub fn for_each_line<'a>(&'a self, mut f: impl FnMut(u64, Result<&'a [u8], String>)) {
+        for &l in &self.too_long {
+            f(l, Err(too_long_reason()));
+        }
         let mut line_no = self.first_line;
-        for mut line in self.data.split(|&b| b == b'\n') {
-            if let [rest @ .., b'\r'] = line {
-                line = rest;
+        let mut rest = &self.data[..];
+        while !rest.is_empty() {
+            let (mut line, next) = match memchr::memchr(b'\n', rest) {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => (rest, &rest[rest.len()..]),
+            };
+            rest = next;
+            if let [head @ .., b'\r'] = line {
+                line = head;
             }
-            if !line.is_empty() {
-                f(line_no, line);
+            if line.len() > MAX_LINE {
+                f(line_no, Err(too_long_reason()));
+            } else if !line.is_empty() {
+                f(line_no, Ok(line));
             }
             line_no += 1;
         }
@@ -140,26 +157,11 @@ fn spawn_reader(
                         }
                     };
                     carry = buf.split_off(cut);
-                    let mut data = buf;
-                    // Over-long complete lines inside the chunk: report and blank them.
-                    let mut ln = line_no;
-                    let mut pos = 0;
-                    let mut lines_in_chunk = 0u64;
-                    while pos < data.len() {
-                        let end =
-                            memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |i| pos + i);
-                        let mut len = end - pos;
-                        if len > 0 && data[end - 1] == b'\r' {
-                            len -= 1;
-                        }
-                        if len > MAX_LINE {
-                            too_long.push(ln);
-                            data[pos..end].fill(b'\r');
-                        }
-                        ln += 1;
-                        lines_in_chunk += 1;
-                        pos = end + 1;
-                    }
+                    let data = buf;
+                    // Counting lines here is one vectorized pass; the
+                    // per-line work (and the length check) is the workers'.
+                    let lines_in_chunk = memchr::memchr_iter(b'\n', &data).count() as u64
+                        + u64::from(!data.is_empty() && !data.ends_with(b"\n"));
                     if !data.is_empty() || !too_long.is_empty() {
                         let chunk = Chunk {
                             input: index,
@@ -175,6 +177,16 @@ fn spawn_reader(
                     if eof {
                         break;
                     }
+                }
+                if !too_long.is_empty() {
+                    // An over-long last line: report it even though no data follows.
+                    let chunk = Chunk {
+                        input: index,
+                        first_line: line_no,
+                        data: Vec::new(),
+                        too_long,
+                    };
+                    let _ = tx.send(Ok(chunk));
                 }
                 Ok(())
             })();
@@ -273,7 +285,9 @@ pub fn total_size(inputs: &[String]) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn run(content: &[u8]) -> Vec<(u64, Vec<u8>)> {
+    type Lines = Vec<(u64, Result<Vec<u8>, String>)>;
+
+    fn run(content: &[u8]) -> Lines {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("in.txt");
         std::fs::write(&p, content).unwrap();
@@ -283,7 +297,7 @@ mod tests {
             Progress::default(),
             |c| {
                 let mut v = Vec::new();
-                c.for_each_line(|n, l| v.push((n, l.to_vec())));
+                c.for_each_line(|n, l| v.push((n, l.map(<[u8]>::to_vec))));
                 v
             },
             |_, v| {
@@ -300,8 +314,34 @@ mod tests {
         let got = run(b"a\r\n\nb\nc");
         assert_eq!(
             got,
-            vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (4, b"c".to_vec())]
+            vec![
+                (1, Ok(b"a".to_vec())),
+                (3, Ok(b"b".to_vec())),
+                (4, Ok(b"c".to_vec()))
+            ]
         );
+    }
+
+    #[test]
+    fn too_long_lines_are_reported_in_and_across_chunks() {
+        let mut s = b"ok\n".to_vec();
+        s.extend(std::iter::repeat_n(b'x', MAX_LINE + 1));
+        s.extend_from_slice(b"\nfine\n");
+        s.extend(std::iter::repeat_n(b'y', CHUNK * 2 + 5));
+        s.extend_from_slice(b"\nlast");
+        let got = run(&s);
+        let summary: Vec<(u64, bool)> = got.iter().map(|(n, l)| (*n, l.is_ok())).collect();
+        assert_eq!(
+            summary,
+            vec![(1, true), (2, false), (3, true), (4, false), (5, true)]
+        );
+        assert_eq!(got[4].1.as_deref().unwrap(), b"last");
+        // An over-long line at the very end, with no newline after it.
+        let mut t = b"a\n".to_vec();
+        t.extend(std::iter::repeat_n(b'z', CHUNK + 10));
+        let got = run(&t);
+        let summary: Vec<(u64, bool)> = got.iter().map(|(n, l)| (*n, l.is_ok())).collect();
+        assert_eq!(summary, vec![(1, true), (2, false)]);
     }
 
     #[test]
@@ -314,7 +354,7 @@ mod tests {
         assert_eq!(got.len(), 1_500_000);
         for (i, (n, l)) in got.iter().enumerate().step_by(9973) {
             assert_eq!(*n, i as u64 + 1);
-            assert_eq!(l, format!("line{i}").as_bytes());
+            assert_eq!(l.as_deref().unwrap(), format!("line{i}").as_bytes());
         }
     }
 }

@@ -134,7 +134,58 @@ pub struct Filter {
     pub(crate) bits: Bits,
     pub(crate) items: AtomicU64,
     blocks: u64,
+    regions: Regions,
     pub(crate) file: Option<FileState>,
+}
+
+/// Write locks of the blocked layout, one per contiguous region of blocks.
+///
+/// An atomic read-modify-write (`lock or`/`lock cmpxchg`) costs ~20 cycles
+/// even on a cache-resident line, and a blocked insert touches ~7 of the
+/// block's 8 words: profiling `build` showed 35 % of all time on that one
+/// instruction. Instead, every write to a blocked filter happens under the
+/// lock of the block's region, with plain (Relaxed) loads and stores: one
+/// uncontended lock/unlock pair per insert, or per *region* in
+/// [`Filter::insert_batch`], which sorts a batch by region first (that also
+/// keeps the region's memory in cache while it is updated). Readers never
+/// lock: a Relaxed load sees the old or the new word, and words only gain bits.
+///
+/// The classic layout's k positions fall in k different regions, so it keeps
+/// lock-free `fetch_or` and never uses plain stores.
+struct Regions {
+    /// `region = block >> shift`.
+    shift: u32,
+    locks: Box<[std::sync::Mutex<()>]>,
+}
+
+/// At most this many regions: 1024 locks are 4–8 KiB, and with 2–64 writer
+/// threads contention is negligible.
+const MAX_REGIONS_LOG2: u32 = 10;
+
+impl Regions {
+    fn new(blocks: u64) -> Regions {
+        let bits_needed = 64 - blocks.saturating_sub(1).leading_zeros();
+        let shift = bits_needed.saturating_sub(MAX_REGIONS_LOG2);
+        let count = ((blocks.max(1) - 1) >> shift) as usize + 1;
+        Regions {
+            shift,
+            locks: (0..count).map(|_| std::sync::Mutex::new(())).collect(),
+        }
+    }
+
+    #[inline]
+    fn of_word(&self, word: u64) -> usize {
+        ((word / 8) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn lock(&self, region: usize) -> std::sync::MutexGuard<'_, ()> {
+        // A poisoned lock only means another writer panicked mid-update; the
+        // words are still valid (bits only ever get set), so carry on.
+        self.locks[region]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl std::fmt::Debug for Filter {
@@ -179,6 +230,7 @@ impl Filter {
             bits,
             items: AtomicU64::new(items),
             blocks,
+            regions: Regions::new(blocks),
             file,
         }
     }
@@ -274,42 +326,50 @@ impl Filter {
     /// (the item was not already reported present).
     #[inline]
     pub fn insert_prepared(&self, p: &Prepared) -> bool {
-        let words = self.bits.words();
         let changed = match self.params.layout {
             Layout::Blocked => {
-                let mask = arch::block_mask(p.b as u32, self.params.k);
-                let base = p.a as usize;
-                let mut changed = false;
-                for (i, &m) in mask.iter().enumerate() {
-                    if m == 0 {
-                        continue;
-                    }
-                    let w = &words[base + i];
-                    // Skip the locked RMW when the bits are already there: a
-                    // plain load is far cheaper than `lock or` and duplicates
-                    // are common in real lists.
-                    if w.load(Relaxed) & m != m {
-                        changed |= w.fetch_or(m, Relaxed) & m != m;
-                    }
-                }
-                changed
+                let _guard = self.regions.lock(self.regions.of_word(p.a));
+                self.or_block_locked(p)
             }
-            Layout::Classic => {
-                let mut changed = false;
-                self.classic_positions(p, |pos| {
-                    let w = &words[(pos >> 6) as usize];
-                    let bit = 1u64 << (pos & 63);
-                    if w.load(Relaxed) & bit == 0 {
-                        changed |= w.fetch_or(bit, Relaxed) & bit == 0;
-                    }
-                    true
-                });
-                changed
-            }
+            Layout::Classic => self.insert_classic(p),
         };
         if changed {
             self.items.fetch_add(1, Relaxed);
         }
+        changed
+    }
+
+    /// ORs the probe mask into the item's block with plain loads and stores.
+    /// The caller must hold the lock of the block's region.
+    #[inline(always)]
+    fn or_block_locked(&self, p: &Prepared) -> bool {
+        let words = self.bits.words();
+        let mask = arch::block_mask(p.b as u32, self.params.k);
+        let block = &words[p.a as usize..p.a as usize + 8];
+        let mut changed = false;
+        for (w, &m) in block.iter().zip(&mask) {
+            let cur = w.load(Relaxed);
+            if cur & m != m {
+                w.store(cur | m, Relaxed);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    #[inline(always)]
+    fn insert_classic(&self, p: &Prepared) -> bool {
+        let words = self.bits.words();
+        let mut changed = false;
+        self.classic_positions(p, |pos| {
+            let w = &words[(pos >> 6) as usize];
+            let bit = 1u64 << (pos & 63);
+            // Skip the locked RMW when the bit is already there.
+            if w.load(Relaxed) & bit == 0 {
+                changed |= w.fetch_or(bit, Relaxed) & bit == 0;
+            }
+            true
+        });
         changed
     }
 
@@ -343,18 +403,63 @@ impl Filter {
         }
     }
 
-    /// Inserts many items with the same pipelining as [`Filter::contains_batch`].
-    /// Returns how many were new.
+    /// Inserts many items. Returns how many were new.
+    ///
+    /// Blocked: the batch is hashed, counting-sorted by region, and each
+    /// region is updated under one lock acquisition with its memory hot in
+    /// cache. Classic: hashed and prefetched in groups, then set atomically.
     pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        let mut new = 0;
-        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
-        for chunk in items.chunks(BATCH) {
-            for (slot, item) in prepared.iter_mut().zip(chunk) {
-                *slot = self.prepare(item.as_ref());
-                self.prefetch(slot);
+        let new = match self.params.layout {
+            Layout::Blocked if items.len() >= 256 => self.insert_batch_blocked(items),
+            _ => {
+                let mut new = 0;
+                let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
+                for chunk in items.chunks(BATCH) {
+                    for (slot, item) in prepared.iter_mut().zip(chunk) {
+                        *slot = self.prepare(item.as_ref());
+                        self.prefetch(slot);
+                    }
+                    for p in &prepared[..chunk.len()] {
+                        new += self.insert_prepared(p) as u64;
+                    }
+                }
+                return new;
             }
-            for p in &prepared[..chunk.len()] {
-                new += self.insert_prepared(p) as u64;
+        };
+        self.items.fetch_add(new, Relaxed);
+        new
+    }
+
+    fn insert_batch_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
+        let regions = self.regions.locks.len();
+        let prepared: Vec<Prepared> = items.iter().map(|i| self.prepare(i.as_ref())).collect();
+        // Counting sort by region.
+        let mut starts = vec![0usize; regions + 1];
+        for p in &prepared {
+            starts[self.regions.of_word(p.a) + 1] += 1;
+        }
+        for r in 0..regions {
+            starts[r + 1] += starts[r];
+        }
+        let mut next = starts.clone();
+        let mut sorted = vec![Prepared { a: 0, b: 0 }; prepared.len()];
+        for p in &prepared {
+            let r = self.regions.of_word(p.a);
+            sorted[next[r]] = *p;
+            next[r] += 1;
+        }
+        let mut new = 0u64;
+        for r in 0..regions {
+            let group = &sorted[starts[r]..starts[r + 1]];
+            if group.is_empty() {
+                continue;
+            }
+            let _guard = self.regions.lock(r);
+            for (i, p) in group.iter().enumerate() {
+                if let Some(ahead) = group.get(i + 8) {
+                    self.prefetch(ahead);
+                }
+                new += self.or_block_locked(p) as u64;
             }
         }
         new
@@ -392,17 +497,13 @@ impl Filter {
     pub fn union_with(&self, other: &Filter) -> Result<()> {
         self.check_compatible(other)?;
         const CHUNK: usize = 1 << 14;
-        self.bits
+        other
+            .bits
             .words()
             .par_chunks(CHUNK)
-            .zip(other.bits.words().par_chunks(CHUNK))
-            .for_each(|(dst, src)| {
-                for (d, s) in dst.iter().zip(src) {
-                    let v = s.load(Relaxed);
-                    if v != 0 {
-                        d.fetch_or(v, Relaxed);
-                    }
-                }
+            .enumerate()
+            .for_each(|(i, src)| {
+                self.or_words((i * CHUNK) as u64, src.iter().map(|s| s.load(Relaxed)))
             });
         let (a, b) = (self.items(), other.items());
         let est = self.estimated_items();
@@ -485,14 +586,47 @@ impl Filter {
                 bytes.len()
             )));
         }
-        let words = &self.bits.words()[(offset / 8) as usize..];
-        for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
-            let v = u64::from_le_bytes(b.try_into().expect("chunks_exact(8)"));
-            if v != 0 {
-                w.fetch_or(v, Relaxed);
+        self.or_words(
+            offset / 8,
+            bytes
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("chunks_exact(8)"))),
+        );
+        Ok(())
+    }
+
+    /// ORs `values` into the words starting at word `start`, respecting the
+    /// write discipline of the layout (see [`Regions`]). In bounds by contract.
+    fn or_words(&self, start: u64, values: impl Iterator<Item = u64>) {
+        let words = &self.bits.words()[start as usize..];
+        match self.params.layout {
+            Layout::Classic => {
+                for (w, v) in words.iter().zip(values) {
+                    if v != 0 && w.load(Relaxed) & v != v {
+                        w.fetch_or(v, Relaxed);
+                    }
+                }
+            }
+            Layout::Blocked => {
+                let mut held: Option<(usize, std::sync::MutexGuard<'_, ()>)> = None;
+                for (i, (w, v)) in words.iter().zip(values).enumerate() {
+                    let cur = w.load(Relaxed);
+                    if cur & v == v {
+                        continue;
+                    }
+                    let r = self.regions.of_word(start + i as u64);
+                    if held.as_ref().map(|(hr, _)| *hr) != Some(r) {
+                        // Release the previous region before taking the next:
+                        // never hold two locks, so no lock-order deadlock.
+                        drop(held.take());
+                        held = Some((r, self.regions.lock(r)));
+                    }
+                    // Re-read under the lock: another writer may have set bits.
+                    let cur = w.load(Relaxed);
+                    w.store(cur | v, Relaxed);
+                }
             }
         }
-        Ok(())
     }
 }
 
@@ -584,6 +718,53 @@ mod tests {
         }
         let est = f.estimated_items();
         assert!((est - 400_000.0).abs() / 400_000.0 < 0.02, "{est}");
+    }
+
+    #[test]
+    fn concurrent_batches_and_unions_lose_nothing() {
+        // Region-locked plain stores must never drop a bit set by another
+        // writer: batches, single inserts and a union all racing.
+        let f = small(Layout::Blocked, 200_000, 0.001, 11);
+        let other = small(Layout::Blocked, 200_000, 0.001, 11);
+        let theirs: Vec<[u8; 8]> = (0..50_000u64)
+            .map(|i| (i + (9 << 40)).to_le_bytes())
+            .collect();
+        other.insert_batch(&theirs);
+        let ours: Vec<Vec<[u8; 8]>> = (0..3u64)
+            .map(|t| {
+                (0..50_000u64)
+                    .map(|i| (t << 32 | i).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        rayon::scope(|s| {
+            s.spawn(|_| {
+                f.insert_batch(&ours[0]);
+            });
+            s.spawn(|_| {
+                for k in &ours[1] {
+                    f.insert(k);
+                }
+            });
+            s.spawn(|_| {
+                for part in ours[2].chunks(1000) {
+                    f.insert_batch(part);
+                }
+            });
+            s.spawn(|_| f.union_with(&other).unwrap());
+        });
+        for k in ours.iter().flatten().chain(&theirs) {
+            assert!(f.contains(k));
+        }
+    }
+
+    #[test]
+    fn regions_cover_every_block() {
+        for blocks in [1u64, 2, 3, 1000, 1024, 1025, 1 << 20, (1 << 20) + 7] {
+            let r = Regions::new(blocks);
+            assert!(r.locks.len() <= 1 << MAX_REGIONS_LOG2);
+            assert_eq!(r.of_word((blocks - 1) * 8), r.locks.len() - 1, "{blocks}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use bloomgate_engine::{math, random_seed, Access, Filter, Params};
 use bloomgate_url::{KeyKind, MatchMode};
 
 use crate::args::{AddArgs, BuildArgs};
-use crate::input::{self, Progress, MAX_LINE};
+use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
 
 /// How many invalid entries are shown before only counting.
@@ -46,20 +46,13 @@ fn insert_inputs(list: &Blacklist, inputs: &[String], strict: bool) -> Result<St
             let mut out = ChunkOut {
                 lines: 0,
                 new: 0,
-                invalid: chunk
-                    .too_long
-                    .iter()
-                    .map(|&l| (l, format!("line longer than {MAX_LINE} bytes")))
-                    .collect(),
+                invalid: Vec::new(),
             };
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
-                if line.iter().all(|&b| b == b'\r') && line.len() > MAX_LINE {
-                    return; // an over-long line, blanked and already reported
-                }
-                match list.entry_key(line) {
-                    Ok(k) => keys.push(k),
-                    Err(e) => out.invalid.push((line_no, e.to_string())),
+                match line.map(|l| list.entry_key(l).map_err(|e| e.to_string())) {
+                    Ok(Ok(k)) => keys.push(k),
+                    Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
                 }
             });
             out.new = list.filter().insert_batch(&keys);

@@ -9,7 +9,7 @@ use bloomgate_blacklist::Blacklist;
 use bloomgate_engine::Access;
 
 use crate::args::CheckArgs;
-use crate::input::{self, Progress, MAX_LINE};
+use crate::input::{self, Progress};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -50,16 +50,16 @@ pub fn run(a: CheckArgs) -> Result<i32> {
             let mut r = ChunkOut {
                 text: Vec::new(),
                 hits: 0,
-                errors: chunk
-                    .too_long
-                    .iter()
-                    .map(|&l| (l, format!("line longer than {MAX_LINE} bytes")))
-                    .collect(),
+                errors: Vec::new(),
             };
             chunk.for_each_line(|line_no, line| {
-                if line.len() > MAX_LINE {
-                    return; // blanked over-long line, reported above
-                }
+                let line = match line {
+                    Ok(l) => l,
+                    Err(reason) => {
+                        r.errors.push((line_no, reason));
+                        return;
+                    }
+                };
                 match list.check(line, &mut scratch) {
                     Ok(v) => {
                         r.hits += v.hit as u64;
