@@ -18,7 +18,8 @@
 //!    repeated whole-string passes — in O(n) instead of O(n²) for inputs like
 //!    `%252525…`. Malformed escapes (`%zz`, a lone `%`) are left alone.
 //! 3. **Split** the unescaped bytes: an optional scheme
-//!    (`[A-Za-z][A-Za-z0-9+.-]*://`, lowercased; `http` when absent), the
+//!    (`[A-Za-z][A-Za-z0-9+.-]*://`, lowercased; `http` when absent; like
+//!    browsers, `http:host` and `http:/host` are accepted for http(s)), the
 //!    authority up to the first `/` or `?`, the path up to the first `?`, and
 //!    the query. User info (up to the last `@`) and the port (digits after
 //!    the last `:`, or after `]` for IPv6) are dropped. Because unescaping
@@ -195,8 +196,13 @@ fn prepare(input: &[u8]) -> Result<Cow<'_, [u8]>, UrlError> {
     Ok(Cow::Owned(buf))
 }
 
-/// Length of a scheme (any case) followed by `://`, if present.
-fn scheme_len(buf: &[u8]) -> Option<usize> {
+/// A scheme (any case) and where the authority starts, if present.
+///
+/// `scheme://` is recognized for every scheme. For `http` and `https` only,
+/// browsers' leniency is partly mirrored: `http:host/` and `http:/host/`
+/// mean `http://host/` (otherwise they would parse as host `http`). Three or
+/// more slashes (`http:///path`) still mean "no host", an error.
+fn scheme_split(buf: &[u8]) -> Option<(usize, usize)> {
     let first = *buf.first()?;
     if !first.is_ascii_alphabetic() {
         return None;
@@ -205,7 +211,15 @@ fn scheme_len(buf: &[u8]) -> Option<usize> {
         .iter()
         .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))
         .map_or(buf.len(), |p| p + 1);
-    buf[n..].starts_with(b"://").then_some(n)
+    let special = buf[..n].eq_ignore_ascii_case(b"http") || buf[..n].eq_ignore_ascii_case(b"https");
+    if buf[n..].starts_with(b"://") {
+        return Some((n, n + 3));
+    }
+    if special && buf.get(n) == Some(&b':') {
+        let slash = usize::from(buf.get(n + 1) == Some(&b'/'));
+        return Some((n, n + 1 + slash));
+    }
+    None
 }
 
 /// The parts of an unescaped URL.
@@ -239,8 +253,8 @@ fn check_port(port: &[u8]) -> Result<(), UrlError> {
 
 /// Step 3: split an unescaped URL into scheme, host, path, query.
 pub(crate) fn split(buf: &[u8]) -> Result<Split<'_>, UrlError> {
-    let (scheme, rest) = match scheme_len(buf) {
-        Some(n) => (Some(&buf[..n]), &buf[n + 3..]),
+    let (scheme, rest) = match scheme_split(buf) {
+        Some((n, auth)) => (Some(&buf[..n]), &buf[auth..]),
         None => (None, buf),
     };
     let auth_end = rest

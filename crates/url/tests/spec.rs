@@ -216,6 +216,14 @@ fn schemes_userinfo_ports() {
     assert_eq!(canon(b"http://a@b@example.com/"), "http://example.com/");
     assert_eq!(canon(b"http://example.com:/"), "http://example.com/");
     assert_eq!(canon(b"http://example.com?q=1"), "http://example.com/?q=1");
+    assert_eq!(canon(b"http:/example.com/x"), "http://example.com/x");
+    assert_eq!(canon(b"HTTPS:example.com"), "https://example.com/");
+    assert_eq!(
+        canonicalize(b"http:////example.com/"),
+        Err(UrlError::MissingHost)
+    );
+    // Only http(s) get that leniency; "localhost:8080" is a host and a port.
+    assert_eq!(canon(b"localhost:8080/x"), "http://localhost/x");
     assert_eq!(
         &*canonical_key(b"ftp://Files.example/x").unwrap_or_default(),
         b"files.example/x"
