@@ -79,7 +79,7 @@ impl Params {
 
     /// Checks that the parameters describe an addressable filter.
     pub fn validate(&self) -> Result<()> {
-        if self.bits == 0 || self.bits % BLOCK_BITS != 0 {
+        if self.bits == 0 || !self.bits.is_multiple_of(BLOCK_BITS) {
             return Err(Error::InvalidParams(format!(
                 "bits must be a positive multiple of {BLOCK_BITS}, got {}",
                 self.bits
@@ -580,7 +580,10 @@ impl Filter {
     pub fn or_bytes_at(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let total = self.params.bits / 8;
         let end = offset.checked_add(bytes.len() as u64);
-        if offset % 8 != 0 || bytes.len() % 8 != 0 || end.is_none_or(|e| e > total) {
+        if !offset.is_multiple_of(8)
+            || !bytes.len().is_multiple_of(8)
+            || end.is_none_or(|e| e > total)
+        {
             return Err(Error::InvalidParams(format!(
                 "chunk of {} bytes at offset {offset} does not fit a {total}-byte bit array",
                 bytes.len()

@@ -61,14 +61,14 @@ impl Bits {
     /// `offset + 8·words` bytes.
     pub(crate) fn mapped(mut map: MmapMut, offset: usize, words: usize) -> Option<Bits> {
         let end = offset.checked_add(words.checked_mul(8)?)?;
-        if offset % ALIGN != 0 || end > map.len() {
+        if !offset.is_multiple_of(ALIGN) || end > map.len() {
             return None;
         }
         // SAFETY: `offset` is within the mapping (checked above), so the
         // pointer stays inside the same allocation.
         let raw = unsafe { map.as_mut_ptr().add(offset) } as *mut AtomicU64;
         let ptr = NonNull::new(raw)?;
-        if (raw as usize) % ALIGN != 0 {
+        if !(raw as usize).is_multiple_of(ALIGN) {
             return None;
         }
         Some(Bits {
