@@ -293,6 +293,24 @@ impl Filter {
             Access::ReadWrite => OpenOptions::new().read(true).write(true).open(path),
         }
         .map_err(io_err(path, "open"))?;
+        if access == Access::ReadWrite {
+            // One writing process per file: blocked-layout writes rely on
+            // in-process region locks (see `filter`), which another process
+            // cannot see. The advisory lock lives as long as the file handle.
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::Io {
+                        path: path.into(),
+                        op: "lock for writing",
+                        source: std::io::Error::other("another process is writing to it"),
+                    })
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(io_err(path, "lock for writing")(e))
+                }
+            }
+        }
         let meta = file.metadata().map_err(io_err(path, "stat"))?;
         if meta.is_dir() {
             return Err(Error::Io {
@@ -568,6 +586,22 @@ mod tests {
     }
 
     const GOLDEN: u64 = 0xd82c_7656_fc56_a56e;
+
+    #[test]
+    fn one_writer_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.bgf");
+        Filter::new(params()).unwrap().save(&path).unwrap();
+        let first = Filter::open(&path, Access::ReadWrite).unwrap();
+        let err = Filter::open(&path, Access::ReadWrite)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("another process is writing"), "{err}");
+        // Readers are not blocked.
+        Filter::open(&path, Access::ReadOnly).unwrap();
+        drop(first);
+        Filter::open(&path, Access::ReadWrite).unwrap();
+    }
 
     #[test]
     fn golden_header_bytes() {
