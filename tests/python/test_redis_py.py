@@ -74,8 +74,11 @@ def check(r, name):
     p = r.pipeline(transaction=False)
     for i in range(100):
         p.execute_command("BF.ADD", name + ":pipe", f"p{i}")
-    assert all(int(x) == 1 for x in p.execute())
-    assert bf.card(name + ":pipe") == 100
+    added = sum(int(x) for x in p.execute())
+    # 1 % false positives (RedisBloom defaults) may report a new item as present.
+    assert added >= 90, added
+    assert bf.card(name + ":pipe") == added
+    assert all(int(x) == 1 for x in bf.mexists(name + ":pipe", *[f"p{i}" for i in range(100)]))
     return items
 
 

@@ -313,8 +313,19 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 Ok(Some(used)) => {
                     partial_since = None;
                     if !args.is_empty() {
-                        let argv: Vec<&[u8]> = args.iter().map(|r| &buf[r.clone()]).collect();
-                        conn.execute(&argv, &mut out);
+                        // Most commands have few arguments: avoid an allocation.
+                        let mut small: [&[u8]; 8] = [&[]; 8];
+                        let big: Vec<&[u8]>;
+                        let argv: &[&[u8]] = if args.len() <= small.len() {
+                            for (slot, r) in small.iter_mut().zip(args.iter()) {
+                                *slot = &buf[r.clone()];
+                            }
+                            &small[..args.len()]
+                        } else {
+                            big = args.iter().map(|r| &buf[r.clone()]).collect();
+                            &big
+                        };
+                        conn.execute(argv, &mut out);
                     }
                     buf.advance(used);
                     if conn.quit || out.buf.len() > (1 << 20) {
@@ -453,8 +464,17 @@ enum Class {
 impl Conn {
     fn execute(&mut self, argv: &[&[u8]], out: &mut Out) {
         let start = Instant::now();
-        let cmd = upper(argv[0]);
-        let (class, op) = match cmd.as_slice() {
+        // Upper-case the command name on the stack (no allocation).
+        let mut name = [0u8; 24];
+        let cmd: &[u8] = if argv[0].len() <= name.len() {
+            let n = argv[0].len();
+            name[..n].copy_from_slice(argv[0]);
+            name[..n].make_ascii_uppercase();
+            &name[..n]
+        } else {
+            b"\0unknown"
+        };
+        let (class, op) = match cmd {
             b"BF.EXISTS" | b"BF.MEXISTS" => (Class::Read, Op::Check),
             b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"EXISTS" | b"TYPE" | b"KEYS" | b"SCAN"
             | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
@@ -472,7 +492,7 @@ impl Conn {
         match denied {
             Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
             Some(d) => out.error(&format!("NOPERM {}", d.message())),
-            None => self.dispatch(&cmd, argv, out),
+            None => self.dispatch(cmd, argv, out),
         }
         let error = out.buf.get(before) == Some(&b'-');
         self.app
@@ -785,7 +805,10 @@ impl Conn {
             .store
             .names()
             .into_iter()
-            .filter(|n| pattern.map_or(true, |p| glob(p, n.as_bytes())))
+            .filter(|n| match pattern {
+                None => true,
+                Some(p) => glob(p, n.as_bytes()),
+            })
             .collect();
         out.array(2);
         out.bulk(b"0");
