@@ -293,11 +293,11 @@ fn resp_commands_and_redisbloom_shapes() {
     let mut c = s.resp();
     assert_eq!(c.cmd(&["PING"]), V::Simple("PONG".into()));
     assert_eq!(
-        c.cmd(&["BF.RESERVE", "r", "0.01", "100"]),
+        c.cmd(&["BF.RESERVE", "r", "0.0001", "100"]),
         V::Simple("OK".into())
     );
     assert_eq!(
-        c.cmd(&["BF.RESERVE", "r", "0.01", "100"]).err(),
+        c.cmd(&["BF.RESERVE", "r", "0.0001", "100"]).err(),
         "ERR item exists"
     );
     assert_eq!(
