@@ -38,6 +38,8 @@ pub enum Command {
     /// URL canonicalization tools.
     #[command(subcommand)]
     Url(UrlCmd),
+    /// Serve the filters of a directory over HTTP/JSON and the Redis protocol.
+    Serve(ServeArgs),
 }
 
 /// Parses an item count: `10000000000`, `1e10`, `10_000_000`.
@@ -322,6 +324,56 @@ pub enum UrlCmd {
     },
 }
 
+/// A listen address, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<std::net::SocketAddr>);
+
+/// Parses a listen address, or `off`.
+pub fn parse_listen(s: &str) -> Result<Listen, String> {
+    if s == "off" {
+        return Ok(Listen(None));
+    }
+    s.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|_| format!("{s:?} is not a listen address like 127.0.0.1:8080 (or `off`)"))
+}
+
+/// `bloomgate serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Directory of filter files (`NAME.bgf` is served as NAME); also holds the write-ahead log.
+    #[arg(long)]
+    pub data_dir: std::path::PathBuf,
+    /// HTTP/JSON listen address, or `off`.
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
+    pub http: Listen,
+    /// Redis-protocol (RESP2/RESP3, RedisBloom commands) listen address, or `off`.
+    #[arg(long, default_value = "127.0.0.1:6380", value_parser = parse_listen)]
+    pub resp: Listen,
+    /// File whose first line is the access token required for writes
+    /// (HTTP `Authorization: Bearer`, Redis `AUTH`).
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Allow reads without the token.
+    #[arg(long)]
+    pub open_reads: bool,
+    /// Snapshot changed filters (and trim the log) this often, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub snapshot_secs: u64,
+    /// Close connections idle for this many seconds.
+    #[arg(long)]
+    pub idle_secs: Option<u64>,
+    /// Most simultaneous connections per listener.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Once listening, write the bound addresses as JSON to this file.
+    #[arg(long)]
+    pub ready_file: Option<std::path::PathBuf>,
+    /// Worker threads (default: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +403,22 @@ mod tests {
         assert!((parse_fp("0.01%").unwrap() - 1e-4).abs() < 1e-18);
         for bad in ["0", "1", "-0.1", "2", "nan", "x", "inf"] {
             assert!(parse_fp(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(parse_listen("off"), Ok(Listen(None)));
+        assert!(parse_listen("127.0.0.1:0").unwrap().0.is_some());
+        assert!(parse_listen("localhost").is_err());
+        let cli = Cli::try_parse_from(["bloomgate", "serve", "--data-dir", "d", "--http", "off"])
+            .unwrap();
+        match cli.command {
+            Command::Serve(a) => {
+                assert_eq!(a.http, Listen(None));
+                assert!(a.resp.0.is_some());
+            }
+            _ => panic!(),
         }
     }
 

@@ -5,6 +5,7 @@ mod build;
 mod check;
 mod info;
 mod plan;
+mod serve;
 mod union;
 mod url;
 mod whitelist;
@@ -37,6 +38,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Union(a) => union::run(a),
         Command::Whitelist(c) => whitelist::run(c),
         Command::Url(c) => url::run(c),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -1,0 +1,37 @@
+//! `bloomgate serve`: hands the arguments to `bloomgate-server`.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use bloomgate_server::ServeConfig;
+
+use crate::args::ServeArgs;
+
+pub fn run(a: ServeArgs) -> Result<i32> {
+    let mut config = ServeConfig {
+        data_dir: a.data_dir,
+        http: a.http.0,
+        resp: a.resp.0,
+        token_file: a.token_file,
+        open_reads: a.open_reads,
+        snapshot_interval: Duration::from_secs(a.snapshot_secs.max(1)),
+        ready_file: a.ready_file,
+        threads: a.threads,
+        ..ServeConfig::default()
+    };
+    if let Some(s) = a.idle_secs {
+        config.limits.idle_timeout = Duration::from_secs(s);
+    }
+    if let Some(n) = a.max_connections {
+        config.limits.max_connections = n;
+    }
+    if config.http.is_none() && config.resp.is_none() {
+        return Err(crate::cmd::UsageError(
+            "both --http and --resp are off: nothing to serve".into(),
+        )
+        .into());
+    }
+    bloomgate_server::run(config).context("serve")?;
+    Ok(0)
+}
