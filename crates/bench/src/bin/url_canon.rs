@@ -27,7 +27,7 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
     fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 32) * n as u64 >> 32) as usize
+        (((self.next() >> 32) * n as u64) >> 32) as usize
     }
     fn chance(&mut self, percent: usize) -> bool {
         self.below(100) < percent
