@@ -177,28 +177,7 @@ impl Blacklist {
 
     /// The verdict for lookup keys already computed by [`bloomgate_url::query_keys`].
     pub fn verdict(&self, keys: &[Vec<u8>]) -> Verdict {
-        let exempt_all =
-            !self.whitelist.is_empty() && keys.first().is_some_and(|k| self.whitelist.contains(k));
-        let mut whitelisted: Option<&[u8]> = None;
-        for key in keys {
-            if !self.filter.contains(key) {
-                continue;
-            }
-            if exempt_all || self.whitelist.contains(key) {
-                whitelisted.get_or_insert(key);
-                continue;
-            }
-            return Verdict {
-                hit: true,
-                whitelisted: false,
-                matched: Some(String::from_utf8_lossy(key).into_owned()),
-            };
-        }
-        Verdict {
-            hit: false,
-            whitelisted: whitelisted.is_some(),
-            matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
-        }
+        verdict_with(|k| self.filter.contains(k), &self.whitelist, keys)
     }
 
     /// Adds items (normalized with the key kind) to the whitelist in memory.
@@ -238,6 +217,38 @@ impl Blacklist {
     /// Replaces the whitelist (e.g. after reloading it from disk).
     pub fn set_whitelist(&mut self, whitelist: Whitelist) {
         self.whitelist = whitelist;
+    }
+}
+
+/// The whitelist rule, for any membership test (one filter, or the layers of
+/// a growing filter): the first key that is in the set and not whitelisted is
+/// a hit; a whitelisted first key (the query's own canonical form) exempts the
+/// whole query.
+pub fn verdict_with(
+    contains: impl Fn(&[u8]) -> bool,
+    whitelist: &Whitelist,
+    keys: &[Vec<u8>],
+) -> Verdict {
+    let exempt_all = !whitelist.is_empty() && keys.first().is_some_and(|k| whitelist.contains(k));
+    let mut whitelisted: Option<&[u8]> = None;
+    for key in keys {
+        if !contains(key) {
+            continue;
+        }
+        if exempt_all || whitelist.contains(key) {
+            whitelisted.get_or_insert(key);
+            continue;
+        }
+        return Verdict {
+            hit: true,
+            whitelisted: false,
+            matched: Some(String::from_utf8_lossy(key).into_owned()),
+        };
+    }
+    Verdict {
+        hit: false,
+        whitelisted: whitelisted.is_some(),
+        matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
     }
 }
 

@@ -379,29 +379,9 @@ impl Named {
     }
 }
 
-/// The verdict over several layers; mirrors `bloomgate_blacklist::Blacklist::verdict`.
+/// The verdict over several layers, by the same whitelist rule as the CLI.
 fn verdict(st: &Layers, wl: &Whitelist, keys: &[Vec<u8>]) -> Verdict {
-    let exempt_all = !wl.is_empty() && keys.first().is_some_and(|k| wl.contains(k));
-    let mut whitelisted: Option<&[u8]> = None;
-    for key in keys {
-        if !st.contains(key) {
-            continue;
-        }
-        if exempt_all || wl.contains(key) {
-            whitelisted.get_or_insert(key);
-            continue;
-        }
-        return Verdict {
-            hit: true,
-            whitelisted: false,
-            matched: Some(String::from_utf8_lossy(key).into_owned()),
-        };
-    }
-    Verdict {
-        hit: false,
-        whitelisted: whitelisted.is_some(),
-        matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
-    }
+    bloomgate_blacklist::verdict_with(|k| st.contains(k), wl, keys)
 }
 
 /// Parameters of a new filter.
