@@ -31,10 +31,13 @@ fn chains<const S: usize>(words: &[u64], reads: usize) -> f64 {
     }
     let rounds = reads / S;
     let t = Instant::now();
-    for _ in 0..rounds {
+    for r in 0..rounds {
         for s in 0..S {
             let v = words[(idx[s] * 8) as usize];
-            idx[s] = reduce(v ^ (s as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), lines);
+            // Mixing in the step number keeps the walk from falling into a
+            // short cycle (a fixed random map on n lines cycles after ~√n steps).
+            let salt = ((r * S + s) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            idx[s] = reduce((v ^ salt).wrapping_mul(0xD6E8_FEB8_6659_FD93), lines);
         }
     }
     black_box(idx);
