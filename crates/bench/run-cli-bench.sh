@@ -67,7 +67,7 @@ EOF
 # --- timing -----------------------------------------------------------------
 if command -v hyperfine >/dev/null; then
   hyperfine --runs "$RUNS" --warmup 1 --export-json "$WORK/build.json" --export-markdown "$WORK/build.md" \
-    --prepare "rm -f $WORK/out.bloom $WORK/out.bg" -n "bloom create" "$BUILD_BLOOM" -n "bloomgate build" "$BUILD_BG"
+    --prepare "rm -f $WORK/out.bloom" --prepare "rm -f $WORK/out.bg" -n "bloom create" "$BUILD_BLOOM" -n "bloomgate build" "$BUILD_BG"
   hyperfine --runs "$RUNS" --warmup 1 --export-json "$WORK/check.json" --export-markdown "$WORK/check.md" \
     -n "bloom check" "$CHECK_BLOOM" -n "bloomgate check --count" "$CHECK_BG"
   python3 - "$WORK/build.json" "$WORK/check.json" "$N" <<'EOF'
