@@ -470,6 +470,10 @@ async fn delete(State(app): St, headers: HeaderMap, Path(name): Path<String>) ->
 #[derive(Deserialize, Default)]
 struct ReloadBody {
     path: Option<String>,
+    /// Discard acknowledged live adds (and reset the journal) instead of
+    /// carrying them over into the reloaded file.
+    #[serde(default)]
+    drop_live_adds: bool,
 }
 
 async fn reload(
@@ -487,7 +491,11 @@ async fn reload(
     };
     let info = blocking(move || {
         app.store
-            .reload(&name, b.path.as_deref().map(std::path::Path::new))
+            .reload(
+                &name,
+                b.path.as_deref().map(std::path::Path::new),
+                b.drop_live_adds,
+            )
             .map(|n| n.info(true))
     })
     .await??;

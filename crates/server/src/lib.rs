@@ -15,14 +15,16 @@
 //!
 //! Live additions are made durable by a write-ahead log ([`wal`]): an add is
 //! acknowledged only once its record is on disk (`fdatasync`, group commit).
-//! Snapshots rewrite the filter files atomically and trim the log; startup
-//! replays it. Security and resource limits are in [`auth`] and [`Limits`].
+//! Snapshots rewrite the filter files atomically and trim the log, first
+//! copying the trimmed adds into per-filter journals ([`journal`]) that are
+//! replayed onto any reloaded filter file; startup replays both. Security and resource limits are in [`auth`] and [`Limits`].
 //!
 //! The entry point is [`run`], which blocks and builds its own Tokio runtime.
 #![deny(missing_docs)]
 
 pub mod auth;
 pub mod http;
+pub mod journal;
 pub mod metrics;
 pub mod resp;
 pub mod store;

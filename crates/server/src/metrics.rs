@@ -74,6 +74,14 @@ pub struct Metrics {
     pub wal_syncs: AtomicU64,
     /// Log records written.
     pub wal_records: AtomicU64,
+    /// Live-add journals found with a damaged tail (cut off when read).
+    pub journal_damaged: AtomicU64,
+    /// Bytes of damaged journal tails discarded.
+    pub journal_lost_bytes: AtomicU64,
+    /// Records copied from the log into live-add journals by snapshots.
+    pub journal_records: AtomicU64,
+    /// Live adds (journal and log) re-inserted into reloaded filter files.
+    pub journal_replayed: AtomicU64,
 }
 
 impl Metrics {
@@ -131,7 +139,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 13] = [
             (
                 "bloomgate_items_checked_total",
                 "Items looked up.",
@@ -176,6 +184,26 @@ impl Metrics {
                 "bloomgate_snapshots_total",
                 "Snapshots written.",
                 &self.snapshots,
+            ),
+            (
+                "bloomgate_journal_records_total",
+                "Add records copied from the log into live-add journals (NAME.live).",
+                &self.journal_records,
+            ),
+            (
+                "bloomgate_journal_replayed_total",
+                "Live adds re-inserted into reloaded or replaced filter files.",
+                &self.journal_replayed,
+            ),
+            (
+                "bloomgate_journal_damaged_total",
+                "Live-add journals found with a damaged tail (intact prefix kept).",
+                &self.journal_damaged,
+            ),
+            (
+                "bloomgate_journal_lost_bytes_total",
+                "Bytes of damaged live-add journal tails discarded.",
+                &self.journal_lost_bytes,
             ),
         ];
         for (name, help, v) in counters {

@@ -8,7 +8,21 @@
 //! | `NAME.bgf.layer1`, `.layer2`, … | further layers of a scaling filter |
 //! | `NAME.bgf.meta` | JSON `{"expansion": 2, "nonscaling": false}` for filters created through the Redis protocol |
 //! | `NAME.bgf.whitelist` | the exact whitelist (`bloomgate-blacklist`'s format) |
+//! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
 //! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
+//!
+//! # Live adds survive reloads
+//!
+//! An acknowledged add is never lost: a snapshot copies the add records it
+//! trims from the log into `NAME.live` (fsynced) before deleting the log
+//! segments, and every time a filter file is (re)loaded — HTTP reload,
+//! SIGHUP, startup — the journal and the filter's not-yet-trimmed log
+//! records are inserted into the new layers *before* they are published.
+//! Log records are matched to a filter by the seeds of its lineage (see
+//! [`crate::journal`]), so records made before a reload still count after
+//! it, while those of a deleted filter do not come back with a new one of
+//! the same name. Only a reload with `drop_live_adds` (which resets the
+//! journal) or deleting the filter discards them.
 //!
 //! # Growth
 //!
@@ -48,6 +62,7 @@ use bloomgate_engine::{plan, random_seed, Access, Filter, Layout, Params};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 use serde::{Deserialize, Serialize};
 
+use crate::journal::{self, Lineage};
 use crate::metrics::Metrics;
 use crate::wal::{self, AckRx, Record, Wal};
 use crate::Limits;
@@ -143,6 +158,16 @@ impl Layers {
     pub fn seed(&self) -> u64 {
         self.layers[0].params().seed
     }
+
+    /// The lineage marker of these layers (layer-0 seed and key rules).
+    pub fn lineage(&self) -> Lineage {
+        let p = self.layers[0].params();
+        Lineage {
+            seed: p.seed,
+            key_kind: p.key_kind,
+            match_mode: p.match_mode,
+        }
+    }
 }
 
 /// What happened to one added entry.
@@ -190,6 +215,9 @@ pub struct Named {
     hits: AtomicU64,
     fill_cache: Mutex<Option<(Instant, f64)>>,
     loaded: Mutex<Option<FileId>>,
+    /// Layer-0 seeds (and key rules) whose log records belong to this
+    /// filter: the markers of `NAME.live` (changed under the snapshot lock).
+    lineage: Mutex<Vec<Lineage>>,
 }
 
 /// Per-filter information (HTTP `info`, `BF.INFO`).
@@ -232,10 +260,17 @@ pub struct Info {
 }
 
 impl Named {
-    fn new(name: String, layers: Layers, whitelist: Whitelist, loaded: Option<FileId>) -> Named {
+    fn new(
+        name: String,
+        layers: impl Into<Arc<Layers>>,
+        whitelist: Whitelist,
+        loaded: Option<FileId>,
+    ) -> Named {
+        let layers: Arc<Layers> = layers.into();
         Named {
+            lineage: Mutex::new(vec![layers.lineage()]),
             name,
-            state: ArcSwap::from_pointee(layers),
+            state: ArcSwap::new(layers),
             whitelist: ArcSwap::from_pointee(whitelist),
             write: Mutex::new(()),
             dirty: AtomicBool::new(false),
@@ -603,6 +638,40 @@ impl Store {
                 Err(e) => eprintln!("bloomgate serve: skipping {}: {e}", path.display()),
             }
         }
+        // Journals of live adds: learn each filter's lineage and insert its
+        // journaled adds (a no-op unless the file was replaced while the
+        // server was down, or a crash followed a reload).
+        for n in filters.values() {
+            let jpath = journal::path(dir, &n.name);
+            let c = journal::load(&jpath, &metrics)
+                .map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))?;
+            let current = n.state.load().lineage();
+            let mut lineage = c.lineage;
+            if !lineage.iter().any(|l| l.seed == current.seed) {
+                // First time served, or NAME.bgf was replaced while the
+                // server was down: the new file joins the lineage.
+                let mut m = Vec::new();
+                journal::marker(&mut m, &n.name, current);
+                journal::append(&jpath, &m)
+                    .map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))?;
+                lineage.push(current);
+            }
+            let mut inserted = 0u64;
+            for (seed, key) in &c.adds {
+                if let Ok(true) = replay_key(&n.state, &lineage, *seed, key, &limits) {
+                    inserted += 1;
+                }
+            }
+            if inserted > 0 {
+                eprintln!(
+                    "bloomgate serve: {}: re-inserted {inserted} journaled live add(s) missing from its file",
+                    n.name
+                );
+                metrics.journal_replayed.fetch_add(inserted, Relaxed);
+                n.dirty.store(true, Relaxed);
+            }
+            *lock(&n.lineage) = lineage;
+        }
         let wal_dir = dir.join(".bloomgate-wal");
         std::fs::create_dir_all(&wal_dir)
             .map_err(|e| StoreError::Io(format!("{}: {e}", wal_dir.display())))?;
@@ -638,7 +707,8 @@ impl Store {
             metrics,
             snapshot_lock: Mutex::new(()),
         };
-        if !old.is_empty() {
+        let any_dirty = store.all().iter().any(|n| n.dirty.load(Relaxed));
+        if !old.is_empty() || any_dirty {
             store.snapshot()?;
         }
         Ok(store)
@@ -726,8 +796,27 @@ impl Store {
         params.key_kind = spec.kind.as_u8();
         params.match_mode = spec.mode.as_u8();
         let base = self.base(name);
+        self.fresh_journal(name, &params)?;
         let layers = self.write_new(&base, &[(params, 0)], &spec.growth, 0)?;
         self.install(name, &base, layers)
+    }
+
+    /// A new filter starts a new journal holding only its lineage marker
+    /// (written before its files, so stale adds of a deleted namesake can
+    /// never attach to it).
+    fn fresh_journal(&self, name: &str, layer0: &Params) -> Result<(), StoreError> {
+        let jpath = journal::path(&self.dir, name);
+        let mut m = Vec::new();
+        journal::marker(
+            &mut m,
+            name,
+            Lineage {
+                seed: layer0.seed,
+                key_kind: layer0.key_kind,
+                match_mode: layer0.match_mode,
+            },
+        );
+        journal::reset(&jpath, &m).map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))
     }
 
     /// Writes a new filter's files (removing stale ones) and opens it.
@@ -783,6 +872,9 @@ impl Store {
         remove_files(&base);
         let _ = std::fs::remove_file(Whitelist::path_for(&base));
         sync_dir(&base);
+        // Last: a crash before this leaves a journal without a filter, which
+        // a later create resets (and a later reload of the name reuses).
+        journal::remove(&journal::path(&self.dir, name));
         Ok(true)
     }
 
@@ -795,6 +887,7 @@ impl Store {
         out: &mut Vec<AddOutcome>,
     ) -> Result<Option<AckRx>, StoreError> {
         let mut log = Vec::new();
+        let mut changed = false;
         {
             let _w = lock(&named.write);
             if named.deleted.load(Relaxed) {
@@ -816,9 +909,13 @@ impl Store {
                 let outcome = add_key(named, &key, &self.limits)?;
                 if outcome == AddOutcome::New {
                     self.metrics.items_added.fetch_add(1, Relaxed);
+                    changed = true;
                 }
                 let stop = outcome == AddOutcome::Full;
-                if matches!(outcome, AddOutcome::New) {
+                // "Exists" is logged too: the bits that answered it may belong
+                // to the file's own items (or be a false positive), and a
+                // reload can replace them; the acknowledged add must survive.
+                if matches!(outcome, AddOutcome::New | AddOutcome::Exists) {
                     wal::encode_add(&mut log, &named.name, st.seed(), &key);
                 }
                 out.push(outcome);
@@ -829,7 +926,9 @@ impl Store {
             if log.is_empty() {
                 return Ok(None);
             }
-            named.dirty.store(true, Relaxed);
+            if changed {
+                named.dirty.store(true, Relaxed);
+            }
             Ok(Some(self.wal.append(log)))
         }
     }
@@ -898,6 +997,8 @@ impl Store {
         if let Some(e) = failure {
             return Err(e);
         }
+        // Before the log is trimmed, its adds go to the journals.
+        self.journal_segments(&old)?;
         for p in &old {
             let _ = std::fs::remove_file(p);
         }
@@ -909,6 +1010,55 @@ impl Store {
             filters_saved: saved,
             segments_removed: old.len(),
         })
+    }
+
+    /// Appends every add record of `segments` to the journal of the filter
+    /// whose lineage it belongs to. Filters that are not served (deleted, or
+    /// failed to load) keep theirs if their journal exists and claims the seed.
+    fn journal_segments(&self, segments: &[PathBuf]) -> Result<(), StoreError> {
+        if segments.is_empty() {
+            return Ok(());
+        }
+        let mut seeds: HashMap<String, Vec<u64>> = self
+            .filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, n)| (k.clone(), lock(&n.lineage).iter().map(|l| l.seed).collect()))
+            .collect();
+        let mut out: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut records = 0u64;
+        for seg in segments {
+            wal::read_segment(seg, |rec| {
+                let Record::Add { name, seed, key } = rec else {
+                    return;
+                };
+                let mine = seeds.entry(name.clone()).or_insert_with(|| {
+                    if !valid_name(&name) {
+                        return Vec::new();
+                    }
+                    let jpath = journal::path(&self.dir, &name);
+                    if !jpath.exists() {
+                        return Vec::new();
+                    }
+                    journal::load(&jpath, &self.metrics)
+                        .map(|c| c.lineage.iter().map(|l| l.seed).collect())
+                        .unwrap_or_default()
+                });
+                if mine.contains(&seed) {
+                    wal::encode_add(out.entry(name.clone()).or_default(), &name, seed, &key);
+                    records += 1;
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("{}: {e}", seg.display())))?;
+        }
+        for (name, buf) in &out {
+            let jpath = journal::path(&self.dir, name);
+            journal::append(&jpath, buf)
+                .map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))?;
+        }
+        self.metrics.journal_records.fetch_add(records, Relaxed);
+        Ok(())
     }
 
     fn save_named(&self, n: &Named) -> Result<(), StoreError> {
@@ -926,9 +1076,20 @@ impl Store {
     /// verified, copied into the data directory and renamed over `NAME.bgf`;
     /// without, `NAME.bgf` itself (already replaced by the operator) is
     /// verified and reopened. A file that does not verify is refused and the
-    /// old filter keeps serving. Adds made since the last snapshot are not
-    /// carried over: the rebuilt file is the new truth.
-    pub fn reload(&self, name: &str, source: Option<&Path>) -> Result<Arc<Named>, StoreError> {
+    /// old filter keeps serving.
+    ///
+    /// Acknowledged live adds are carried over: before the new layers are
+    /// published, every add in `NAME.live` and every add record of the
+    /// filter's lineage still in the log is inserted into them (converted if
+    /// the new file has other key rules), and the new file's seed joins the
+    /// lineage. With `drop_live_adds` nothing is carried over and the journal
+    /// is reset: the rebuilt file is the new truth.
+    pub fn reload(
+        &self,
+        name: &str,
+        source: Option<&Path>,
+        drop_live_adds: bool,
+    ) -> Result<Arc<Named>, StoreError> {
         if !valid_name(name) {
             return Err(StoreError::BadName(name.into()));
         }
@@ -960,7 +1121,8 @@ impl Store {
                 }
             }
         }
-        // The rebuilt file replaces every layer.
+        // The rebuilt file replaces every layer (live adds that lived in
+        // further layers are in the journal or the log).
         for i in 1.. {
             let p = layer_path(&base, i);
             if std::fs::remove_file(&p).is_err() {
@@ -969,18 +1131,86 @@ impl Store {
         }
         let (layers, wl) = load_layers(&base)?;
         let id = file_id(&base);
-        match self.get(name) {
+        let current = self.get(name);
+        // Hold off adds until the new layers are published: every add made
+        // against the old layers is then queued before the rotation below,
+        // so it is in one of the segments it returns.
+        let _w = current.as_ref().map(|n| lock(&n.write));
+        let new_lin = layers.lineage();
+        let state = ArcSwap::from_pointee(layers);
+        let jpath = journal::path(&self.dir, name);
+        let jerr = |e: std::io::Error| StoreError::Io(format!("{}: {e}", jpath.display()));
+        let mut inserted = 0u64;
+        let lineage = if drop_live_adds {
+            let mut m = Vec::new();
+            journal::marker(&mut m, name, new_lin);
+            journal::reset(&jpath, &m).map_err(jerr)?;
+            vec![new_lin]
+        } else {
+            let segments = self.wal.rotate()?;
+            let c = journal::load(&jpath, &self.metrics).map_err(jerr)?;
+            let mut lineage = c.lineage;
+            if let Some(n) = &current {
+                for l in lock(&n.lineage).iter() {
+                    if !lineage.iter().any(|x| x.seed == l.seed) {
+                        lineage.push(*l);
+                    }
+                }
+            }
+            let mut failure = None;
+            for (seed, key) in &c.adds {
+                match replay_key(&state, &lineage, *seed, key, &self.limits) {
+                    Ok(true) => inserted += 1,
+                    Ok(false) => {}
+                    Err(e) => failure = Some(e),
+                }
+            }
+            for seg in &segments {
+                wal::read_segment(seg, |rec| {
+                    if let Record::Add {
+                        name: n, seed, key, ..
+                    } = rec
+                    {
+                        if n == name && lineage.iter().any(|l| l.seed == seed) {
+                            match replay_key(&state, &lineage, seed, &key, &self.limits) {
+                                Ok(true) => inserted += 1,
+                                Ok(false) => {}
+                                Err(e) => failure = Some(e),
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| StoreError::Io(format!("{}: {e}", seg.display())))?;
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if !lineage.iter().any(|l| l.seed == new_lin.seed) {
+                let mut m = Vec::new();
+                journal::marker(&mut m, name, new_lin);
+                journal::append(&jpath, &m).map_err(jerr)?;
+                lineage.push(new_lin);
+            }
+            lineage
+        };
+        if inserted > 0 {
+            self.metrics.journal_replayed.fetch_add(inserted, Relaxed);
+        }
+        let layers = state.into_inner();
+        match &current {
             Some(named) => {
-                let _w = lock(&named.write);
-                named.state.store(Arc::new(layers));
+                named.state.store(layers);
                 named.whitelist.store(Arc::new(wl));
-                named.dirty.store(false, Relaxed);
+                named.dirty.store(inserted > 0, Relaxed);
                 *lock(&named.fill_cache) = None;
                 *lock(&named.loaded) = id;
+                *lock(&named.lineage) = lineage;
                 Ok(named.clone())
             }
             None => {
                 let named = Arc::new(Named::new(name.into(), layers, wl, id));
+                named.dirty.store(inserted > 0, Relaxed);
+                *lock(&named.lineage) = lineage;
                 self.filters
                     .write()
                     .unwrap_or_else(|e| e.into_inner())
@@ -1012,7 +1242,7 @@ impl Store {
                 None => true,
             };
             if changed {
-                match self.reload(name, None) {
+                match self.reload(name, None, false) {
                     Ok(_) => report.push(format!("reloaded {name}")),
                     Err(e) => report.push(format!("kept {name}: {e}")),
                 }
@@ -1122,6 +1352,7 @@ impl Store {
                 return Err(StoreError::Exists(name.into()));
             }
             let base = self.base(name);
+            self.fresh_journal(name, &specs[0].0)?;
             let layers = self.write_new(&base, &specs, &growth, 0)?;
             self.install(name, &base, layers)?;
             return Ok(None);
@@ -1216,22 +1447,41 @@ fn remove_files(base: &Path) {
 /// RedisBloom's add: present anywhere → exists; full newest layer → grow (or
 /// refuse if non-scaling); insert into the newest layer.
 fn add_key(named: &Named, key: &[u8], limits: &Limits) -> Result<AddOutcome, StoreError> {
-    let st = named.state.load_full();
+    insert_key(&named.state, key, limits, false)
+}
+
+/// [`add_key`] on a filter's state. With `force` (re-inserting an add that
+/// was acknowledged earlier) it never refuses: a full non-scaling filter, or
+/// one that cannot grow further, takes the key into its newest layer anyway.
+fn insert_key(
+    state: &ArcSwap<Layers>,
+    key: &[u8],
+    limits: &Limits,
+    force: bool,
+) -> Result<AddOutcome, StoreError> {
+    let st = state.load_full();
     if st.contains(key) {
         return Ok(AddOutcome::Exists);
     }
     let last = st.layers.last().expect("at least one layer");
     let full = last.items() >= last.params().planned_items;
     let target = match &st.growth {
-        Growth::Redis(m) if full && m.nonscaling => return Ok(AddOutcome::Full),
-        Growth::Redis(m) if full => {
+        Growth::Redis(m) if full && m.nonscaling && !force => return Ok(AddOutcome::Full),
+        Growth::Redis(m) if full && !m.nonscaling => 'grow: {
             let p = last.params();
             let cap = p.planned_items.saturating_mul(m.expansion.max(1) as u64);
             let fp = (p.target_fp * 0.5).max(1e-15);
-            let plan = plan(p.layout, cap, fp).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let plan = match plan(p.layout, cap, fp) {
+                Ok(plan) => plan,
+                Err(_) if force => break 'grow last.clone(),
+                Err(e) => return Err(StoreError::Invalid(e.to_string())),
+            };
             if st.bytes().saturating_add(plan.bytes()) > limits.max_filter_bytes
                 || st.layers.len() >= 64
             {
+                if force {
+                    break 'grow last.clone();
+                }
                 return Err(StoreError::Invalid(
                     "filter cannot grow further (size limit reached)".into(),
                 ));
@@ -1242,7 +1492,7 @@ fn add_key(named: &Named, key: &[u8], limits: &Limits) -> Result<AddOutcome, Sto
             let layer = Arc::new(Filter::new(params)?);
             let mut layers = st.layers.clone();
             layers.push(layer.clone());
-            named.state.store(Arc::new(Layers {
+            state.store(Arc::new(Layers {
                 layers,
                 kind: st.kind,
                 mode: st.mode,
@@ -1259,13 +1509,52 @@ fn add_key(named: &Named, key: &[u8], limits: &Limits) -> Result<AddOutcome, Sto
     })
 }
 
+/// Re-inserts an acknowledged add (from a journal or the log) made under
+/// `seed` into `state`. A key normalized under other key rules than the
+/// state's (the file was rebuilt with another key kind or match mode) is
+/// normalized again with the state's rules; if that fails the key cannot be
+/// expressed in the new filter and is reported. Returns whether it was new.
+fn replay_key(
+    state: &ArcSwap<Layers>,
+    lineage: &[Lineage],
+    seed: u64,
+    key: &[u8],
+    limits: &Limits,
+) -> Result<bool, StoreError> {
+    let st = state.load();
+    let (kind, mode) = (st.kind, st.mode);
+    drop(st);
+    let same = match lineage.iter().find(|l| l.seed == seed) {
+        Some(l) => l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8(),
+        None => true,
+    };
+    let key: std::borrow::Cow<[u8]> = if same {
+        key.into()
+    } else {
+        match entry_key(kind, mode, key) {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!(
+                    "bloomgate serve: a journaled live add cannot be converted to the new file's key rules ({} {}): {e}: {:?}",
+                    kind.as_str(),
+                    mode.as_str(),
+                    String::from_utf8_lossy(key)
+                );
+                return Ok(false);
+            }
+        }
+    };
+    Ok(insert_key(state, &key, limits, true)? == AddOutcome::New)
+}
+
 fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
     match rec {
         Record::Add { name, seed, key } => {
             if let Some(n) = filters.get(&name) {
-                if n.state.load().seed() == seed {
+                let lineage = lock(&n.lineage);
+                if lineage.iter().any(|l| l.seed == seed) {
                     let limits = Limits::default();
-                    if add_key(n, &key, &limits).is_ok() {
+                    if let Ok(true) = replay_key(&n.state, &lineage, seed, &key, &limits) {
                         n.dirty.store(true, Relaxed);
                     }
                 }
@@ -1289,6 +1578,7 @@ fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
                 }
             }
         }
+        Record::Lineage { .. } => {}
     }
 }
 

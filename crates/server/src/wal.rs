@@ -10,12 +10,16 @@
 //! u32 LE  payload length (≤ 64 MiB)
 //! u64 LE  xxh3-64 of the payload
 //! payload:
-//!   u8      kind (1 = add key, 2 = OR a chunk of bits)
+//!   u8      kind (1 = add key, 2 = OR a chunk of bits, 3 = lineage marker)
 //!   u16 LE  filter name length, then the name
 //!   u64 LE  seed of the filter's first layer (identifies this incarnation)
 //!   kind 1: the normalized key bytes
 //!   kind 2: u32 LE layer, u64 LE byte offset, then the bytes
+//!   kind 3: u8 key kind, u8 match mode (only in live-add journals)
 //! ```
+//!
+//! The same segment format (magic and records) is used by the per-filter
+//! journals of live adds, `NAME.live` ([`crate::journal`]).
 //!
 //! Records carry the *normalized* key, so replay needs no URL parsing, and
 //! the seed of the filter they were made against: a record for a filter that
@@ -62,6 +66,7 @@ pub const MAGIC: &[u8; 8] = b"BGWAL001";
 pub const MAX_RECORD: usize = 64 << 20;
 const KIND_ADD: u8 = 1;
 const KIND_CHUNK: u8 = 2;
+const KIND_LINEAGE: u8 = 3;
 
 /// One decoded log record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +92,19 @@ pub enum Record {
         offset: u64,
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// A live-add journal's marker: filter files with this layer-0 seed
+    /// belong to the journal's filter, and their keys were normalized with
+    /// this key kind and match mode.
+    Lineage {
+        /// Filter name.
+        name: String,
+        /// Seed of the filter's first layer.
+        seed: u64,
+        /// Key kind code.
+        key_kind: u8,
+        /// Match mode code.
+        match_mode: u8,
     },
 }
 
@@ -130,6 +148,14 @@ pub fn encode_chunk(
     seal(out, start);
 }
 
+/// Appends an encoded lineage marker to `out`.
+pub fn encode_lineage(out: &mut Vec<u8>, name: &str, seed: u64, key_kind: u8, match_mode: u8) {
+    let start = header(out, KIND_LINEAGE, name, seed);
+    out.push(key_kind);
+    out.push(match_mode);
+    seal(out, start);
+}
+
 fn decode_payload(p: &[u8]) -> Option<Record> {
     let kind = *p.first()?;
     let nlen = u16::from_le_bytes(p.get(1..3)?.try_into().ok()?) as usize;
@@ -150,6 +176,12 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
             offset: u64::from_le_bytes(body.get(4..12)?.try_into().ok()?),
             data: body.get(12..)?.to_vec(),
         }),
+        KIND_LINEAGE if body.len() == 2 => Some(Record::Lineage {
+            name,
+            seed,
+            key_kind: body[0],
+            match_mode: body[1],
+        }),
         _ => None,
     }
 }
@@ -166,16 +198,22 @@ pub struct SegmentReport {
 }
 
 /// Reads a segment's records. Stops at the first damaged record.
-pub fn read_segment(path: &Path, mut f: impl FnMut(Record)) -> std::io::Result<SegmentReport> {
+pub fn read_segment(path: &Path, f: impl FnMut(Record)) -> std::io::Result<SegmentReport> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(read_bytes(&bytes, f))
+}
+
+/// Reads the records of a segment's contents. Stops at the first damaged
+/// record; the intact prefix is `bytes.len() - lost_bytes` long.
+pub fn read_bytes(bytes: &[u8], mut f: impl FnMut(Record)) -> SegmentReport {
     let mut rep = SegmentReport::default();
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         rep.lost_bytes = bytes.len() as u64;
         if !bytes.is_empty() {
             rep.problem = Some("bad segment magic".into());
         }
-        return Ok(rep);
+        return rep;
     }
     let mut pos = MAGIC.len();
     while pos < bytes.len() {
@@ -208,7 +246,7 @@ pub fn read_segment(path: &Path, mut f: impl FnMut(Record)) -> std::io::Result<S
             }
         }
     }
-    Ok(rep)
+    rep
 }
 
 /// Segment paths in `dir`, sorted by number.

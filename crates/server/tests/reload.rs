@@ -1,0 +1,383 @@
+//! Zero false negatives across reloads: acknowledged live adds (before and
+//! after a snapshot) survive swapping in a rebuilt filter file — through
+//! HTTP, through SIGHUP, and across SIGKILL — unless the operator explicitly
+//! asks to drop them.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bloomgate_engine::{plan, random_seed, Filter, Layout, Params};
+use bloomgate_url::{entry_key, KeyKind, MatchMode};
+use common::{Server, V};
+
+/// Writes a filter file (like `bloomgate build`) holding `items` only.
+fn build(path: &Path, kind: KeyKind, mode: MatchMode, items: &[String]) {
+    let plan = plan(Layout::Blocked, 20_000, 1e-5).unwrap();
+    let mut p = Params::from_plan(&plan, random_seed());
+    p.key_kind = kind.as_u8();
+    p.match_mode = mode.as_u8();
+    let mut f = Filter::create_file(path, p).unwrap();
+    for it in items {
+        let k = entry_key(kind, mode, it.as_bytes()).unwrap();
+        f.insert(&k);
+    }
+    f.persist().unwrap();
+}
+
+fn urls(tag: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("http://{tag}{i}.example/bad/"))
+        .collect()
+}
+
+fn raws(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+/// HTTP add; asserts it was acknowledged.
+fn add(s: &Server, name: &str, items: &[String]) {
+    let body = serde_json::to_string(items).unwrap();
+    let (st, v) = s.http(
+        "POST",
+        &format!("/v1/filters/{name}/add"),
+        Some(&body),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+}
+
+/// HTTP batch check: how many of `items` hit.
+fn hits(s: &Server, name: &str, items: &[String]) -> usize {
+    let mut n = 0;
+    for chunk in items.chunks(1000) {
+        let body = serde_json::to_string(chunk).unwrap();
+        let (st, v) = s.http(
+            "POST",
+            &format!("/v1/filters/{name}/check"),
+            Some(&body),
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        n += v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["hit"] == true)
+            .count();
+    }
+    n
+}
+
+/// Every URL also hits through a canonicalized, deeper variant.
+fn url_variants(items: &[String]) -> Vec<String> {
+    items
+        .iter()
+        .map(|u| u.replace("http://", "HTTP://") + "deeper/page.html?x=1")
+        .collect()
+}
+
+fn resp_hits(s: &Server, name: &str, items: &[String]) -> usize {
+    let mut c = s.resp();
+    let mut args: Vec<&[u8]> = vec![b"BF.MEXISTS", name.as_bytes()];
+    args.extend(items.iter().map(|s| s.as_bytes()));
+    c.send(&args);
+    c.read()
+        .unwrap()
+        .arr()
+        .iter()
+        .filter(|v| v.int() == 1)
+        .count()
+}
+
+fn resp_madd(s: &Server, name: &str, items: &[String]) {
+    let mut c = s.resp();
+    let mut args: Vec<&[u8]> = vec![b"BF.MADD", name.as_bytes()];
+    args.extend(items.iter().map(|s| s.as_bytes()));
+    c.send(&args);
+    assert_eq!(c.read().unwrap().arr().len(), items.len());
+}
+
+fn snapshot(s: &Server) {
+    let (st, v) = s.http("POST", "/v1/snapshot", None, None);
+    assert_eq!(st, 200, "{v}");
+}
+
+fn reload(s: &Server, name: &str, body: &str) -> serde_json::Value {
+    let (st, v) = s.http(
+        "POST",
+        &format!("/v1/filters/{name}/reload"),
+        Some(body),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+fn metric(s: &Server, name: &str) -> f64 {
+    let (_, v) = s.http("GET", "/metrics", None, None);
+    let text = v["text"].as_str().unwrap().to_string();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} not in metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn http_reload_keeps_live_adds_unless_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"urls","items":10000,"fp":0.0001,"kind":"url","mode":"prefix"}"#),
+        None,
+    );
+    assert_eq!(st, 201);
+    // A Redis-style scaling filter that has grown past its first layer.
+    assert_eq!(
+        s.resp().cmd(&["BF.RESERVE", "k", "0.001", "50"]),
+        V::Simple("OK".into())
+    );
+    let (a, ka) = (urls("before", 300), raws("before", 300));
+    add(&s, "urls", &a);
+    resp_madd(&s, "k", &ka);
+    snapshot(&s);
+    let (b, kb) = (urls("after", 300), raws("after", 300));
+    add(&s, "urls", &b);
+    resp_madd(&s, "k", &kb);
+
+    // Rebuilt files with other items only.
+    let (c, kc) = (urls("rebuilt", 300), raws("rebuilt", 300));
+    let c_path = out.path().join("urls-rebuilt.bgf");
+    build(&c_path, KeyKind::Url, MatchMode::Prefix, &c);
+    let kc_path = out.path().join("k-rebuilt.bgf");
+    build(&kc_path, KeyKind::Raw, MatchMode::Exact, &kc);
+    reload(
+        &s,
+        "urls",
+        &serde_json::json!({ "path": c_path }).to_string(),
+    );
+    reload(&s, "k", &serde_json::json!({ "path": kc_path }).to_string());
+    for set in [&a, &b, &c] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+        assert_eq!(hits(&s, "urls", &url_variants(set)), set.len());
+    }
+    for set in [&ka, &kb, &kc] {
+        assert_eq!(resp_hits(&s, "k", set), set.len());
+    }
+    assert!(metric(&s, "bloomgate_journal_replayed_total") >= 1200.0);
+
+    // Survives a restart (clean) and a second reload.
+    assert!(s.term().success());
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    for set in [&a, &b, &c] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    let d = urls("second", 200);
+    let d_path = out.path().join("urls-second.bgf");
+    build(&d_path, KeyKind::Url, MatchMode::Prefix, &d);
+    reload(
+        &s,
+        "urls",
+        &serde_json::json!({ "path": d_path }).to_string(),
+    );
+    for set in [&a, &b, &d] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    // Live adds still only in the log when the drop comes.
+    let x = urls("unsnapshotted", 200);
+    add(&s, "urls", &x);
+    let kx = raws("unsnapshotted", 200);
+    resp_madd(&s, "k", &kx);
+
+    // The explicit opt-out: only the new file's items remain.
+    let e = urls("dropped", 200);
+    let e_path = out.path().join("urls-drop.bgf");
+    build(&e_path, KeyKind::Url, MatchMode::Prefix, &e);
+    reload(
+        &s,
+        "urls",
+        &serde_json::json!({ "path": e_path, "drop_live_adds": true }).to_string(),
+    );
+    assert_eq!(hits(&s, "urls", &e), e.len());
+    let stale = hits(&s, "urls", &a) + hits(&s, "urls", &b) + hits(&s, "urls", &x);
+    assert!(stale <= 3, "{stale} dropped live adds still hit");
+    // ... also after a crash: dropped adds are not resurrected from the log.
+    drop(s);
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    assert_eq!(hits(&s, "urls", &e), e.len());
+    let stale = hits(&s, "urls", &a) + hits(&s, "urls", &b) + hits(&s, "urls", &x);
+    assert!(
+        stale <= 3,
+        "{stale} dropped live adds still hit after restart"
+    );
+
+    // Delete removes the journal; a new filter of that name starts empty.
+    let live = dir.path().join("k.live");
+    assert!(live.exists());
+    let (st, _) = s.http("DELETE", "/v1/filters/k", None, None);
+    assert_eq!(st, 200);
+    assert!(!live.exists());
+    assert_eq!(
+        s.resp().cmd(&["BF.RESERVE", "k", "0.0001", "1000"]),
+        V::Simple("OK".into())
+    );
+    let old_k = || {
+        [&ka, &kb, &kx]
+            .iter()
+            .map(|set| resp_hits(&s, "k", set))
+            .sum::<usize>()
+    };
+    assert!(old_k() <= 3);
+    assert!(live.exists());
+    snapshot(&s);
+    drop(s);
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let old_k = || {
+        [&ka, &kb, &kx]
+            .iter()
+            .map(|set| resp_hits(&s, "k", set))
+            .sum::<usize>()
+    };
+    assert!(old_k() <= 3);
+}
+
+#[test]
+fn sighup_reload_keeps_live_adds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    // A CLI-built filter, served from the start.
+    let base = urls("base", 100);
+    build(
+        &dir.path().join("cli.bgf"),
+        KeyKind::Url,
+        MatchMode::Prefix,
+        &base,
+    );
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let a = urls("before", 300);
+    add(&s, "cli", &a);
+    snapshot(&s);
+    let b = urls("after", 300);
+    add(&s, "cli", &b);
+    // The operator drops a rebuilt file into place (atomic rename) and sends SIGHUP.
+    let c = urls("rebuilt", 300);
+    let tmp = out.path().join("cli.bgf");
+    build(&tmp, KeyKind::Url, MatchMode::Prefix, &c);
+    std::fs::copy(&tmp, dir.path().join("cli.bgf.incoming")).unwrap();
+    std::fs::rename(
+        dir.path().join("cli.bgf.incoming"),
+        dir.path().join("cli.bgf"),
+    )
+    .unwrap();
+    let pid = s.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t = Instant::now();
+    while hits(&s, "cli", &c) < c.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "SIGHUP reload not seen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for set in [&a, &b, &c] {
+        assert_eq!(hits(&s, "cli", set), set.len());
+        assert_eq!(hits(&s, "cli", &url_variants(set)), set.len());
+    }
+}
+
+#[test]
+fn sigkill_around_snapshot_and_reload_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"urls","items":10000,"fp":0.0001,"kind":"url","mode":"prefix"}"#),
+        None,
+    );
+    assert_eq!(st, 201);
+    let a = urls("before", 300);
+    add(&s, "urls", &a);
+    snapshot(&s);
+    let b = urls("after", 300);
+    add(&s, "urls", &b);
+    // Crash between the snapshot and the reload.
+    s.kill9();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let c = urls("rebuilt", 300);
+    let c_path = out.path().join("c.bgf");
+    build(&c_path, KeyKind::Url, MatchMode::Prefix, &c);
+    reload(
+        &s,
+        "urls",
+        &serde_json::json!({ "path": c_path }).to_string(),
+    );
+    for set in [&a, &b, &c] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    // More adds, then a crash right after another reload (no snapshot since).
+    let d = urls("later", 300);
+    add(&s, "urls", &d);
+    let e = urls("second", 300);
+    let e_path = out.path().join("e.bgf");
+    build(&e_path, KeyKind::Url, MatchMode::Prefix, &e);
+    reload(
+        &s,
+        "urls",
+        &serde_json::json!({ "path": e_path }).to_string(),
+    );
+    let f = urls("final", 300);
+    add(&s, "urls", &f);
+    s.kill9();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    for set in [&a, &b, &d, &e, &f] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    // The file replaced while the server is down (after a crash with
+    // unsnapshotted adds): the journal and the log are replayed at startup.
+    let g = urls("whiledown", 300);
+    add(&s, "urls", &g);
+    s.kill9();
+    let h = urls("offline", 300);
+    build(
+        &out.path().join("urls.bgf"),
+        KeyKind::Url,
+        MatchMode::Prefix,
+        &h,
+    );
+    std::fs::copy(out.path().join("urls.bgf"), dir.path().join("urls.bgf")).unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    for set in [&a, &b, &d, &f, &g, &h] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    // A torn journal tail is cut off and reported; the intact prefix is kept.
+    s.kill9();
+    let live = dir.path().join("urls.live");
+    let mut bytes = std::fs::read(&live).unwrap();
+    assert!(bytes.len() > 1000);
+    bytes.truncate(bytes.len() - 5);
+    bytes.extend_from_slice(b"\xff\xff\xffgarbage");
+    std::fs::write(&live, &bytes).unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    assert_eq!(metric(&s, "bloomgate_journal_damaged_total"), 1.0);
+    for set in [&a, &b, &d, &f, &g, &h] {
+        assert_eq!(hits(&s, "urls", set), set.len());
+    }
+    assert!(s.term().success());
+    let err = s.stderr();
+    assert!(
+        err.contains("live-add journal") && err.contains("damaged tail"),
+        "{err}"
+    );
+}
