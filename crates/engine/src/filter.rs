@@ -265,16 +265,27 @@ impl Filter {
         }
     }
 
-    /// Starts loading the memory `p` will touch (the block; for classic, all k words).
+    /// Starts loading the memory a lookup of `p` will touch: the block, or
+    /// for classic the words of the first two probes (a miss usually stops
+    /// there, and prefetching all k words would spend bandwidth on lines a
+    /// miss never reads: measured 2× slower batched misses at 2 GiB).
     #[inline]
     pub fn prefetch(&self, p: &Prepared) {
+        self.prefetch_probes(p, 2);
+    }
+
+    /// Prefetches the block, or the words of the first `probes` classic probes.
+    #[inline]
+    fn prefetch_probes(&self, p: &Prepared, probes: u32) {
         let words = self.bits.words();
         match self.params.layout {
             Layout::Blocked => arch::prefetch(words.as_ptr().wrapping_add(p.a as usize)),
             Layout::Classic => {
+                let mut left = probes;
                 self.classic_positions(p, |pos| {
                     arch::prefetch(words.as_ptr().wrapping_add((pos >> 6) as usize));
-                    true
+                    left -= 1;
+                    left > 0
                 });
             }
         }
@@ -417,7 +428,8 @@ impl Filter {
                 for chunk in items.chunks(BATCH) {
                     for (slot, item) in prepared.iter_mut().zip(chunk) {
                         *slot = self.prepare(item.as_ref());
-                        self.prefetch(slot);
+                        // An insert writes every probe's word.
+                        self.prefetch_probes(slot, self.params.k);
                     }
                     for p in &prepared[..chunk.len()] {
                         new += self.insert_prepared(p) as u64;

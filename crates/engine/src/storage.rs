@@ -7,24 +7,34 @@
 //! writer sees either the old or the new word and never a false negative for an
 //! item whose insertion completed before the read began.
 //!
-//! Heap memory comes from `alloc_zeroed` with 64-byte alignment: the
-//! allocator hands large zeroed requests to `mmap`, so a multi-gigabyte filter
-//! costs nothing until its pages are touched. Mapped files are page-aligned
+//! In-memory filters live in an anonymous mapping (zeroed by the kernel,
+//! page-aligned, costing nothing until touched). Mapped files are page-aligned
 //! and the bit array starts at byte 4096, so blocks are cache-line aligned in
-//! both cases.
+//! both cases. Large arrays ask for transparent huge pages (`MADV_HUGEPAGE`):
+//! every lookup of a DRAM-resident filter is a random access, and with 4 KiB
+//! pages each one also misses the TLB (a nested page walk under
+//! virtualization). The advice is a hint; where THP is off it changes nothing.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
-use memmap2::MmapMut;
+use memmap2::{Advice, MmapMut};
 
 /// Alignment of heap bit arrays: one cache line.
 const ALIGN: usize = 64;
 
+/// Arrays from this size on ask for huge pages.
+const HUGE_PAGE_MIN: usize = 4 << 20;
+
 enum Owner {
-    Heap(AllocLayout),
-    Map { map: MmapMut, offset: usize },
+    /// Held only so that dropping `Bits` unmaps the memory.
+    Anon {
+        _map: MmapMut,
+    },
+    Map {
+        map: MmapMut,
+        offset: usize,
+    },
 }
 
 /// The bit array of one filter.
@@ -41,17 +51,19 @@ unsafe impl Send for Bits {}
 unsafe impl Sync for Bits {}
 
 impl Bits {
-    /// Zeroed heap storage for `words` 64-bit words. `None` if the allocation fails.
+    /// Zeroed in-memory storage for `words` 64-bit words. `None` if the
+    /// memory cannot be mapped.
     pub(crate) fn heap(words: usize) -> Option<Bits> {
         let size = words.checked_mul(8)?.max(ALIGN);
-        let layout = AllocLayout::from_size_align(size, ALIGN).ok()?;
-        // SAFETY: `layout` has a non-zero size (at least ALIGN bytes).
-        let raw = unsafe { alloc_zeroed(layout) } as *mut AtomicU64;
-        let ptr = NonNull::new(raw)?;
+        let mut map = MmapMut::map_anon(size).ok()?;
+        if size >= HUGE_PAGE_MIN {
+            let _ = map.advise(Advice::HugePage);
+        }
+        let ptr = NonNull::new(map.as_mut_ptr() as *mut AtomicU64)?;
         Some(Bits {
             ptr,
             words,
-            owner: Owner::Heap(layout),
+            owner: Owner::Anon { _map: map },
         })
     }
 
@@ -103,7 +115,7 @@ impl Bits {
     pub(crate) fn map(&self) -> Option<(&MmapMut, usize)> {
         match &self.owner {
             Owner::Map { map, offset } => Some((map, *offset)),
-            Owner::Heap(_) => None,
+            Owner::Anon { .. } => None,
         }
     }
 
@@ -129,15 +141,6 @@ impl Bits {
                 true
             }
             _ => false,
-        }
-    }
-}
-
-impl Drop for Bits {
-    fn drop(&mut self) {
-        if let Owner::Heap(layout) = self.owner {
-            // SAFETY: allocated in `heap` with exactly this layout and not freed before.
-            unsafe { dealloc(self.ptr.as_ptr() as *mut u8, layout) };
         }
     }
 }
