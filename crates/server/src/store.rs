@@ -154,7 +154,7 @@ impl Layers {
         self.layers.iter().map(|f| f.params().bits / 8).sum()
     }
 
-    /// Seed of layer 0: identifies this incarnation of the filter in the log.
+    /// Seed of layer 0: identifies this file of the filter in the log.
     pub fn seed(&self) -> u64 {
         self.layers[0].params().seed
     }
@@ -1631,6 +1631,54 @@ mod tests {
         for it in &refs {
             assert!(n.exists(it, &mut scratch).unwrap());
         }
+        s.shutdown();
+    }
+
+    #[test]
+    fn reload_carries_live_adds_and_converts_key_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let spec = CreateSpec {
+            items: 1000,
+            fp: 1e-4,
+            kind: KeyKind::Url,
+            mode: MatchMode::Prefix,
+            layout: Layout::Blocked,
+            growth: Growth::Fixed,
+        };
+        let n = s.create("f", &spec).unwrap();
+        let mut out = Vec::new();
+        let rx = s.add(&n, &[b"http://evil.example/phish/"], &mut out);
+        rx.unwrap().unwrap().blocking_recv().unwrap().unwrap();
+        s.snapshot().unwrap();
+        let rx = s.add(&n, &[b"http://worse.example/x/"], &mut out);
+        rx.unwrap().unwrap().blocking_recv().unwrap().unwrap();
+        // Rebuilt as a host filter: the live adds' keys are normalized again.
+        let other = dir.path().join("rebuilt");
+        std::fs::create_dir(&other).unwrap();
+        let path = other.join("f.bgf");
+        let p = plan(Layout::Blocked, 1000, 1e-6).unwrap();
+        let mut params = Params::from_plan(&p, random_seed());
+        params.key_kind = KeyKind::Host.as_u8();
+        params.match_mode = MatchMode::Exact.as_u8();
+        let mut f = Filter::create_file(&path, params).unwrap();
+        f.insert(b"rebuilt.example");
+        f.persist().unwrap();
+        drop(f);
+        let n = s.reload("f", Some(&path), false).unwrap();
+        let mut scratch = Vec::new();
+        for q in [
+            &b"http://evil.example/"[..],
+            b"https://worse.example/other",
+            b"http://rebuilt.example/",
+        ] {
+            assert!(n.exists(q, &mut scratch).unwrap(), "{q:?}");
+        }
+        assert!(n.info(false).unsnapshotted_changes);
+        // Dropping: only the file's own items.
+        let n = s.reload("f", Some(&path), true).unwrap();
+        assert!(!n.exists(b"http://evil.example/", &mut scratch).unwrap());
+        assert!(n.exists(b"http://rebuilt.example/", &mut scratch).unwrap());
         s.shutdown();
     }
 

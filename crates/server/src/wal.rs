@@ -22,8 +22,15 @@
 //! journals of live adds, `NAME.live` ([`crate::journal`]).
 //!
 //! Records carry the *normalized* key, so replay needs no URL parsing, and
-//! the seed of the filter they were made against: a record for a filter that
-//! was since deleted, recreated or replaced by a reload (new seed) is skipped.
+//! the seed of the filter they were made against. A record is replayed onto
+//! a filter only if that seed is in the filter's *lineage* (the seeds of the
+//! files it has served since it was created, kept in its journal, see
+//! [`crate::journal`]): records made before a reload still apply after it,
+//! records of a filter that was since deleted or recreated do not.
+//!
+//! Every acknowledged add is logged, also one answered "exists": the bits
+//! that answered it may be a false positive or belong to the file's own
+//! items, and a reload can replace them.
 //!
 //! # Group commit
 //!
@@ -39,7 +46,8 @@
 //!
 //! A snapshot first *rotates* (the thread syncs, opens the next segment and
 //! reports the older ones), then saves every changed filter atomically, then
-//! deletes the older segments. Every record in an older segment was applied
+//! appends the add records of the older segments to their filters' journals
+//! (`NAME.live`, fsynced), then deletes the older segments. Every record in an older segment was applied
 //! to memory before it was queued, hence before the rotation, hence before
 //! the filter was copied: the saved files contain it. A crash anywhere in
 //! between only means some records are replayed onto files that already
