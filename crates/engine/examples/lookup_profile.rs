@@ -12,10 +12,18 @@ use bloomgate_engine::{plan, Filter, Layout, Params};
 
 fn main() {
     let n = 380_000u64; // ~1 MiB blocked filter at 1e-4: cache-resident
-    let f = Filter::new(Params::from_plan(&plan(Layout::Blocked, n, 1e-4).unwrap(), 7)).unwrap();
-    let keys: Vec<String> = (0..n).map(|i| format!("http://host{i}.example.com/path/{i}/index.html")).collect();
+    let f = Filter::new(Params::from_plan(
+        &plan(Layout::Blocked, n, 1e-4).unwrap(),
+        7,
+    ))
+    .unwrap();
+    let keys: Vec<String> = (0..n)
+        .map(|i| format!("http://host{i}.example.com/path/{i}/index.html"))
+        .collect();
     f.insert_batch(&keys);
-    let misses: Vec<String> = (0..n).map(|i| format!("http://other{i}.example.com/path/{i}/index.html")).collect();
+    let misses: Vec<String> = (0..n)
+        .map(|i| format!("http://other{i}.example.com/path/{i}/index.html"))
+        .collect();
     let mut found = 0u64;
     let start = Instant::now();
     let rounds = 20;

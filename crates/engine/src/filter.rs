@@ -460,19 +460,40 @@ impl Filter {
             sorted[next[r]] = *p;
             next[r] += 1;
         }
-        let mut new = 0u64;
-        for r in 0..regions {
-            let group = &sorted[starts[r]..starts[r + 1]];
-            if group.is_empty() {
-                continue;
-            }
-            let _guard = self.regions.lock(r);
+        // Walk the regions from a per-batch starting point and skip the ones
+        // another writer holds, coming back to them at the end: two builders
+        // walking in the same order would otherwise convoy, one always
+        // waiting for the region the other is in.
+        let apply = |group: &[Prepared]| -> u64 {
+            let mut new = 0;
             for (i, p) in group.iter().enumerate() {
                 if let Some(ahead) = group.get(i + 8) {
                     self.prefetch(ahead);
                 }
                 new += self.or_block_locked(p) as u64;
             }
+            new
+        };
+        let first = (sorted.first().map_or(0, |p| p.b as usize)) % regions;
+        let mut new = 0u64;
+        let mut busy = Vec::new();
+        for r in (first..regions).chain(0..first) {
+            let group = &sorted[starts[r]..starts[r + 1]];
+            if group.is_empty() {
+                continue;
+            }
+            match self.regions.locks[r].try_lock() {
+                Ok(_guard) => new += apply(group),
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    let _guard = p.into_inner();
+                    new += apply(group);
+                }
+                Err(std::sync::TryLockError::WouldBlock) => busy.push(r),
+            }
+        }
+        for r in busy {
+            let _guard = self.regions.lock(r);
+            new += apply(&sorted[starts[r]..starts[r + 1]]);
         }
         new
     }
