@@ -199,18 +199,20 @@ struct FastBloom {
 fn random_words(words: usize, d: f64, seed: u64) -> Vec<u64> {
     let q = (d * 65536.0).round() as u32;
     let mut v = vec![0u64; words];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
-        let mut st = mix64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        for w in chunk {
-            let mut x = 0u64;
-            for b in 0..16 {
-                st = st.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let r = mix64(st);
-                x = if (q >> b) & 1 == 1 { x | r } else { x & r };
+    v.par_chunks_mut(1 << 16)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let mut st = mix64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            for w in chunk {
+                let mut x = 0u64;
+                for b in 0..16 {
+                    st = st.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let r = mix64(st);
+                    x = if (q >> b) & 1 == 1 { x | r } else { x & r };
+                }
+                *w = x;
             }
-            *w = x;
-        }
-    });
+        });
     v
 }
 
@@ -224,19 +226,28 @@ impl FastBloom {
         let f = fastbloom::BloomFilter::with_num_bits(bits as usize)
             .seed(&(SEED as u128))
             .expected_items(n as usize);
-        FastBloom { f, synthetic: false }
+        FastBloom {
+            f,
+            synthetic: false,
+        }
     }
 }
 
 impl Subject for FastBloom {
     fn name(&self) -> String {
-        if self.synthetic { "fastbloom 0.17 (synthetic prefill)".into() } else { "fastbloom 0.17".into() }
+        if self.synthetic {
+            "fastbloom 0.17 (synthetic prefill)".into()
+        } else {
+            "fastbloom 0.17".into()
+        }
     }
     fn prefill_synthetic(&mut self, n: u64) -> bool {
         let k = self.f.num_hashes();
         let d = classic_density(self.bits(), n, k);
         let words = random_words(self.f.as_slice().len(), d, 1);
-        self.f = fastbloom::BloomFilter::from_vec(words).seed(&(SEED as u128)).hashes(k);
+        self.f = fastbloom::BloomFilter::from_vec(words)
+            .seed(&(SEED as u128))
+            .hashes(k);
         self.synthetic = true;
         true
     }
@@ -269,19 +280,29 @@ impl BloomFilterCrate {
             c.copy_from_slice(&mix64(SEED + i as u64).to_le_bytes());
         }
         let f = bloomfilter::Bloom::new_with_seed((bits / 8) as usize, n as usize, &seed).unwrap();
-        BloomFilterCrate { f, synthetic: false }
+        BloomFilterCrate {
+            f,
+            synthetic: false,
+        }
     }
 }
 
 impl Subject for BloomFilterCrate {
     fn name(&self) -> String {
-        if self.synthetic { "bloomfilter 3 (synthetic prefill)".into() } else { "bloomfilter 3".into() }
+        if self.synthetic {
+            "bloomfilter 3 (synthetic prefill)".into()
+        } else {
+            "bloomfilter 3".into()
+        }
     }
     fn prefill_synthetic(&mut self, n: u64) -> bool {
         let k = self.f.number_of_hash_functions();
         let bits = self.bits();
         let d = classic_density(bits, n, k);
-        let f = std::mem::replace(&mut self.f, bloomfilter::Bloom::new_with_seed(8, 1, &[0; 32]).unwrap());
+        let f = std::mem::replace(
+            &mut self.f,
+            bloomfilter::Bloom::new_with_seed(8, 1, &[0; 32]).unwrap(),
+        );
         let mut bytes = f.into_bytes();
         let header = bytes.len() - (bits / 8) as usize;
         let words = random_words((bits / 64) as usize, d, 2);
@@ -300,7 +321,11 @@ impl Subject for BloomFilterCrate {
         self.f.number_of_hash_functions().to_string()
     }
     fn predicted_fp(&self, n: u64) -> f64 {
-        classic_fp(self.bits() as f64, n as f64, self.f.number_of_hash_functions())
+        classic_fp(
+            self.bits() as f64,
+            n as f64,
+            self.f.number_of_hash_functions(),
+        )
     }
     fn insert(&mut self, key: &[u8]) {
         self.f.set(key);
@@ -321,9 +346,12 @@ struct Sbbf {
 impl Sbbf {
     fn new(bits: u64) -> Sbbf {
         let bytes = (bits / 8) as usize;
-        assert!(bytes % sbbf_rs::BUCKET_SIZE == 0);
+        assert!(bytes.is_multiple_of(sbbf_rs::BUCKET_SIZE));
         let buckets = bytes / sbbf_rs::BUCKET_SIZE;
-        assert!(buckets <= u32::MAX as usize, "sbbf-rs indexes buckets with 32 bits");
+        assert!(
+            buckets <= u32::MAX as usize,
+            "sbbf-rs indexes buckets with 32 bits"
+        );
         Sbbf {
             buf: AlignedBuf::zeroed(bytes),
             buckets,
@@ -516,7 +544,10 @@ impl Report {
         eprintln!(
             "    {name:<26} {op:?}: median {:.2} ns/op  (reps {:?})",
             median(&samples),
-            samples.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>()
+            samples
+                .iter()
+                .map(|x| (x * 100.0).round() / 100.0)
+                .collect::<Vec<_>>()
         );
         self.rows.push(Row {
             name: name.into(),
@@ -621,7 +652,13 @@ impl Report {
 // Measurement helpers
 
 /// Times `count` (or `count_batch`) over `keys`, repeated `inner` times per rep; ns/op per rep.
-fn time_lookups(s: &dyn Subject, keys: &[&[u8]], inner: usize, batch: bool, out: &mut Vec<bool>) -> (f64, u64) {
+fn time_lookups(
+    s: &dyn Subject,
+    keys: &[&[u8]],
+    inner: usize,
+    batch: bool,
+    out: &mut Vec<bool>,
+) -> (f64, u64) {
     let t = Instant::now();
     let mut c = 0;
     for _ in 0..inner {
@@ -754,10 +791,19 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
 
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
     let makers: Vec<(Make, bool)> = vec![
-        (Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))), true),
-        (Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))), true),
+        (
+            Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
+            true,
+        ),
+        (
+            Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
+            true,
+        ),
         (Box::new(move || Box::new(FastBloom::new(bits, n))), true),
-        (Box::new(move || Box::new(BloomFilterCrate::new(bits, n))), true),
+        (
+            Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
+            true,
+        ),
         (Box::new(move || Box::new(Sbbf::new(bits))), true),
     ];
     // Inserts: a fresh filter per rep, subjects interleaved within each rep.
@@ -776,7 +822,11 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
                 s2.insert_all_batch(black_box(&ins_s));
                 ins_b_times[i].push(t.elapsed().as_nanos() as f64 / n as f64);
                 // Alternate which copy is kept so both paths get checked.
-                built[i] = Some(if ins_b_times[i].len() % 2 == 0 { s2 } else { s });
+                built[i] = Some(if ins_b_times[i].len().is_multiple_of(2) {
+                    s2
+                } else {
+                    s
+                });
             } else {
                 built[i] = Some(s);
             }
@@ -815,13 +865,19 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
     }
     measure_lookups(&mut rep, n, &fuse, Some(&*blocked), &sets, cfg.reps, true);
 
-    kernel_comparison(&mut rep, &blocked, &sets, cfg.reps, n);
+    kernel_comparison(&mut rep, &*blocked, &sets, cfg.reps, n);
     rep
 }
 
 /// SIMD vs scalar in-block kernel on the in-cache blocked filter, fed
 /// pre-hashed (block, h) pairs so only the kernel + block load is timed.
-fn kernel_comparison(rep: &mut Report, blocked: &Box<dyn Subject>, sets: &LookupSets, reps: usize, n: u64) {
+fn kernel_comparison(
+    rep: &mut Report,
+    blocked: &dyn Subject,
+    sets: &LookupSets,
+    reps: usize,
+    n: u64,
+) {
     // Rebuild an identical blocked filter we can reach the bytes of.
     let bits = blocked.bits();
     let f = Ours::new(Layout::Blocked, bits, n, false);
@@ -845,8 +901,16 @@ fn kernel_comparison(rep: &mut Report, blocked: &Box<dyn Subject>, sets: &Lookup
         for (key, &(w, h)) in set.iter().zip(p.iter()).take(200_000) {
             let block: &[u64; 8] = words[w..w + 8].try_into().unwrap();
             let want = f.f.contains(key);
-            assert_eq!(arch::block_contains(block, h, k), want, "SIMD kernel disagrees");
-            assert_eq!(arch::scalar::block_contains(block, h, k), want, "scalar kernel disagrees");
+            assert_eq!(
+                arch::block_contains(block, h, k),
+                want,
+                "SIMD kernel disagrees"
+            );
+            assert_eq!(
+                arch::scalar::block_contains(block, h, k),
+                want,
+                "scalar kernel disagrees"
+            );
         }
     }
     fn run(words: &[u64], p: &[(usize, u32)], k: u32, which: u8) -> u64 {
@@ -892,10 +956,14 @@ fn kernel_comparison(rep: &mut Report, blocked: &Box<dyn Subject>, sets: &Lookup
                 for _ in 0..inner {
                     counts[which as usize] = run(black_box(words), black_box(p), k, which);
                 }
-                samples[which as usize].push(t.elapsed().as_nanos() as f64 / (p.len() * inner) as f64);
+                samples[which as usize]
+                    .push(t.elapsed().as_nanos() as f64 / (p.len() * inner) as f64);
             }
         }
-        assert!(counts.iter().all(|&c| c == counts[0]), "kernels disagree: {counts:?}");
+        assert!(
+            counts.iter().all(|&c| c == counts[0]),
+            "kernels disagree: {counts:?}"
+        );
         if op == Op::HitSingle {
             expect_all("kernels", "hits", counts[0], p.len());
         }
@@ -989,14 +1057,29 @@ fn dram(cfg: &Cfg) -> Report {
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
     let mut peers: Vec<(Make, bool)> = vec![
         (Box::new(move || Box::new(Sbbf::new(bits))), false),
-        (Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))), false),
+        (
+            Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
+            false,
+        ),
     ];
     if cfg.with_slow_peers {
-        peers.insert(0, (Box::new(move || Box::new(FastBloom::new(bits, n))), cfg.synthetic));
-        peers.push((Box::new(move || Box::new(BloomFilterCrate::new(bits, n))), cfg.synthetic));
+        peers.insert(
+            0,
+            (
+                Box::new(move || Box::new(FastBloom::new(bits, n))),
+                cfg.synthetic,
+            ),
+        );
+        peers.push((
+            Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
+            cfg.synthetic,
+        ));
     }
     if cfg.thp_row {
-        peers.push((Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, true))), false));
+        peers.push((
+            Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, true))),
+            false,
+        ));
     }
     for (make, synthetic) in peers {
         let mut s = make();
@@ -1024,7 +1107,12 @@ fn kernel_dram(bytes: u64, reps: usize) {
     println!("\n### In-block kernels on a {} MiB random bit array (DRAM), 10 M random blocks, k = {k}, no prefetch\n", bytes >> 20);
     println!("| kernel | ns/lookup (median of {reps}) | min–max |");
     println!("|---|---:|---:|");
-    let names = ["AVX2 gather on the block in place", "scalar early-exit on the block in place", "AVX2 on a stack copy (as contains_prepared)", "scalar on a stack copy"];
+    let names = [
+        "AVX2 gather on the block in place",
+        "scalar early-exit on the block in place",
+        "AVX2 on a stack copy (as contains_prepared)",
+        "scalar on a stack copy",
+    ];
     let mut samples = vec![vec![]; 4];
     let mut counts = [0u64; 4];
     for _ in 0..reps {
@@ -1050,19 +1138,31 @@ fn kernel_dram(bytes: u64, reps: usize) {
             samples[which].push(t.elapsed().as_nanos() as f64 / pairs.len() as f64);
         }
     }
-    assert!(counts.iter().all(|&c| c == counts[0]), "kernels disagree: {counts:?}");
+    assert!(
+        counts.iter().all(|&c| c == counts[0]),
+        "kernels disagree: {counts:?}"
+    );
     for (i, s) in samples.iter().enumerate() {
         let lo = s.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = s.iter().cloned().fold(0.0, f64::max);
         println!("| {} | {:.2} | {lo:.2}–{hi:.2} |", names[i], median(s));
     }
-    println!("\n({} of {} random probes reported present)", counts[0], pairs.len());
+    println!(
+        "\n({} of {} random probes reported present)",
+        counts[0],
+        pairs.len()
+    );
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(|a| a == "kernel-dram").unwrap_or(false) {
-        let mib = args.iter().position(|a| a == "--dram-mib").and_then(|i| args.get(i + 1)).map(|v| v.parse::<u64>().unwrap()).unwrap_or(2048);
+        let mib = args
+            .iter()
+            .position(|a| a == "--dram-mib")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse::<u64>().unwrap())
+            .unwrap_or(2048);
         kernel_dram(mib << 20, 5);
         return;
     }
@@ -1075,15 +1175,27 @@ fn main() {
     };
     let cfg = Cfg {
         reps: get("--reps").map(|x| x as usize).unwrap_or(5),
-        dram_bytes: (get("--dram-mib").unwrap_or(if full { 2048.0 } else { 64.0 }) * (1 << 20) as f64) as u64,
-        hits: get("--hits").map(|x| x as usize).unwrap_or(if full { 10_000_000 } else { 1_000_000 }),
-        misses: get("--misses").map(|x| x as usize).unwrap_or(if full { 10_000_000 } else { 1_000_000 }),
+        dram_bytes: (get("--dram-mib").unwrap_or(if full { 2048.0 } else { 64.0 })
+            * (1 << 20) as f64) as u64,
+        hits: get("--hits").map(|x| x as usize).unwrap_or(if full {
+            10_000_000
+        } else {
+            1_000_000
+        }),
+        misses: get("--misses").map(|x| x as usize).unwrap_or(if full {
+            10_000_000
+        } else {
+            1_000_000
+        }),
         thp_row: !args.iter().any(|a| a == "--no-thp-row"),
         with_slow_peers: !args.iter().any(|a| a == "--no-slow-peers"),
         synthetic: !args.iter().any(|a| a == "--real-fill"),
     };
     let in_cache_bytes = (get("--cache-kib").unwrap_or(1024.0) * 1024.0) as u64;
-    println!("## filters benchmark ({})\n", if full { "full" } else { "quick" });
+    println!(
+        "## filters benchmark ({})\n",
+        if full { "full" } else { "quick" }
+    );
     println!(
         "CPU: {} ({} logical CPUs), THP policy: {}, reps: {}, target p = {TARGET_FP:e}, keys: synthetic URLs `http://host<h>.example/path/<i>[?q=<x>]`; sbbf-rs and xorf get seeded xxh3-64 of the key (hashing inside the timing).",
         cpu_model(),
@@ -1101,7 +1213,11 @@ fn main() {
         let r = dram(&cfg);
         let bits = bits_for(cfg.dram_bytes);
         r.print(
-            if cfg.dram_bytes >= 2 << 30 { "DRAM-resident" } else { "Larger (quick)" },
+            if cfg.dram_bytes >= 2 << 30 {
+                "DRAM-resident"
+            } else {
+                "Larger (quick)"
+            },
             items_for(bits),
             bits / 8,
         );

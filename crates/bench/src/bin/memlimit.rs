@@ -64,7 +64,9 @@ fn prefetched(words: &[u64], reads: usize, dist: usize, seed: u64) -> f64 {
 
 fn run(label: &str, buf: &AlignedBuf, reads: usize, reps: usize) -> (f64, f64, f64) {
     let words = buf.words();
-    println!("\n**{label}** (median of {reps} reps of {reads} reads; Mreads/s = 1000 / ns per read)\n");
+    println!(
+        "\n**{label}** (median of {reps} reps of {reads} reads; Mreads/s = 1000 / ns per read)\n"
+    );
     println!("| access pattern | ns/read (median) | Mreads/s | GB/s of lines |");
     println!("|---|---:|---:|---:|");
     let row = |name: String, v: Vec<f64>| -> f64 {
@@ -85,7 +87,9 @@ fn run(label: &str, buf: &AlignedBuf, reads: usize, reps: usize) -> (f64, f64, f
     chain!(16);
     let mut best_single = chain!(32);
     for dist in [8usize, 16, 32, 64] {
-        let v: Vec<f64> = (0..reps).map(|r| prefetched(words, reads, dist, r as u64 * 7919)).collect();
+        let v: Vec<f64> = (0..reps)
+            .map(|r| prefetched(words, reads, dist, r as u64 * 7919))
+            .collect();
         best_single = best_single.min(row(format!("prefetch-driven, distance {dist}"), v));
     }
     // Every core, prefetch-driven at distance 32.
@@ -99,7 +103,10 @@ fn run(label: &str, buf: &AlignedBuf, reads: usize, reps: usize) -> (f64, f64, f
             t.elapsed().as_nanos() as f64 / (reads * threads) as f64
         })
         .collect();
-    let all = row(format!("prefetch-driven, distance 32, {threads} threads (total)"), v);
+    let all = row(
+        format!("prefetch-driven, distance 32, {threads} threads (total)"),
+        v,
+    );
     (latency, best_single, all)
 }
 
@@ -127,29 +134,58 @@ fn main() {
     for thp in [false, true] {
         let mut buf = AlignedBuf::zeroed(bytes);
         if thp {
-            assert!(advise_hugepages(buf.as_ptr(), buf.len()), "madvise(MADV_HUGEPAGE) failed");
+            assert!(
+                advise_hugepages(buf.as_ptr(), buf.len()),
+                "madvise(MADV_HUGEPAGE) failed"
+            );
         }
         // Touch every page with random contents (parallel), so no read hits the zero page.
-        buf.words_mut().par_chunks_mut(1 << 16).enumerate().for_each(|(c, ch)| {
-            for (i, w) in ch.iter_mut().enumerate() {
-                *w = mix64(((c as u64) << 16) + i as u64);
-            }
-        });
+        buf.words_mut()
+            .par_chunks_mut(1 << 16)
+            .enumerate()
+            .for_each(|(c, ch)| {
+                for (i, w) in ch.iter_mut().enumerate() {
+                    *w = mix64(((c as u64) << 16) + i as u64);
+                }
+            });
         let huge = std::fs::read_to_string("/proc/self/smaps_rollup")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("AnonHugePages")).map(|l| l.to_string()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("AnonHugePages"))
+                    .map(|l| l.to_string())
+            })
             .unwrap_or_default();
         let label = if thp {
-            format!("{gib} GiB buffer, MADV_HUGEPAGE ({})", huge.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            format!(
+                "{gib} GiB buffer, MADV_HUGEPAGE ({})",
+                huge.split_whitespace()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
         } else {
-            format!("{gib} GiB buffer, 4 KiB pages (as the engine allocates today; {})", huge.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            format!(
+                "{gib} GiB buffer, 4 KiB pages (as the engine allocates today; {})",
+                huge.split_whitespace()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
         };
-        summary.push((if thp { "huge pages" } else { "4 KiB pages" }, run(&label, &buf, reads, reps)));
+        summary.push((
+            if thp { "huge pages" } else { "4 KiB pages" },
+            run(&label, &buf, reads, reps),
+        ));
     }
     println!("\n**Summary**\n");
     println!("| pages | latency (1 chain) ns | best 1-thread ns/read | 1-thread Mreads/s | all-core ns/read | all-core Mreads/s |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, (lat, best, all)) in summary {
-        println!("| {name} | {lat:.1} | {best:.2} | {:.1} | {all:.2} | {:.1} |", 1e3 / best, 1e3 / all);
+        println!(
+            "| {name} | {lat:.1} | {best:.2} | {:.1} | {all:.2} | {:.1} |",
+            1e3 / best,
+            1e3 / all
+        );
     }
 }
