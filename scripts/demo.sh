@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-bg=target/release/bloomgate
+bg="${CARGO_TARGET_DIR:-target}/release/bloomgate"
 out=${1:-target/disposable.bgf}
 
 $bg plan --items 130000 --fp 1e-4 --keys host
