@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bg="${CARGO_TARGET_DIR:-target}/release/bloomgate"
-out=${1:-target/disposable.bgf}
+out=${1:-${CARGO_TARGET_DIR:-target}/disposable.bgf}
+mkdir -p "$(dirname "$out")"
 
 $bg plan --items 130000 --fp 1e-4 --keys host
 echo

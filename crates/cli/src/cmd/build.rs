@@ -140,8 +140,8 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
     params.key_kind = kind.as_u8();
     params.match_mode = mode.as_u8();
-    let filter = Filter::create_file(&a.output, params)
-        .with_context(|| format!("{}: cannot create", a.output))?;
+    // The engine's error already names the (temporary) file and the failure.
+    let filter = Filter::create_file(&a.output, params)?;
     let list = Blacklist::from_filter(filter)?;
     let stats = insert_inputs(&list, &a.inputs, a.strict)?;
     let mut filter = list.into_filter();
