@@ -2,10 +2,10 @@
 //!
 //! A [`Filter`] is one bit array plus the parameters needed to address it. It
 //! is `Sync`: any number of threads may insert and look up at once through
-//! `&Filter`, because every bit operation is an atomic `fetch_or` or load
-//! (see `storage`). Insertion never clears a bit, so a completed insertion
-//! is visible to every later lookup: there are no false negatives, even under
-//! concurrency.
+//! `&Filter`. Lookups never lock; blocked inserts take a per-region lock and
+//! classic inserts use atomic `fetch_or` (see [`Regions`]). Insertion never
+//! clears a bit, so a completed insertion is visible to every later lookup:
+//! there are no false negatives, even under concurrency.
 //!
 //! # Layouts
 //!
@@ -25,16 +25,25 @@
 //!
 //! [`Filter::prepare`] hashes an item and computes where it lives;
 //! [`Filter::prefetch`] asks the CPU to start loading that memory;
-//! [`Filter::contains_prepared`] probes it. [`Filter::contains_batch`] and
-//! [`Filter::insert_batch`] hash a whole group first and prefetch all of it,
-//! so that the cache misses of a DRAM-resident filter overlap instead of being
-//! paid one after another.
+//! [`Filter::contains_prepared`] probes it. [`Filter::contains_batch`] keeps a
+//! rolling window of lookups in flight and [`Filter::insert_batch`] hashes a
+//! whole group first, so that the cache misses of a DRAM-resident filter
+//! overlap instead of being paid one after another.
+//!
+//! # Kernels
+//!
+//! The in-block probes run on the best instruction set of the CPU
+//! ([`Kernel::best`]: AVX-512, AVX2, or the scalar reference). Lookup loops
+//! are compiled once per kernel through [`arch::dispatch`], so hashing, range
+//! reduction and probing inline into one body.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 use rayon::prelude::*;
 
-use crate::arch;
+use crate::arch::{self, Block, Kernel};
 use crate::error::{Error, Result};
 use crate::format::FileState;
 use crate::hash::{hash_item, reduce};
@@ -135,6 +144,7 @@ pub struct Filter {
     pub(crate) items: AtomicU64,
     blocks: u64,
     regions: Regions,
+    kernel: Kernel,
     pub(crate) file: Option<FileState>,
 }
 
@@ -145,20 +155,83 @@ pub struct Filter {
 /// block's 8 words: profiling `build` showed 35 % of all time on that one
 /// instruction. Instead, every write to a blocked filter happens under the
 /// lock of the block's region, with plain (Relaxed) loads and stores: one
-/// uncontended lock/unlock pair per insert, or per *region* in
-/// [`Filter::insert_batch`], which sorts a batch by region first (that also
-/// keeps the region's memory in cache while it is updated). Readers never
-/// lock: a Relaxed load sees the old or the new word, and words only gain bits.
+/// uncontended lock per insert, or per *region* in [`Filter::insert_batch`],
+/// which sorts a batch by region first (that also keeps the region's memory
+/// in cache while it is updated). Readers never lock: they see each word's old
+/// or new value, and words only gain bits.
+///
+/// The lock is a one-word spin lock rather than a `Mutex` because releasing it
+/// is then a plain store (a `Mutex` unlock is another locked instruction), and
+/// each region also counts the items inserted under its lock, so that an
+/// insert needs no shared counter either: one atomic instruction per insert in
+/// all. Holders only ever run a few dozen instructions per item, so waiters
+/// spin briefly and then yield.
 ///
 /// The classic layout's k positions fall in k different regions, so it keeps
 /// lock-free `fetch_or` and never uses plain stores.
 struct Regions {
     /// `region = block >> shift`.
     shift: u32,
-    locks: Box<[std::sync::Mutex<()>]>,
+    regions: Box<[Region]>,
 }
 
-/// At most this many regions: 1024 locks are 4–8 KiB, and with 2–64 writer
+/// One region's lock and item count, alone on its cache line so that two
+/// writers in neighbouring regions do not bounce a line between cores.
+#[repr(align(64))]
+struct Region {
+    locked: AtomicBool,
+    /// Items that set a new bit in this region (changed only under the lock).
+    items: AtomicU64,
+}
+
+/// Holds a region's lock; dropping it unlocks.
+struct RegionGuard<'a>(&'a Region);
+
+impl Region {
+    fn try_lock(&self) -> Option<RegionGuard<'_>> {
+        self.locked
+            .compare_exchange(false, true, Acquire, Relaxed)
+            .ok()
+            .map(|_| RegionGuard(self))
+    }
+
+    fn lock(&self) -> RegionGuard<'_> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(guard) = self.try_lock() {
+                return guard;
+            }
+            while self.locked.load(Relaxed) {
+                if spins < 64 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    // The holder may have been descheduled: let it run.
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+impl RegionGuard<'_> {
+    /// Counts `n` more items in the locked region.
+    #[inline]
+    fn add_items(&self, n: u64) {
+        // A plain load and store: only the lock holder writes the count.
+        let items = &self.0.items;
+        items.store(items.load(Relaxed) + n, Relaxed);
+    }
+}
+
+impl Drop for RegionGuard<'_> {
+    fn drop(&mut self) {
+        // Release: the next holder sees every word this holder stored.
+        self.0.locked.store(false, Release);
+    }
+}
+
+/// At most this many regions: 1024 locks are 64 KiB, and with 2–64 writer
 /// threads contention is negligible.
 const MAX_REGIONS_LOG2: u32 = 10;
 
@@ -169,7 +242,12 @@ impl Regions {
         let count = ((blocks.max(1) - 1) >> shift) as usize + 1;
         Regions {
             shift,
-            locks: (0..count).map(|_| std::sync::Mutex::new(())).collect(),
+            regions: (0..count)
+                .map(|_| Region {
+                    locked: AtomicBool::new(false),
+                    items: AtomicU64::new(0),
+                })
+                .collect(),
         }
     }
 
@@ -179,12 +257,13 @@ impl Regions {
     }
 
     #[inline]
-    fn lock(&self, region: usize) -> std::sync::MutexGuard<'_, ()> {
-        // A poisoned lock only means another writer panicked mid-update; the
-        // words are still valid (bits only ever get set), so carry on.
-        self.locks[region]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self, region: usize) -> RegionGuard<'_> {
+        self.regions[region].lock()
+    }
+
+    /// Items counted in all regions.
+    fn items(&self) -> u64 {
+        self.regions.iter().map(|r| r.items.load(Relaxed)).sum()
     }
 }
 
@@ -193,15 +272,20 @@ impl std::fmt::Debug for Filter {
         f.debug_struct("Filter")
             .field("params", &self.params)
             .field("items", &self.items())
+            .field("kernel", &self.kernel)
             .field("file", &self.file.as_ref().map(|s| &s.path))
             .finish()
     }
 }
 
-/// Batch size of the prepare/prefetch/probe pipeline: enough misses in
-/// flight to cover DRAM latency (~10 line-fill buffers per core), small
-/// enough that the prepared array stays in registers/L1.
+/// Batch size of the prepare/prefetch/insert loop of classic inserts: enough
+/// misses in flight to cover DRAM latency, small enough to stay in L1.
 const BATCH: usize = 32;
+
+/// Lookups in flight in [`Filter::contains_batch`]: the number of line-fill
+/// buffers of a core (10–16 on recent x86) is what bounds useful memory-level
+/// parallelism; measured best at 16 on the benchmark machine (2 GiB filter).
+const PIPELINE: usize = 16;
 
 impl Filter {
     /// An empty in-memory filter.
@@ -231,8 +315,21 @@ impl Filter {
             items: AtomicU64::new(items),
             blocks,
             regions: Regions::new(blocks),
+            kernel: Kernel::best(),
             file,
         }
+    }
+
+    /// The in-block kernel lookups use (the best this CPU supports, see
+    /// [`Kernel::best`]).
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Uses `kernel` for lookups from now on (all kernels give identical
+    /// answers; tests and benchmarks compare them).
+    pub fn set_kernel(&mut self, kernel: Kernel) {
+        self.kernel = kernel;
     }
 
     /// The filter's parameters.
@@ -243,12 +340,17 @@ impl Filter {
     /// Items inserted that set at least one new bit (duplicates and items that
     /// were already false positives are not counted).
     pub fn items(&self) -> u64 {
-        self.items.load(Relaxed)
+        self.items.load(Relaxed) + self.regions.items()
     }
 
     /// Overrides the item counter (used when a count is known from elsewhere,
-    /// e.g. after a union).
+    /// e.g. after a union). Not meant to race with inserts: an insert
+    /// running at the same time may or may not be counted.
     pub fn set_items(&self, items: u64) {
+        for r in self.regions.regions.iter() {
+            let _guard = r.lock();
+            r.items.store(0, Relaxed);
+        }
         self.items.store(items, Relaxed);
     }
 
@@ -307,22 +409,33 @@ impl Filter {
         true
     }
 
+    /// The block starting at word `word` (a multiple of 8 below `words`).
     #[inline(always)]
-    fn load_block(&self, word: u64) -> [u64; 8] {
-        let words = self.bits.words();
+    fn block(&self, word: u64) -> &Block {
         let w = word as usize;
         // `word` is reduce(hi, blocks)·8 < 8·blocks = words.len(), so w+7 is in bounds.
-        let block = &words[w..w + 8];
-        std::array::from_fn(|i| block[i].load(Relaxed))
+        self.bits.words()[w..w + 8]
+            .try_into()
+            .expect("a block is 8 words")
     }
 
     /// True if the prepared item is (probably) in the set.
     #[inline]
     pub fn contains_prepared(&self, p: &Prepared) -> bool {
+        arch::dispatch(
+            self.kernel,
+            #[inline(always)]
+            |kernel| self.contains_prepared_with(kernel, p),
+        )
+    }
+
+    /// [`Filter::contains_prepared`] with the kernel already chosen (inlines
+    /// into the dispatched loops).
+    #[inline(always)]
+    fn contains_prepared_with(&self, kernel: Kernel, p: &Prepared) -> bool {
         match self.params.layout {
             Layout::Blocked => {
-                let block = self.load_block(p.a);
-                arch::block_contains(&block, p.b as u32, self.params.k)
+                arch::block_contains(kernel, self.block(p.a), p.b as u32, self.params.k)
             }
             Layout::Classic => {
                 let words = self.bits.words();
@@ -337,17 +450,21 @@ impl Filter {
     /// (the item was not already reported present).
     #[inline]
     pub fn insert_prepared(&self, p: &Prepared) -> bool {
-        let changed = match self.params.layout {
+        match self.params.layout {
             Layout::Blocked => {
-                let _guard = self.regions.lock(self.regions.of_word(p.a));
-                self.or_block_locked(p)
+                let guard = self.regions.lock(self.regions.of_word(p.a));
+                let changed = self.or_block_locked(p);
+                guard.add_items(changed as u64);
+                changed
             }
-            Layout::Classic => self.insert_classic(p),
-        };
-        if changed {
-            self.items.fetch_add(1, Relaxed);
+            Layout::Classic => {
+                let changed = self.insert_classic(p);
+                if changed {
+                    self.items.fetch_add(1, Relaxed);
+                }
+                changed
+            }
         }
-        changed
     }
 
     /// ORs the probe mask into the item's block with plain loads and stores.
@@ -387,7 +504,11 @@ impl Filter {
     /// True if `item` is (probably) in the set. Never false for an inserted item.
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
-        self.contains_prepared(&self.prepare(item))
+        arch::dispatch(
+            self.kernel,
+            #[inline(always)]
+            |kernel| self.contains_prepared_with(kernel, &self.prepare(item)),
+        )
     }
 
     /// Adds `item`. Returns true if it was not (probably) present before.
@@ -397,21 +518,38 @@ impl Filter {
     }
 
     /// Looks up many items, writing one answer per item into `out`
-    /// (which is cleared first). Hashes and prefetches in groups so that
-    /// memory latency overlaps.
+    /// (which is cleared first).
+    ///
+    /// A software pipeline: item `i + PIPELINE` is hashed and its memory
+    /// prefetched while item `i` is probed, so that ~`PIPELINE` cache misses
+    /// are always in flight (a DRAM-resident filter then runs near the
+    /// machine's random-read limit instead of one miss at a time). A rolling
+    /// window keeps the memory system busy without the bursts, and the idle
+    /// gaps between them, of hashing a whole group and then probing it.
     pub fn contains_batch<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
         out.clear();
         out.reserve(items.len());
-        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
-        for chunk in items.chunks(BATCH) {
-            for (slot, item) in prepared.iter_mut().zip(chunk) {
-                *slot = self.prepare(item.as_ref());
-                self.prefetch(slot);
-            }
-            for p in &prepared[..chunk.len()] {
-                out.push(self.contains_prepared(p));
-            }
-        }
+        arch::dispatch(
+            self.kernel,
+            #[inline(always)]
+            |kernel| {
+                let mut ring = [Prepared { a: 0, b: 0 }; PIPELINE];
+                let ahead = items.len().min(PIPELINE);
+                for (slot, item) in ring.iter_mut().zip(&items[..ahead]) {
+                    *slot = self.prepare(item.as_ref());
+                    self.prefetch(slot);
+                }
+                for i in 0..items.len() {
+                    let slot = &mut ring[i % PIPELINE];
+                    let p = *slot;
+                    if let Some(next) = items.get(i + PIPELINE) {
+                        *slot = self.prepare(next.as_ref());
+                        self.prefetch(slot);
+                    }
+                    out.push(self.contains_prepared_with(kernel, &p));
+                }
+            },
+        )
     }
 
     /// Inserts many items. Returns how many were new.
@@ -420,30 +558,26 @@ impl Filter {
     /// region is updated under one lock acquisition with its memory hot in
     /// cache. Classic: hashed and prefetched in groups, then set atomically.
     pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        let new = match self.params.layout {
-            Layout::Blocked if items.len() >= 256 => self.insert_batch_blocked(items),
-            _ => {
-                let mut new = 0;
-                let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
-                for chunk in items.chunks(BATCH) {
-                    for (slot, item) in prepared.iter_mut().zip(chunk) {
-                        *slot = self.prepare(item.as_ref());
-                        // An insert writes every probe's word.
-                        self.prefetch_probes(slot, self.params.k);
-                    }
-                    for p in &prepared[..chunk.len()] {
-                        new += self.insert_prepared(p) as u64;
-                    }
-                }
-                return new;
+        if self.params.layout == Layout::Blocked && items.len() >= 256 {
+            return self.insert_batch_blocked(items);
+        }
+        let mut new = 0;
+        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
+        for chunk in items.chunks(BATCH) {
+            for (slot, item) in prepared.iter_mut().zip(chunk) {
+                *slot = self.prepare(item.as_ref());
+                // An insert writes every probe's word.
+                self.prefetch_probes(slot, self.params.k);
             }
-        };
-        self.items.fetch_add(new, Relaxed);
+            for p in &prepared[..chunk.len()] {
+                new += self.insert_prepared(p) as u64;
+            }
+        }
         new
     }
 
     fn insert_batch_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        let regions = self.regions.locks.len();
+        let regions = self.regions.regions.len();
         let prepared: Vec<Prepared> = items.iter().map(|i| self.prepare(i.as_ref())).collect();
         // Counting sort by region.
         let mut starts = vec![0usize; regions + 1];
@@ -464,7 +598,7 @@ impl Filter {
         // another writer holds, coming back to them at the end: two builders
         // walking in the same order would otherwise convoy, one always
         // waiting for the region the other is in.
-        let apply = |group: &[Prepared]| -> u64 {
+        let apply = |guard: RegionGuard<'_>, group: &[Prepared]| -> u64 {
             let mut new = 0;
             for (i, p) in group.iter().enumerate() {
                 if let Some(ahead) = group.get(i + 8) {
@@ -472,6 +606,7 @@ impl Filter {
                 }
                 new += self.or_block_locked(p) as u64;
             }
+            guard.add_items(new);
             new
         };
         let first = (sorted.first().map_or(0, |p| p.b as usize)) % regions;
@@ -482,18 +617,13 @@ impl Filter {
             if group.is_empty() {
                 continue;
             }
-            match self.regions.locks[r].try_lock() {
-                Ok(_guard) => new += apply(group),
-                Err(std::sync::TryLockError::Poisoned(p)) => {
-                    let _guard = p.into_inner();
-                    new += apply(group);
-                }
-                Err(std::sync::TryLockError::WouldBlock) => busy.push(r),
+            match self.regions.regions[r].try_lock() {
+                Some(guard) => new += apply(guard, group),
+                None => busy.push(r),
             }
         }
         for r in busy {
-            let _guard = self.regions.lock(r);
-            new += apply(&sorted[starts[r]..starts[r + 1]]);
+            new += apply(self.regions.lock(r), &sorted[starts[r]..starts[r + 1]]);
         }
         new
     }
@@ -644,7 +774,7 @@ impl Filter {
                 }
             }
             Layout::Blocked => {
-                let mut held: Option<(usize, std::sync::MutexGuard<'_, ()>)> = None;
+                let mut held: Option<(usize, RegionGuard<'_>)> = None;
                 for (i, (w, v)) in words.iter().zip(values).enumerate() {
                     let cur = w.load(Relaxed);
                     if cur & v == v {
@@ -715,6 +845,28 @@ mod tests {
             f.contains_batch(&keys, &mut out);
             for (k, got) in keys.iter().zip(&out) { prop_assert_eq!(*got, f.contains(k)); }
         }
+
+        #[test]
+        fn every_kernel_gives_the_scalar_answers(items in proptest::collection::vec(any::<u64>(), 1..400), seed in any::<u64>(), fill in 1u64..8) {
+            // Small and overfilled, so that false positives (answers that
+            // depend on every probe) are common, not only true hits.
+            let mut f = small(Layout::Blocked, 50 * fill, 0.01, seed);
+            for x in items.iter().step_by(2) { f.insert(&x.to_le_bytes()); }
+            let keys: Vec<[u8; 8]> = items.iter().map(|x| x.to_le_bytes()).collect();
+            f.set_kernel(Kernel::SCALAR);
+            let want: Vec<bool> = keys.iter().map(|k| f.contains(k)).collect();
+            for k in keys.iter().step_by(2) { prop_assert!(f.contains(k)); }
+            for kernel in Kernel::supported() {
+                f.set_kernel(kernel);
+                let single: Vec<bool> = keys.iter().map(|k| f.contains(k)).collect();
+                prop_assert_eq!(&single, &want, "kernel {}", kernel);
+                let mut out = Vec::new();
+                f.contains_batch(&keys, &mut out);
+                prop_assert_eq!(&out, &want, "kernel {} batched", kernel);
+                let prepared: Vec<bool> = keys.iter().map(|k| f.contains_prepared(&f.prepare(k))).collect();
+                prop_assert_eq!(&prepared, &want, "kernel {} prepared", kernel);
+            }
+        }
     }
 
     #[test]
@@ -742,11 +894,31 @@ mod tests {
     #[test]
     fn concurrent_inserts_lose_nothing() {
         let f = small(Layout::Blocked, 400_000, 0.001, 3);
-        (0..4u64).into_par_iter().for_each(|t| {
-            for i in 0..100_000u64 {
-                f.insert(&(t * 1_000_000 + i).to_le_bytes());
+        // Four writers in threads of their own (not a pool that could run
+        // them one after another), half single inserts and half batches.
+        let new = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (f, new) = (&f, &new);
+                s.spawn(move || {
+                    let keys: Vec<[u8; 8]> = (0..100_000u64)
+                        .map(|i| (t * 1_000_000 + i).to_le_bytes())
+                        .collect();
+                    let (a, b) = keys.split_at(50_000);
+                    let mut n = 0;
+                    for k in a {
+                        n += f.insert(k) as u64;
+                    }
+                    for c in b.chunks(1000) {
+                        n += f.insert_batch(c);
+                    }
+                    new.fetch_add(n, Relaxed);
+                });
             }
         });
+        // The per-region counters add up to exactly what the inserts reported.
+        assert_eq!(f.items(), new.load(Relaxed));
+        assert!(f.items() > 399_000, "{}", f.items());
         for t in 0..4u64 {
             for i in 0..100_000u64 {
                 assert!(f.contains(&(t * 1_000_000 + i).to_le_bytes()));
@@ -798,8 +970,8 @@ mod tests {
     fn regions_cover_every_block() {
         for blocks in [1u64, 2, 3, 1000, 1024, 1025, 1 << 20, (1 << 20) + 7] {
             let r = Regions::new(blocks);
-            assert!(r.locks.len() <= 1 << MAX_REGIONS_LOG2);
-            assert_eq!(r.of_word((blocks - 1) * 8), r.locks.len() - 1, "{blocks}");
+            assert!(r.regions.len() <= 1 << MAX_REGIONS_LOG2);
+            assert_eq!(r.of_word((blocks - 1) * 8), r.regions.len() - 1, "{blocks}");
         }
     }
 

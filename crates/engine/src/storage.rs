@@ -1,11 +1,12 @@
 //! Where a filter's bits live: zeroed heap memory or a memory-mapped file.
 //!
 //! Both are exposed as one `&[AtomicU64]` so that the layouts never care.
-//! Atomics give lock-free concurrent insertion (`fetch_or` is a single
-//! `lock or` on x86) and race-free concurrent reads (`Relaxed` loads compile to
-//! plain `mov`s). Bits are only ever set, never cleared, so a reader racing a
-//! writer sees either the old or the new word and never a false negative for an
-//! item whose insertion completed before the read began.
+//! Atomics make concurrent writers and readers race-free (`Relaxed` loads and
+//! stores compile to plain `mov`s; the classic layout's `fetch_or` is a single
+//! `lock or`; the SIMD kernels read blocks with single vector loads in `arch`).
+//! Bits are only ever set, never cleared, so a reader racing a writer sees
+//! either the old or the new word and never a false negative for an item whose
+//! insertion completed before the read began.
 //!
 //! In-memory filters live in an anonymous mapping (zeroed by the kernel,
 //! page-aligned, costing nothing until touched). Mapped files are page-aligned

@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin filters -- quick     # sanity: 1 MiB + 64 MiB
 //! cargo run --release -p bloomgate-bench --bin filters -- full      # 1 MiB + 2 GiB (DRAM)
-//! options: --dram-mib N  --reps R  --hits N  --misses N  --no-thp-row
+//! options: --dram-mib N  --reps R  --hits N  --misses N  --no-thp-row  --no-classic
+//!          --no-slow-peers (no fastbloom/bloomfilter)  --real-fill  --no-dram
 //! ```
 //!
 //! Every number printed is a median of `reps` repetitions. The harness checks
@@ -13,13 +14,15 @@
 //! plausible against the filter's own prediction (non-zero exit otherwise).
 
 use std::hint::black_box;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{
     advise_hugepages, cpu_model, median, mix64, push_key, sample_ids, thp_policy, AlignedBuf, Keys,
 };
+use bloomgate_engine::arch::{self, Kernel};
 use bloomgate_engine::hash::{hash_item, reduce};
-use bloomgate_engine::{arch, plan, Filter, Layout, Params};
+use bloomgate_engine::{plan, Filter, Layout, Params};
 use rayon::prelude::*;
 use xorf::Filter as _;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -749,6 +752,8 @@ struct Cfg {
     misses: usize,
     thp_row: bool,
     with_slow_peers: bool,
+    /// Include bloomgate-classic at DRAM size (its untimed fill is the slowest part of a full run).
+    with_classic: bool,
     /// fastbloom and bloomfilter at DRAM size: random bits at the right density instead of the slow real fill
     synthetic: bool,
 }
@@ -884,8 +889,11 @@ fn kernel_comparison(
     f.f.insert_batch(&sets.hits);
     let k = f.f.params().k;
     let blocks = bits / 512;
-    let (pre, words, _) = unsafe { f.f.as_bytes().align_to::<u64>() };
-    assert!(pre.is_empty());
+    let words: Vec<AtomicU64> =
+        f.f.as_bytes()
+            .chunks_exact(8)
+            .map(|b| AtomicU64::new(u64::from_le_bytes(b.try_into().unwrap())))
+            .collect();
     let prep = |keys: &[&[u8]]| -> Vec<(usize, u32)> {
         keys.iter()
             .map(|key| {
@@ -896,68 +904,39 @@ fn kernel_comparison(
     };
     let hp = prep(&sets.hits);
     let mp = prep(&sets.misses);
-    // Cross-check our derivation (and both kernels) against the filter itself.
+    let kernels = Kernel::supported();
+    // Cross-check our derivation (and every kernel) against the filter itself.
     for (set, p) in [(&sets.hits, &hp), (&sets.misses, &mp)] {
         for (key, &(w, h)) in set.iter().zip(p.iter()).take(200_000) {
-            let block: &[u64; 8] = words[w..w + 8].try_into().unwrap();
             let want = f.f.contains(key);
-            assert_eq!(
-                arch::block_contains(block, h, k),
-                want,
-                "SIMD kernel disagrees"
-            );
-            assert_eq!(
-                arch::scalar::block_contains(block, h, k),
-                want,
-                "scalar kernel disagrees"
-            );
+            for &kernel in &kernels {
+                assert_eq!(
+                    arch::block_contains(kernel, block_at(&words, w), h, k),
+                    want,
+                    "kernel {kernel} disagrees with the filter"
+                );
+            }
         }
     }
-    fn run(words: &[u64], p: &[(usize, u32)], k: u32, which: u8) -> u64 {
-        let mut c = 0u64;
-        for &(w, h) in p {
-            let block: &[u64; 8] = words[w..w + 8].try_into().unwrap();
-            c += match which {
-                0 => arch::block_contains(block, h, k),
-                1 => arch::scalar::block_contains(block, h, k),
-                3 => {
-                    // What Filter::contains_prepared does: copy the 8 words to
-                    // a local array (load_block), then hand its address to the
-                    // out-of-line AVX2 kernel.
-                    let copy: [u64; 8] = std::array::from_fn(|i| block[i]);
-                    arch::block_contains(black_box(&copy), h, k)
-                }
-                _ => {
-                    // Candidate: build the mask (as insert does) and compare all 8 words.
-                    let m = arch::scalar::block_mask(h, k);
-                    let mut ok = 0u64;
-                    for i in 0..8 {
-                        ok |= m[i] & !block[i];
-                    }
-                    ok == 0
-                }
-            } as u64;
-        }
-        c
-    }
-    let names = [
-        "kernel: arch::block_contains (AVX2 gather)",
-        "kernel: arch::scalar::block_contains",
-        "kernel: mask-and-compare (harness candidate)",
-        "kernel: AVX2 on a stack copy of the block (as contains_prepared)",
-    ];
+    let mut names: Vec<String> = kernels
+        .iter()
+        .map(|k| format!("kernel: {}", kernel_label(*k)))
+        .collect();
+    names.push("kernel: mask-and-compare (harness candidate)".into());
     for (op, p) in [(Op::HitSingle, &hp), (Op::MissSingle, &mp)] {
         let inner = (4_000_000 / p.len()).max(1);
-        let mut samples = vec![vec![]; 4];
-        let mut counts = [0u64; 4];
+        let mut samples = vec![vec![]; names.len()];
+        let mut counts = vec![0u64; names.len()];
         for _ in 0..reps {
-            for which in 0..4u8 {
+            for which in 0..names.len() {
                 let t = Instant::now();
                 for _ in 0..inner {
-                    counts[which as usize] = run(black_box(words), black_box(p), k, which);
+                    counts[which] = match kernels.get(which) {
+                        Some(&kernel) => count_kernel(kernel, black_box(&words), black_box(p), k),
+                        None => count_mask_compare(black_box(&words), black_box(p), k),
+                    };
                 }
-                samples[which as usize]
-                    .push(t.elapsed().as_nanos() as f64 / (p.len() * inner) as f64);
+                samples[which].push(t.elapsed().as_nanos() as f64 / (p.len() * inner) as f64);
             }
         }
         assert!(
@@ -968,7 +947,7 @@ fn kernel_comparison(
             expect_all("kernels", "hits", counts[0], p.len());
         }
         for (i, s) in samples.into_iter().enumerate() {
-            rep.add(names[i], op, s, None);
+            rep.add(&names[i], op, s, None);
         }
     }
     // Hash cost alone (xxh3-128), to decompose a lookup.
@@ -1055,13 +1034,13 @@ fn dram(cfg: &Cfg) -> Report {
     measure_lookups(&mut rep, n, &blocked, None, &sets, cfg.reps, true);
 
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
-    let mut peers: Vec<(Make, bool)> = vec![
-        (Box::new(move || Box::new(Sbbf::new(bits))), false),
-        (
+    let mut peers: Vec<(Make, bool)> = vec![(Box::new(move || Box::new(Sbbf::new(bits))), false)];
+    if cfg.with_classic {
+        peers.push((
             Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
             false,
-        ),
-    ];
+        ));
+    }
     if cfg.with_slow_peers {
         peers.insert(
             0,
@@ -1090,12 +1069,58 @@ fn dram(cfg: &Cfg) -> Report {
     rep
 }
 
+fn block_at(words: &[AtomicU64], w: usize) -> &arch::Block {
+    words[w..w + 8].try_into().unwrap()
+}
+
+fn kernel_label(kernel: Kernel) -> &'static str {
+    match kernel.name() {
+        "avx512" => "avx512 (one vpermd of the block, 16 lanes)",
+        "avx2" => "avx2 (2 vpermd + blend, 8 lanes)",
+        _ => "scalar (early exit)",
+    }
+}
+
+/// How many of the pre-hashed `(word, h)` pairs `kernel` finds, in a loop
+/// compiled for the kernel (as the engine's own loops are).
+fn count_kernel(kernel: Kernel, words: &[AtomicU64], pairs: &[(usize, u32)], k: u32) -> u64 {
+    arch::dispatch(
+        kernel,
+        #[inline(always)]
+        |kernel| {
+            let mut c = 0u64;
+            for &(w, h) in pairs {
+                c += arch::block_contains(kernel, block_at(words, w), h, k) as u64;
+            }
+            c
+        },
+    )
+}
+
+/// Candidate: build the mask (as insert does) and compare all 8 words.
+fn count_mask_compare(words: &[AtomicU64], pairs: &[(usize, u32)], k: u32) -> u64 {
+    let mut c = 0u64;
+    for &(w, h) in pairs {
+        let block = arch::load_block(block_at(words, w));
+        let m = arch::block_mask(h, k);
+        let mut missing = 0u64;
+        for i in 0..8 {
+            missing |= m[i] & !block[i];
+        }
+        c += (missing == 0) as u64;
+    }
+    c
+}
+
 /// `filters kernel-dram [--dram-mib N]`: the in-block kernels on random
 /// blocks of a DRAM-sized bit array (random bits, ~half set), one lookup at a
 /// time without prefetch: shows how much memory-level parallelism each
 /// kernel lets the out-of-order core extract.
 fn kernel_dram(bytes: u64, reps: usize) {
-    let words = random_words((bytes / 8) as usize, 0.55, 3);
+    let words: Vec<AtomicU64> = random_words((bytes / 8) as usize, 0.55, 3)
+        .into_iter()
+        .map(AtomicU64::new)
+        .collect();
     let blocks = (words.len() / 8) as u64;
     let k = 12u32;
     let pairs: Vec<(usize, u32)> = (0..10_000_000u64)
@@ -1107,35 +1132,14 @@ fn kernel_dram(bytes: u64, reps: usize) {
     println!("\n### In-block kernels on a {} MiB random bit array (DRAM), 10 M random blocks, k = {k}, no prefetch\n", bytes >> 20);
     println!("| kernel | ns/lookup (median of {reps}) | min–max |");
     println!("|---|---:|---:|");
-    let names = [
-        "AVX2 gather on the block in place",
-        "scalar early-exit on the block in place",
-        "AVX2 on a stack copy (as contains_prepared)",
-        "scalar on a stack copy",
-    ];
-    let mut samples = vec![vec![]; 4];
-    let mut counts = [0u64; 4];
+    let kernels = Kernel::supported();
+    let mut samples = vec![vec![]; kernels.len()];
+    let mut counts = vec![0u64; kernels.len()];
     for _ in 0..reps {
-        for which in 0..4 {
+        for (i, &kernel) in kernels.iter().enumerate() {
             let t = Instant::now();
-            let mut c = 0u64;
-            for &(w, h) in black_box(&pairs) {
-                let block: &[u64; 8] = words[w..w + 8].try_into().unwrap();
-                c += match which {
-                    0 => arch::block_contains(block, h, k),
-                    1 => arch::scalar::block_contains(block, h, k),
-                    2 => {
-                        let copy: [u64; 8] = std::array::from_fn(|i| block[i]);
-                        arch::block_contains(black_box(&copy), h, k)
-                    }
-                    _ => {
-                        let copy: [u64; 8] = std::array::from_fn(|i| block[i]);
-                        arch::scalar::block_contains(black_box(&copy), h, k)
-                    }
-                } as u64;
-            }
-            counts[which] = c;
-            samples[which].push(t.elapsed().as_nanos() as f64 / pairs.len() as f64);
+            counts[i] = count_kernel(kernel, &words, black_box(&pairs), k);
+            samples[i].push(t.elapsed().as_nanos() as f64 / pairs.len() as f64);
         }
     }
     assert!(
@@ -1145,7 +1149,11 @@ fn kernel_dram(bytes: u64, reps: usize) {
     for (i, s) in samples.iter().enumerate() {
         let lo = s.iter().cloned().fold(f64::INFINITY, f64::min);
         let hi = s.iter().cloned().fold(0.0, f64::max);
-        println!("| {} | {:.2} | {lo:.2}–{hi:.2} |", names[i], median(s));
+        println!(
+            "| {} | {:.2} | {lo:.2}–{hi:.2} |",
+            kernel_label(kernels[i]),
+            median(s)
+        );
     }
     println!(
         "\n({} of {} random probes reported present)",
@@ -1189,6 +1197,7 @@ fn main() {
         }),
         thp_row: !args.iter().any(|a| a == "--no-thp-row"),
         with_slow_peers: !args.iter().any(|a| a == "--no-slow-peers"),
+        with_classic: !args.iter().any(|a| a == "--no-classic"),
         synthetic: !args.iter().any(|a| a == "--real-fill"),
     };
     let in_cache_bytes = (get("--cache-kib").unwrap_or(1024.0) * 1024.0) as u64;

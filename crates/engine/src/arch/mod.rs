@@ -39,6 +39,11 @@ pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// One block of the blocked layout: eight 64-bit words, one cache line.
+pub type Block = [AtomicU64; 8];
+
 /// `G^(i+1) mod 2³²` for `i` in `0..64`: the multipliers of the probes.
 pub(crate) const POWERS: [u32; 64] = {
     let mut t = [0u32; 64];
@@ -52,17 +57,118 @@ pub(crate) const POWERS: [u32; 64] = {
     t
 };
 
-/// True when every probe of `h` finds its bit set in `block`.
-#[inline]
-pub fn block_contains(block: &[u64; 8], h: u32, k: u32) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { x86_64::block_contains_avx2(block, h, k) };
+/// The instruction set the in-block kernels run with.
+///
+/// A `Kernel` other than [`Kernel::SCALAR`] can only be obtained after the
+/// CPU was checked for its instructions ([`Kernel::best`], [`Kernel::supported`],
+/// [`Kernel::by_name`]), so holding one is the proof the `unsafe` calls below
+/// rely on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Kernel(Isa);
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+impl Kernel {
+    /// The portable reference kernel; runs everywhere.
+    pub const SCALAR: Kernel = Kernel(Isa::Scalar);
+
+    /// Every kernel this CPU can run, fastest first.
+    pub fn supported() -> Vec<Kernel> {
+        let mut v = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2") {
+                v.push(Kernel(Isa::Avx512));
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                v.push(Kernel(Isa::Avx2));
+            }
+        }
+        v.push(Kernel::SCALAR);
+        v
+    }
+
+    /// The fastest supported kernel, unless the environment variable
+    /// `BLOOMGATE_KERNEL` names another supported one (`avx512`, `avx2` or
+    /// `scalar`: e.g. to avoid AVX-512 on CPUs that lower their clock for it).
+    /// Detected once per process.
+    pub fn best() -> Kernel {
+        static BEST: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            std::env::var("BLOOMGATE_KERNEL")
+                .ok()
+                .and_then(|name| Kernel::by_name(&name))
+                .unwrap_or(Kernel::supported()[0])
+        })
+    }
+
+    /// The supported kernel called `name` (`avx512`, `avx2`, `scalar`).
+    pub fn by_name(name: &str) -> Option<Kernel> {
+        Kernel::supported().into_iter().find(|k| k.name() == name)
+    }
+
+    /// The kernel's name.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
         }
     }
-    scalar::block_contains(block, h, k)
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Runs `f` inside a function compiled for `kernel`'s instruction set.
+///
+/// `f` receives the kernel back as a constant, so every
+/// [`block_contains`] in it resolves to one kernel and inlines, together
+/// with the hashing and the loop around it: the whole lookup becomes one
+/// straight-line body instead of a call per probe. This is how the engine's
+/// loops are multiversioned without writing them once per instruction set.
+#[inline]
+pub fn dispatch<R>(kernel: Kernel, f: impl FnOnce(Kernel) -> R) -> R {
+    match kernel.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        Isa::Avx512 => unsafe { x86_64::run_avx512(f) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
+        Isa::Avx2 => unsafe { x86_64::run_avx2(f) },
+        _ => f(Kernel::SCALAR),
+    }
+}
+
+/// True when every one of the `k` probes of `h` finds its bit set in `block`.
+///
+/// Safe to call while other threads set bits in the block: each word is read
+/// once, as an old or a new value, and bits are never cleared.
+#[inline(always)]
+pub fn block_contains(kernel: Kernel, block: &Block, h: u32, k: u32) -> bool {
+    match kernel.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        Isa::Avx512 => unsafe { x86_64::block_contains_avx512(block, h, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
+        Isa::Avx2 => unsafe { x86_64::block_contains_avx2(block, h, k) },
+        _ => scalar::block_contains(&load_block(block), h, k),
+    }
+}
+
+/// Reads a block word by word (Relaxed atomic loads).
+#[inline(always)]
+pub fn load_block(block: &Block) -> [u64; 8] {
+    std::array::from_fn(|i| block[i].load(Relaxed))
 }
 
 /// The 512-bit mask of the probes of `h`, as eight 64-bit words.
@@ -94,18 +200,33 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn atomic(words: [u64; 8]) -> Block {
+        words.map(AtomicU64::new)
+    }
+
     proptest! {
         #[test]
-        fn simd_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
-            // Dense random blocks say "yes" rarely; AND-ing two makes "yes" common too.
-            let mut block = words;
-            if sparse { block.iter_mut().for_each(|w| *w = !*w | w.rotate_left(7)); }
+        fn every_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
+            // Dense random blocks say "yes" rarely; OR-ing in a rotation makes "yes" common too.
+            let mut words = words;
+            if sparse { words.iter_mut().for_each(|w| *w = !*w | w.rotate_left(7)); }
             let h = h | 1;
-            prop_assert_eq!(block_contains(&block, h, k), scalar::block_contains(&block, h, k));
-            // A block holding exactly the mask always contains it.
-            let mask = block_mask(h, k);
-            prop_assert!(block_contains(&mask, h, k));
-            prop_assert!(scalar::block_contains(&mask, h, k));
+            let block = atomic(words);
+            let mask = atomic(block_mask(h, k));
+            let want = scalar::block_contains(&words, h, k);
+            for kernel in Kernel::supported() {
+                // Called directly and through `dispatch` (the inlined form the engine uses).
+                prop_assert_eq!(block_contains(kernel, &block, h, k), want, "kernel {}", kernel);
+                prop_assert_eq!(dispatch(kernel, |kk| block_contains(kk, &block, h, k)), want, "kernel {}", kernel);
+                // A block holding exactly the mask always contains it; with one
+                // of its bits cleared, never.
+                prop_assert!(block_contains(kernel, &mask, h, k));
+                let m = block_mask(h, k);
+                let (w, bit) = m.iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i, w.trailing_zeros())).unwrap();
+                let holed = atomic(m);
+                holed[w].fetch_and(!(1u64 << bit), Relaxed);
+                prop_assert!(!block_contains(kernel, &holed, h, k), "kernel {}", kernel);
+            }
         }
     }
 
@@ -117,5 +238,16 @@ mod tests {
                 assert!(ones >= 1 && ones <= k);
             }
         }
+    }
+
+    #[test]
+    fn kernels_are_named_and_scalar_is_always_there() {
+        let all = Kernel::supported();
+        assert_eq!(*all.last().unwrap(), Kernel::SCALAR);
+        for k in &all {
+            assert_eq!(Kernel::by_name(k.name()), Some(*k));
+        }
+        assert_eq!(Kernel::by_name("sse9"), None);
+        assert!(all.contains(&Kernel::best()));
     }
 }
