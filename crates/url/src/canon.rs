@@ -49,13 +49,16 @@
 //! segments in the path. Such inputs are returned as a borrowed sub-slice with
 //! no allocation. Everything else takes the general path above. A property
 //! test asserts that both paths agree on every input the fast path accepts.
+//! The scan itself lives in [`crate::fast`] (SSE2 on x86-64, a byte-class
+//! table elsewhere).
 
 use std::borrow::Cow;
 
 use memchr::{memchr, memrchr};
 
 use crate::error::UrlError;
-use crate::host::{canonicalize_host_into, ipv4_is_canonical_or_not_ip, HostKind};
+use crate::fast::fast_key_start;
+use crate::host::{canonicalize_host_into, HostKind};
 
 /// Maximum accepted input length in bytes (8 KiB). Longer inputs are rejected
 /// with [`UrlError::TooLong`]; real URLs are far shorter, and the limit bounds
@@ -65,10 +68,10 @@ pub const MAX_INPUT_LEN: usize = 8 * 1024;
 const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
 
 /// Byte classes used by the escaper and the fast path.
-const ESC: u8 = 1; // must be percent-escaped in canonical output
-const HOST_OK: u8 = 2; // allowed in a fast-path host: [a-z0-9._-]
-const PLAIN: u8 = 4; // plain path/query byte for the fast path (no '/', '?')
-const IP_CHAR: u8 = 8; // may appear in an IPv4 spelling: [0-9a-fx.]
+pub(crate) const ESC: u8 = 1; // must be percent-escaped in canonical output
+pub(crate) const HOST_OK: u8 = 2; // allowed in a fast-path host: [a-z0-9._-]
+pub(crate) const PLAIN: u8 = 4; // plain path/query byte for the fast path (no '/', '?')
+pub(crate) const IP_CHAR: u8 = 8; // may appear in an IPv4 spelling: [0-9a-fx.]
 
 static CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
@@ -95,7 +98,7 @@ static CLASS: [u8; 256] = {
 };
 
 #[inline]
-fn class(b: u8) -> u8 {
+pub(crate) fn class(b: u8) -> u8 {
     CLASS[usize::from(b)]
 }
 
@@ -359,98 +362,6 @@ pub(crate) fn canon_into(
     Ok(host_kind)
 }
 
-/// The fast-path scan. Returns the offset where the canonical key starts
-/// (after `scheme://`, or 0) if `input` is already canonical.
-pub(crate) fn fast_key_start(input: &[u8]) -> Option<usize> {
-    if input.len() > MAX_INPUT_LEN {
-        return None;
-    }
-    // Optional lowercase scheme followed by "://".
-    let key_start = if input.starts_with(b"http://") {
-        7
-    } else if input.starts_with(b"https://") {
-        8
-    } else {
-        match input.first() {
-            Some(b'a'..=b'z') => {
-                let n = input
-                    .iter()
-                    .position(|&b| !matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'+' | b'-' | b'.'))
-                    .unwrap_or(input.len());
-                if input[n..].starts_with(b"://") {
-                    n + 3
-                } else {
-                    0
-                }
-            }
-            _ => 0,
-        }
-    };
-    let n = input.len();
-    // Host: [a-z0-9._-]+ without leading, trailing or doubled dots, then '/'.
-    let mut i = key_start;
-    let mut prev = b'.';
-    let mut maybe_ip = true;
-    while i < n {
-        let b = input[i];
-        let c = class(b);
-        if c & HOST_OK == 0 || (b == b'.' && prev == b'.') {
-            break;
-        }
-        maybe_ip &= c & IP_CHAR != 0;
-        prev = b;
-        i += 1;
-    }
-    if i == key_start || prev == b'.' || i == n || input[i] != b'/' {
-        return None;
-    }
-    // Only hex letters, digits, 'x' and dots can spell an IPv4 address; such a
-    // host must already be a canonical dotted quad (or not an address at all).
-    if maybe_ip && !ipv4_is_canonical_or_not_ip(&input[key_start..i]) {
-        return None;
-    }
-    i += 1;
-    let mut seg_start = i;
-    while i < n {
-        let b = input[i];
-        if class(b) & PLAIN != 0 {
-            i += 1;
-            continue;
-        }
-        match b {
-            b'/' => {
-                if is_dot_or_empty(&input[seg_start..i]) {
-                    return None;
-                }
-                i += 1;
-                seg_start = i;
-            }
-            b'?' => {
-                if is_dot_segment(&input[seg_start..i]) {
-                    return None;
-                }
-                return input[i + 1..]
-                    .iter()
-                    .all(|&b| class(b) & ESC == 0)
-                    .then_some(key_start);
-            }
-            _ => return None,
-        }
-    }
-    if is_dot_segment(&input[seg_start..]) {
-        return None;
-    }
-    Some(key_start)
-}
-
-fn is_dot_segment(seg: &[u8]) -> bool {
-    seg == b"." || seg == b".."
-}
-
-fn is_dot_or_empty(seg: &[u8]) -> bool {
-    seg.is_empty() || is_dot_segment(seg)
-}
-
 /// Turn ASCII output bytes into a `String` (never fails in practice; the
 /// lossy branch only exists to avoid a panic path).
 fn ascii_string(v: Vec<u8>) -> String {
@@ -634,50 +545,6 @@ mod tests {
             let mut s = Vec::new();
             push_canonical_path(&mut s, i.as_bytes());
             assert_eq!(s, o.as_bytes(), "{i}");
-        }
-    }
-
-    #[test]
-    fn fast_path_accepts_and_rejects() {
-        assert_eq!(fast_key_start(b"http://a.com/b?c//d/../"), Some(7));
-        assert_eq!(fast_key_start(b"a.com/"), Some(0));
-        assert_eq!(fast_key_start(b"https://a.com/x/y.html"), Some(8));
-        assert_eq!(fast_key_start(b"http://1.2.3.4/"), Some(7));
-        assert_eq!(fast_key_start(b"a-b_c.d/"), Some(0));
-        assert_eq!(fast_key_start(b"1.2.3.256/"), Some(0));
-        assert_eq!(fast_key_start(b"cafe.de/.../..a/a..?./"), Some(0));
-        for bad in [
-            &b"a.com"[..],
-            b"http://a.com",
-            b"http://A.com/",
-            b"http://a.com//x",
-            b"http://a.com/./x",
-            b"http://a.com/x/..",
-            b"http://a.com/x/.?q",
-            b"http://a.com/%41",
-            b"http://a.com/#x",
-            b"http://a.com:80/",
-            b"http://u@a.com/",
-            b"http://a..com/",
-            b"http://1.2/",
-            b"http://01.2.3.4/",
-            b"http://0xa.1.1.1/",
-            b"http://a./",
-            b"http://.a/",
-            b"http:///",
-            b"http://a.com/?#",
-            b"http://a.com/?%",
-            b"http://a.com/ x",
-            b"HTTP://a.com/",
-            b"http://[::1]/",
-            b" http://a.com/",
-        ] {
-            assert_eq!(
-                fast_key_start(bad),
-                None,
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
         }
     }
 }

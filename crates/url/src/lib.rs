@@ -42,11 +42,14 @@
 //! ```
 
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+// The only `unsafe` is the call into the AVX2 fast-path scan, after the run-time
+// CPU feature check (see `fast.rs`).
+#![deny(unsafe_code)]
 
 mod canon;
 mod error;
 mod expressions;
+mod fast;
 mod host;
 mod keys;
 
@@ -73,6 +76,12 @@ pub mod __private {
 
     /// Whether the fast path accepts `input` (and where the key starts).
     pub fn fast_key_start(input: &[u8]) -> Option<usize> {
-        crate::canon::fast_key_start(input)
+        crate::fast::fast_key_start(input)
+    }
+
+    /// The byte-at-a-time fast-path scan, whatever the input length and
+    /// target. Accepts exactly the inputs [`fast_key_start`] accepts.
+    pub fn fast_key_start_scalar(input: &[u8]) -> Option<usize> {
+        crate::fast::scalar::fast_key_start(input)
     }
 }

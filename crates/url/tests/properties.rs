@@ -1,6 +1,6 @@
 //! Property tests: no panics, idempotence, fast path == slow path.
 
-use bloomgate_url::__private::{fast_key_start, slow_canonical_key};
+use bloomgate_url::__private::{fast_key_start, fast_key_start_scalar, slow_canonical_key};
 use bloomgate_url::{
     canonical_host, canonical_key, canonicalize, entry_key, expressions, query_keys, KeyKind,
     MatchMode, MAX_EXPRESSIONS,
@@ -160,8 +160,122 @@ fn canonicalish() -> impl Strategy<Value = Vec<u8>> {
         .prop_map(String::into_bytes)
 }
 
+/// Canonical URLs and URLs one to three small edits away from canonical,
+/// with lengths spread over ~10..~230 bytes so that the edits also land on
+/// the block boundaries of the SIMD fast-path scan (16, 32, 64, 128 bytes).
+fn almost_canonical() -> impl Strategy<Value = Vec<u8>> {
+    let scheme = prop::sample::select(vec![
+        "",
+        "http://",
+        "http://",
+        "https://",
+        "ftp://",
+        "a+b.c-d://",
+        "x_y://",
+        "h://",
+        "HTTP://",
+        "http:",
+        "http:/",
+        "9p://",
+    ]);
+    let host = prop::sample::select(vec![
+        "www.evil5.example",
+        "host123.example",
+        "a",
+        "a-b_c.d",
+        "xn--bcher-kva.example",
+        "9.evil.com",
+        "cafe.de",
+        "face.b00c",
+        "1.2.3.4",
+        "0.0.0.0",
+        "255.255.255.255",
+        "10.0.100.199",
+        "01.2.3.4",
+        "1.2.3",
+        "1.2.3.256",
+        "1.2.3.4.5",
+        "0x7f.0.0.1",
+        "3279880203",
+        "0x7f000001",
+    ]);
+    let seg = prop::sample::select(vec![
+        "a",
+        "login.php",
+        "456",
+        "index.html",
+        "a.b",
+        ".well-known",
+        "..a",
+        "a..",
+        "...",
+        ".a.",
+        "~user",
+        "!$&'()*+,;=:@",
+        "-",
+        "_",
+        "A",
+    ]);
+    let path = prop::collection::vec(seg, 0..6);
+    let query = prop::sample::select(vec![
+        "",
+        "",
+        "?",
+        "?x=5",
+        "?q=789&r=//a/../b",
+        "?a?b",
+        "?/./",
+        "?.",
+    ]);
+    let edit = prop::sample::select(vec![
+        "/", ".", "..", "/./", "/../", "//", "/.", "/..", "%41", "%2e", "%2E", "%", "%2", "#",
+        "#x", "?", ":80", ":", "@", "u@", "\t", "\n", "\r", " ", "\u{e9}", "\u{80}", "\u{7f}", "A",
+        "Z", "_", "+", "-", "0", "x", "\\", "[", "]", "\u{3002}", "\u{ff0e}",
+    ]);
+    // Replace one byte, insert a string, or delete one byte.
+    let op = (0u8..3, any::<prop::sample::Index>(), edit);
+    (
+        scheme,
+        host,
+        path,
+        any::<bool>(),
+        0usize..150,
+        query,
+        prop::collection::vec(op, 0..4),
+    )
+        .prop_map(|(scheme, host, path, slash, pad, query, ops)| {
+            let mut s = String::new();
+            s.push_str(scheme);
+            s.push_str(host);
+            s.push('/');
+            s.push_str(&path.join("/"));
+            if slash && !path.is_empty() {
+                s.push('/');
+            }
+            // A long plain segment moves everything across block boundaries.
+            s.extend((0..pad).map(|i| char::from(b'a' + (i % 26) as u8)));
+            s.push_str(query);
+            let mut v = s.into_bytes();
+            for (kind, at, text) in ops {
+                let i = at.index(v.len() + 1);
+                match kind {
+                    0 if i < v.len() => v[i] = text.as_bytes()[0],
+                    1 => {
+                        v.splice(i..i, text.bytes());
+                    }
+                    _ if i < v.len() => {
+                        v.remove(i);
+                    }
+                    _ => {}
+                }
+            }
+            v
+        })
+}
+
 fn any_input() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
+        almost_canonical(),
         prop::collection::vec(any::<u8>(), 0..96),
         urlish(),
         canonicalish(),
@@ -180,6 +294,26 @@ fn any_input() -> impl Strategy<Value = Vec<u8>> {
                 v
             }),
     ]
+}
+
+/// The fast path (SIMD where available) accepts exactly what the scalar scan
+/// accepts, and agrees with the slow path whenever it accepts.
+fn check_fast_path(input: &[u8]) -> Result<(), TestCaseError> {
+    let fast = fast_key_start(input);
+    prop_assert_eq!(
+        fast,
+        fast_key_start_scalar(input),
+        "SIMD and scalar fast-path scans disagree"
+    );
+    if let Some(start) = fast {
+        let slow = slow_canonical_key(input);
+        prop_assert_eq!(
+            slow.as_deref().map(str::as_bytes),
+            Ok(&input[start..]),
+            "fast path disagrees"
+        );
+    }
+    Ok(())
 }
 
 fn check_all(input: &[u8]) -> Result<(), TestCaseError> {
@@ -214,15 +348,7 @@ fn check_all(input: &[u8]) -> Result<(), TestCaseError> {
             prop_assert!(!e.to_string().is_empty());
         }
     }
-    // Fast path agrees with the slow path whenever it accepts.
-    if let Some(start) = fast_key_start(input) {
-        let slow = slow_canonical_key(input);
-        prop_assert_eq!(
-            slow.as_deref().map(str::as_bytes),
-            Ok(&input[start..]),
-            "fast path disagrees"
-        );
-    }
+    check_fast_path(input)?;
     // Host: idempotent.
     if let Ok(h) = canonical_host(input) {
         let again = canonical_host(h.as_bytes());
@@ -272,13 +398,106 @@ proptest! {
     /// plain lowercase inputs frequently take (and agree with) the fast path.
     #[test]
     fn fast_path_agrees_with_slow_path(input in canonicalish()) {
-        if let Some(start) = fast_key_start(&input) {
-            let slow = slow_canonical_key(&input);
-            prop_assert_eq!(slow.as_deref().map(str::as_bytes), Ok(&input[start..]));
-        }
+        check_fast_path(&input)?;
         if let Ok(c) = slow_canonical_key(&input) {
             let again = slow_canonical_key(c.as_bytes());
             prop_assert_eq!(again.as_deref(), Ok(c.as_str()));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10000, ..ProptestConfig::default() })]
+
+    /// Inputs at most a few edits away from canonical: the fast path must
+    /// still give exactly the slow path's answer (and the SIMD scan exactly
+    /// the scalar scan's), and all other invariants hold.
+    #[test]
+    fn almost_canonical_urls(input in almost_canonical()) {
+        check_all(&input)?;
+    }
+}
+
+/// Canonical URLs of every length from 1 to 200 bytes, each with every byte
+/// in turn replaced by each of a set of bytes that matter to the fast path:
+/// the SIMD and scalar scans agree, and accepted inputs are fixed points of
+/// the slow path. Covers every block boundary of the SIMD scan.
+#[test]
+fn fast_path_single_byte_edits() {
+    let specials: &[u8] = b"/.?#%A:@_-+0x\\[] \t\n\x7f\x80\xff";
+    let bases: &[&[u8]] = &[
+        b"http://host123.example/path/456?q=789",
+        b"https://www.evil5.example/phish/login.php?x=5",
+        b"www.a.b/c/d.e/",
+        b"ftp://1.2.3.4/a/b",
+        b"x.y/?",
+    ];
+    let mut checked = 0usize;
+    for base in bases {
+        for len in 1..=200usize {
+            // Stretch (or cut) the base to `len` bytes with a plain path tail.
+            let mut url = base.to_vec();
+            if url.contains(&b'?') {
+                url.extend((0..len).map(|i| b'a' + (i % 26) as u8));
+            } else {
+                url.push(b'/');
+                url.extend((0..len).map(|i| b'a' + (i % 26) as u8));
+            }
+            url.truncate(len);
+            for i in 0..url.len() {
+                for &b in specials {
+                    let mut v = url.clone();
+                    v[i] = b;
+                    let fast = fast_key_start(&v);
+                    assert_eq!(
+                        fast,
+                        fast_key_start_scalar(&v),
+                        "SIMD and scalar scans disagree on {:?}",
+                        String::from_utf8_lossy(&v)
+                    );
+                    if let Some(start) = fast {
+                        assert_eq!(
+                            slow_canonical_key(&v).as_deref().map(str::as_bytes),
+                            Ok(&v[start..]),
+                            "fast path disagrees on {:?}",
+                            String::from_utf8_lossy(&v)
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100_000);
+}
+
+/// The fast path really is taken for plain canonical URLs of every length
+/// (a scan that bails out too often would be correct but slow).
+#[test]
+fn fast_path_accepts_canonical_urls_of_every_length() {
+    for (prefix, start) in [
+        (&b"http://host123.example/"[..], 7),
+        (b"https://www.evil5.example/", 8),
+        (b"www.evil5.example/", 0),
+        (b"http://10.0.100.199/", 7),
+        (b"git+ssh://a.b/", 10),
+    ] {
+        for len in prefix.len()..=300 {
+            let mut url = prefix.to_vec();
+            url.extend((url.len()..len).map(|i| match i % 7 {
+                3 => b'/',
+                5 => b'.',
+                _ => b'a' + (i % 26) as u8,
+            }));
+            if url.last() == Some(&b'.') {
+                url.pop();
+            }
+            assert_eq!(
+                fast_key_start(&url),
+                Some(start),
+                "{:?}",
+                String::from_utf8_lossy(&url)
+            );
         }
     }
 }
