@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
-use bloomgate_blacklist::Blacklist;
+use bloomgate_blacklist::{Blacklist, CheckScratch};
 use bloomgate_engine::Access;
 
 use crate::args::CheckArgs;
@@ -46,21 +46,26 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         a.inputs.clone(),
         Progress::default(),
         |chunk| {
-            let mut scratch = Vec::new();
             let mut r = ChunkOut {
                 text: Vec::new(),
                 hits: 0,
                 errors: Vec::new(),
             };
-            chunk.for_each_line(|line_no, line| {
-                let line = match line {
-                    Ok(l) => l,
-                    Err(reason) => {
-                        r.errors.push((line_no, reason));
-                        return;
-                    }
-                };
-                match list.check(line, &mut scratch) {
+            let mut lines = Vec::new();
+            chunk.for_each_line(|line_no, line| match line {
+                Ok(l) => lines.push((line_no, l)),
+                Err(reason) => r.errors.push((line_no, reason)),
+            });
+            // All lookups of the chunk (~4 MiB of input) in one pipelined
+            // batch (see Blacklist::check_many), then the answers in order.
+            let mut verdicts = Vec::new();
+            list.check_many(
+                lines.iter().map(|&(_, l)| l),
+                &mut CheckScratch::default(),
+                &mut verdicts,
+            );
+            for (&(line_no, line), verdict) in lines.iter().zip(verdicts) {
+                match verdict {
                     Ok(v) => {
                         r.hits += v.hit as u64;
                         match output {
@@ -94,7 +99,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
                         r.errors.push((line_no, e.to_string()));
                     }
                 }
-            });
+            }
             r
         },
         |chunk, r| {
