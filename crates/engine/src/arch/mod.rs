@@ -1,11 +1,16 @@
 //! The in-block probe kernels of the blocked layout, with their SIMD twins.
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
-//! engine calls the safe dispatchers here ([`block_contains`], [`block_mask`],
-//! [`prefetch`]), which pick the AVX2 kernel once the CPU has been checked
-//! (`is_x86_feature_detected!` caches its answer in an atomic) and otherwise
+//! engine calls the safe functions here ([`block_contains`], [`dispatch`],
+//! [`block_mask`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
+//! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
-//! reference: the tests run both on the same inputs and require equal answers.
+//! reference: the tests run every supported kernel on the same inputs and
+//! require the scalar answers, bit for bit.
+//!
+//! Measured on the benchmark machine (`filters quick`, in-cache block, k = 12,
+//! pre-hashed): AVX-512 2.9 ns, AVX2 5.1 ns, scalar 13–14 ns per lookup; the
+//! former AVX2 gather kernel took 5.7–9 ns.
 //!
 //! # Probe derivation inside a block
 //!
@@ -23,7 +28,7 @@
 //! formula in `math` assumes (RocksDB's FastLocalBloom uses the same scheme and
 //! measured FP within noise of the formula; our own measurement is in
 //! BENCHMARKS.md and `tests/fp_rate.rs`). The powers `G^(i+1)` are a table, so
-//! the probes are independent multiplications that the CPU (or 8 AVX2 lanes)
+//! the probes are independent multiplications that the CPU (or 8–16 SIMD lanes)
 //! computes in parallel.
 //!
 //! Why deriving all probes from 32 bits does not raise the FP rate: a query
