@@ -281,6 +281,8 @@ pub(crate) mod avx2 {
         /// `[a-z0-9_./-]`: the host bytes, plus '/' (which ends the host
         /// anyway), because that makes it two ranges and one byte.
         host: T,
+        /// `_` (a host byte that cannot be in a scheme).
+        under: T,
     }
 
     impl Masks<u64> {
@@ -291,6 +293,7 @@ pub(crate) mod avx2 {
                 query: self.query | o.query << by,
                 dot: self.dot | o.dot << by,
                 host: self.host | o.host << by,
+                under: self.under | o.under << by,
             }
         }
 
@@ -301,6 +304,7 @@ pub(crate) mod avx2 {
                 query: self.query >> by,
                 dot: self.dot >> by,
                 host: self.host >> by,
+                under: self.under >> by,
             }
         }
 
@@ -312,6 +316,7 @@ pub(crate) mod avx2 {
                 query: w(self.query, hi.query),
                 dot: w(self.dot, hi.dot),
                 host: w(self.host, hi.host),
+                under: w(self.under, hi.under),
             }
         }
     }
@@ -358,15 +363,17 @@ pub(crate) mod avx2 {
         let bits = |x: __m256i| u64::from(_mm256_movemask_epi8(x) as u32);
         let plain = _mm256_andnot_si256(_mm256_or_si256(eq(b'#'), eq(b'%')), in_range(0x21, 0x7e));
         // '-' '.' '/' '0'..='9' are 0x2d..=0x39.
+        let under = eq(b'_');
         let host = _mm256_or_si256(
             _mm256_or_si256(in_range(b'-', b'9'), in_range(b'a', b'z')),
-            eq(b'_'),
+            under,
         );
         let m = Masks {
             slash: bits(eq(b'/')),
             query: bits(eq(b'?')),
             dot: bits(eq(b'.')),
             host: bits(host),
+            under: bits(under),
         };
         (m, _mm256_movemask_epi8(plain) as u32)
     }
@@ -382,15 +389,17 @@ pub(crate) mod avx2 {
         let eq = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
         let bits = |x: __m128i| u64::from(_mm_movemask_epi8(x) as u16);
         let plain = _mm_andnot_si128(_mm_or_si128(eq(b'#'), eq(b'%')), in_range(0x21, 0x7e));
+        let under = eq(b'_');
         let host = _mm_or_si128(
             _mm_or_si128(in_range(b'-', b'9'), in_range(b'a', b'z')),
-            eq(b'_'),
+            under,
         );
         let m = Masks {
             slash: bits(eq(b'/')),
             query: bits(eq(b'?')),
             dot: bits(eq(b'.')),
             host: bits(host),
+            under: bits(under),
         };
         (m, u32::from(_mm_movemask_epi8(plain) as u16) | 0xffff_0000)
     }
@@ -454,28 +463,24 @@ pub(crate) mod avx2 {
         let n = input.len() as u32;
         let valid = T::below(n);
 
-        // Scheme.
-        let ks: u32 = if input.starts_with(b"http://") {
-            7
-        } else if input.starts_with(b"https://") {
-            8
-        } else {
-            // The first byte that cannot be in a host: '/' means no scheme;
-            // ':' may end a scheme (anything unusual goes to the scalar scan).
-            let p = ((!m.host | m.slash) & valid).trailing_zeros();
-            match input.get(p as usize) {
-                Some(b'/') => 0,
-                // Every byte before p is in [a-z0-9._-]; a scheme excludes '_'.
-                Some(b':')
-                    if input[p as usize..].starts_with(b"://")
-                        && input[0].is_ascii_lowercase()
-                        && !input[..p as usize].contains(&b'_') =>
-                {
-                    p + 3
-                }
-                None => return None,
-                _ => return super::scalar::fast_key_start(input),
+        // Scheme: the first byte that cannot be in a host (nor is '/') must
+        // start "://" after a scheme `[a-z][a-z0-9.-]*` (no '_'), or be the
+        // '/' that ends a host without a scheme. Anything else ('+' in a
+        // scheme, ...) is rare enough for the scalar scan. No separate
+        // branches for "http://" and "https://": they would be mispredicted
+        // on mixed input.
+        let p = ((!m.host | m.slash) & valid).trailing_zeros();
+        let ks: u32 = if input.get(p as usize..p as usize + 3) == Some(b"://") {
+            if !input[0].is_ascii_lowercase() || m.under & T::below(p) != T::ZERO {
+                return None;
             }
+            p + 3
+        } else if input.get(p as usize) == Some(&b'/') {
+            0
+        } else if p >= n {
+            return None;
+        } else {
+            return super::scalar::fast_key_start(input);
         };
         let key = valid & !T::below(ks);
 

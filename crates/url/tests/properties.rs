@@ -431,6 +431,11 @@ fn fast_path_single_byte_edits() {
         b"www.a.b/c/d.e/",
         b"ftp://1.2.3.4/a/b",
         b"x.y/?",
+        // Scheme and host long enough to cross the 16-, 32- and 64-byte
+        // blocks.
+        b"abcdefghijklmnopqrstuvwxyz0123456789-.abc://h.example/p",
+        b"abcdefghijklmnopqrstuvwxyz0123456789-.abcdefghijklmnopqrstuvwxyz0123456789://h.example/p",
+        b"http://a-very-long-subdomain-name.for-testing.example.com/x",
     ];
     let mut checked = 0usize;
     for base in bases {
