@@ -87,15 +87,25 @@ pub struct Metrics {
 impl Metrics {
     /// Records one request.
     pub fn record(&self, proto: Proto, op: Op, elapsed: Duration, error: bool) {
-        let s = &self.series[proto as usize][op as usize];
-        s.requests.fetch_add(1, Relaxed);
-        if error {
-            s.errors.fetch_add(1, Relaxed);
+        self.record_many(proto, op, 1, elapsed, error as u64);
+    }
+
+    /// Records `n` requests of one kind that took `total` together (a run of
+    /// pipelined commands timed as a whole, each counted at the mean).
+    pub fn record_many(&self, proto: Proto, op: Op, n: u64, total: Duration, errors: u64) {
+        if n == 0 {
+            return;
         }
-        let us = elapsed.as_micros() as u64;
+        let s = &self.series[proto as usize][op as usize];
+        s.requests.fetch_add(n, Relaxed);
+        if errors > 0 {
+            s.errors.fetch_add(errors, Relaxed);
+        }
+        let us = total.as_micros() as u64;
         s.sum_us.fetch_add(us, Relaxed);
-        if let Some(i) = BUCKETS_US.iter().position(|&b| us <= b) {
-            s.buckets[i].fetch_add(1, Relaxed);
+        let mean = us / n;
+        if let Some(i) = BUCKETS_US.iter().position(|&b| mean <= b) {
+            s.buckets[i].fetch_add(n, Relaxed);
         }
     }
 

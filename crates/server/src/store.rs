@@ -52,7 +52,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -220,6 +222,14 @@ pub struct Named {
     lineage: Mutex<Vec<Lineage>>,
 }
 
+/// Reusable buffers of [`Named::lookup_batch`].
+#[derive(Default)]
+pub struct LookupScratch {
+    keys: Vec<Vec<u8>>,
+    hits: Vec<bool>,
+    layer: Vec<bool>,
+}
+
 /// Per-filter information (HTTP `info`, `BF.INFO`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Info {
@@ -335,24 +345,95 @@ impl Named {
     /// Like [`Named::check`] but only says hit or not (no allocation for raw keys).
     #[inline]
     pub fn exists(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
+        let hit = self.lookup(query, scratch)?;
+        self.count(1, hit as u64);
+        Ok(hit)
+    }
+
+    /// [`Named::exists`] without counting: the caller reports its lookups
+    /// with [`Named::count`] (once per batch, so that concurrent readers do
+    /// not contend on the counters' cache line for every query).
+    #[inline]
+    pub fn lookup(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
         let st = self.state.load();
-        let hit = if st.kind == KeyKind::Raw {
+        if st.kind == KeyKind::Raw {
             if query.is_empty() {
                 return Err(KeyError::Empty);
             }
-            st.contains(query) && {
+            Ok(st.contains(query) && {
                 let wl = self.whitelist.load();
                 wl.is_empty() || !wl.contains(query)
-            }
+            })
         } else {
             query_keys(st.kind, st.mode, query, scratch)?;
-            verdict(&st, &self.whitelist.load(), scratch).hit
-        };
-        self.checks.fetch_add(1, Relaxed);
-        if hit {
-            self.hits.fetch_add(1, Relaxed);
+            Ok(verdict(&st, &self.whitelist.load(), scratch).hit)
         }
-        Ok(hit)
+    }
+
+    /// [`Named::lookup`] of many queries: one result per query in `out`
+    /// (cleared first). Raw keys go through the engine's batched lookup
+    /// ([`Filter::contains_batch`]: hashing and prefetching ahead of the
+    /// probes); nothing is allocated per query once the buffers have grown.
+    pub fn lookup_batch(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut LookupScratch,
+        out: &mut Vec<Result<bool, KeyError>>,
+    ) {
+        out.clear();
+        let st = self.state.load();
+        let wl = self.whitelist.load();
+        if st.kind != KeyKind::Raw {
+            for q in queries {
+                let r = query_keys(st.kind, st.mode, q, &mut scratch.keys);
+                out.push(r.map(|()| verdict(&st, &wl, &scratch.keys).hit));
+            }
+            return;
+        }
+        let hits = &mut scratch.hits;
+        match st.layers.as_slice() {
+            [one] => one.contains_batch(queries, hits),
+            many => {
+                hits.clear();
+                hits.resize(queries.len(), false);
+                for f in many.iter().rev() {
+                    f.contains_batch(queries, &mut scratch.layer);
+                    for (h, &l) in hits.iter_mut().zip(&scratch.layer) {
+                        *h |= l;
+                    }
+                }
+            }
+        }
+        for (q, &hit) in queries.iter().zip(hits.iter()) {
+            out.push(if q.is_empty() {
+                Err(KeyError::Empty)
+            } else {
+                Ok(hit && (wl.is_empty() || !wl.contains(q)))
+            });
+        }
+    }
+
+    /// Starts loading the memory a [`Named::lookup`] of a raw `query` will
+    /// read, in every layer (a hint; nothing for other key kinds).
+    #[inline]
+    pub fn prefetch(&self, query: &[u8]) {
+        let st = self.state.load();
+        if st.kind == KeyKind::Raw {
+            for f in &st.layers {
+                f.prefetch(&f.prepare(query));
+            }
+        }
+    }
+
+    /// Adds to the filter's lookup counters (see [`Named::counters`]).
+    #[inline]
+    pub fn count(&self, checks: u64, hits: u64) {
+        if checks > 0 {
+            self.checks.fetch_add(checks, Relaxed);
+        }
+        if hits > 0 {
+            self.hits.fetch_add(hits, Relaxed);
+        }
     }
 
     /// Information about the filter. `fill` computes the fill ratio (a full
@@ -491,6 +572,8 @@ pub struct SnapshotReport {
 pub struct Store {
     dir: PathBuf,
     filters: RwLock<HashMap<String, Arc<Named>>>,
+    /// Bumped after every change of `filters` (see [`Store::generation`]).
+    generation: AtomicU64,
     wal: Wal,
     limits: Limits,
     metrics: Arc<Metrics>,
@@ -702,6 +785,7 @@ impl Store {
         let store = Store {
             dir: dir.to_path_buf(),
             filters: RwLock::new(filters),
+            generation: AtomicU64::new(0),
             wal,
             limits,
             metrics,
@@ -726,6 +810,23 @@ impl Store {
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
             .cloned()
+    }
+
+    /// A number that changes whenever a filter is added, replaced or
+    /// removed: a caller may keep an `Arc<Named>` from [`Store::get`] for as
+    /// long as this stays the same (the Redis front end caches its last
+    /// lookup per connection this way).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
+    }
+
+    /// Inserts or removes under the map's write lock and bumps the generation.
+    fn change_filters<R>(&self, f: impl FnOnce(&mut HashMap<String, Arc<Named>>) -> R) -> R {
+        let mut map = self.filters.write().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut map);
+        self.generation.fetch_add(1, Release);
+        r
     }
 
     /// The filter called `name`, or [`StoreError::NotFound`].
@@ -849,10 +950,7 @@ impl Store {
             Whitelist::default(),
             file_id(base),
         ));
-        self.filters
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.into(), named.clone());
+        self.change_filters(|m| m.insert(name.into(), named.clone()));
         Ok(named)
     }
 
@@ -864,10 +962,7 @@ impl Store {
         };
         let _w = lock(&named.write);
         named.deleted.store(true, Relaxed);
-        self.filters
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
+        self.change_filters(|m| m.remove(name));
         let base = self.base(name);
         remove_files(&base);
         let _ = std::fs::remove_file(Whitelist::path_for(&base));
@@ -1211,10 +1306,7 @@ impl Store {
                 let named = Arc::new(Named::new(name.into(), layers, wl, id));
                 named.dirty.store(inserted > 0, Relaxed);
                 *lock(&named.lineage) = lineage;
-                self.filters
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(name.into(), named.clone());
+                self.change_filters(|m| m.insert(name.into(), named.clone()));
                 Ok(named)
             }
         }
