@@ -2,9 +2,15 @@
 //!
 //! # Connection handling
 //!
-//! Each connection reads into one buffer and parses as many complete
+//! Each connection reads into one buffer with one `read` (a short read clears the socket's
+//! readiness, so no `read` is spent on `EAGAIN`), parses as many complete
 //! commands as it holds (pipelining), executes them in order and writes all
-//! replies with one `write`. Writes (`BF.ADD`, …) apply to memory at once and
+//! replies with one `write`. While one `BF.EXISTS` of a pipeline executes,
+//! the filter memory of a later one is prefetched; the filter of the last
+//! lookup is cached per connection (no map lock, hashing or shared
+//! reference count per command while no filter is created or deleted), and
+//! lookup counters and request timings are added to the shared metrics once
+//! per batch, for runs of commands of one kind. Writes (`BF.ADD`, …) apply to memory at once and
 //! queue a log record; before the replies of a batch that contains writes
 //! are sent, the connection waits for the *last* write's acknowledgement —
 //! the log acks in order, so that covers all of them, and a whole pipeline
@@ -35,13 +41,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bloomgate_url::KeyError;
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::metrics::{Op, Proto};
-use crate::store::{AddOutcome, CreateSpec, Growth, Meta, StoreError};
+use crate::store::{AddOutcome, CreateSpec, Growth, LookupScratch, Meta, Named, StoreError};
 use crate::wal::AckRx;
 use crate::App;
 
@@ -60,6 +67,32 @@ pub fn parse(
     args: &mut Vec<std::ops::Range<usize>>,
 ) -> Result<Option<usize>, ProtocolError> {
     args.clear();
+    parse_append(buf, max_bulk, max_array, args)
+}
+
+/// [`parse`] that appends to `args` (left as it was unless a whole command
+/// was parsed).
+fn parse_append(
+    buf: &[u8],
+    max_bulk: usize,
+    max_array: usize,
+    args: &mut Vec<std::ops::Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
+    let base = args.len();
+    let r = parse_one(buf, max_bulk, max_array, base, args);
+    if !matches!(r, Ok(Some(_))) {
+        args.truncate(base);
+    }
+    r
+}
+
+fn parse_one(
+    buf: &[u8],
+    max_bulk: usize,
+    max_array: usize,
+    base: usize,
+    args: &mut Vec<std::ops::Range<usize>>,
+) -> Result<Option<usize>, ProtocolError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -86,7 +119,7 @@ pub fn parse(
                 i += 1;
             }
             if i > start {
-                if args.len() >= max_array {
+                if args.len() - base >= max_array {
                     return Err(ProtocolError("invalid multibulk length".into()));
                 }
                 args.push(start..i);
@@ -241,6 +274,43 @@ struct Conn {
     quit: bool,
     name: Option<Vec<u8>>,
     id: u64,
+    /// The filter of the last lookup (see [`Lookup`]).
+    last: Lookup,
+    lookup_scratch: LookupScratch,
+    results: Vec<Result<bool, KeyError>>,
+    /// Items looked up and hits not yet added to the shared metrics.
+    items_checked: u64,
+    hits: u64,
+    /// The run of commands being timed (see [`Conn::execute`]).
+    run: Run,
+}
+
+/// A connection's cached name lookup. Pipelined lookups usually name one
+/// filter over and over; while the store's generation is unchanged (no
+/// filter created, replaced or deleted) the cached `Arc` is the one
+/// [`Store::get`](crate::store::Store::get) would return, without taking the
+/// map's lock, hashing the name or touching the `Arc`'s shared count. The
+/// filter's lookup counters are accumulated here and added once per batch.
+#[derive(Default)]
+struct Lookup {
+    valid: bool,
+    generation: u64,
+    key: Vec<u8>,
+    named: Option<Arc<Named>>,
+    checks: u64,
+    hits: u64,
+}
+
+/// Longest filter name worth caching (longer ones are looked up each time).
+const MAX_CACHED_NAME: usize = 256;
+
+/// Consecutive commands of one kind, timed together: reading the clock
+/// twice per command cost more than a pipelined `BF.EXISTS` itself.
+struct Run {
+    op: Op,
+    n: u64,
+    errors: u64,
+    start: Instant,
 }
 
 /// Accepts Redis-protocol connections until `stop` turns true.
@@ -289,6 +359,7 @@ pub async fn serve(
 
 async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
     let limits = app.limits.clone();
+    let now = Instant::now();
     let mut conn = Conn {
         authed: false,
         app,
@@ -298,97 +369,213 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         quit: false,
         name: None,
         id,
+        last: Lookup::default(),
+        lookup_scratch: LookupScratch::default(),
+        results: Vec::new(),
+        items_checked: 0,
+        hits: 0,
+        run: Run {
+            op: Op::Other,
+            n: 0,
+            errors: 0,
+            start: now,
+        },
     };
     let mut buf = BytesMut::with_capacity(16 << 10);
     let mut out = Out {
         buf: Vec::with_capacity(16 << 10),
         proto: 2,
     };
-    let mut args = Vec::new();
     let mut partial_since: Option<Instant> = None;
+    // One timer for the idle and request timeouts, re-armed lazily: it is
+    // only moved earlier when a deadline moves earlier, and when it fires
+    // early (there was activity since it was set) it is moved to the real
+    // deadline. Arming a timer for every read cost more than the read.
+    let mut armed = now + limits.idle_timeout;
+    let timer = tokio::time::sleep_until(armed.into());
+    tokio::pin!(timer);
+    let mut batch = Parsed::default();
     loop {
-        // Execute every complete command in the buffer.
+        // Execute every complete command in the buffer, up to 1 MiB of replies.
+        let mut more = false;
         loop {
-            match parse(&buf, limits.max_bulk_bytes, limits.max_array_len, &mut args) {
-                Ok(Some(used)) => {
-                    partial_since = None;
-                    if !args.is_empty() {
-                        // Most commands have few arguments: avoid an allocation.
-                        let mut small: [&[u8]; 8] = [&[]; 8];
-                        let big: Vec<&[u8]>;
-                        let argv: &[&[u8]] = if args.len() <= small.len() {
-                            for (slot, r) in small.iter_mut().zip(args.iter()) {
-                                *slot = &buf[r.clone()];
-                            }
-                            &small[..args.len()]
-                        } else {
-                            big = args.iter().map(|r| &buf[r.clone()]).collect();
-                            &big
-                        };
-                        conn.execute(argv, &mut out);
+            let error = batch.parse(&buf, &limits);
+            if !batch.cmds.is_empty() {
+                partial_since = None;
+            }
+            let (done, stopped) = conn.run_batch(&buf, &batch, &mut out);
+            buf.advance(done);
+            if conn.quit {
+                break;
+            }
+            if stopped {
+                // Send these replies, then go on with the buffer (its
+                // commands may be all the client will send).
+                more = !buf.is_empty();
+                break;
+            }
+            if let Some(ProtocolError(msg)) = error {
+                conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
+                out.error(&format!("ERR Protocol error: {msg}"));
+                let _ = flush(&mut stream, &mut conn, &mut out).await;
+                return;
+            }
+            if batch.cmds.len() < MAX_PARSED {
+                break;
+            }
+        }
+        let Ok(now) = flush(&mut stream, &mut conn, &mut out).await else {
+            return;
+        };
+        if conn.quit {
+            return;
+        }
+        if more {
+            continue;
+        }
+        if !buf.is_empty() && partial_since.is_none() {
+            partial_since = Some(now);
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 << 10);
+        }
+        let deadline = match partial_since {
+            Some(t) => t + limits.request_timeout,
+            None => now + limits.idle_timeout,
+        };
+        if deadline < armed {
+            armed = deadline;
+            timer.as_mut().reset(armed.into());
+        }
+        loop {
+            tokio::select! {
+                biased;
+                r = read_some(&stream, &mut buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => break,
+                },
+                () = &mut timer => {
+                    if Instant::now() < deadline {
+                        armed = deadline;
+                        timer.as_mut().reset(armed.into());
+                        continue;
                     }
-                    buf.advance(used);
-                    if conn.quit || out.buf.len() > (1 << 20) {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(ProtocolError(msg)) => {
                     conn.app.metrics.connections_rejected[Proto::Resp as usize]
                         .fetch_add(1, Relaxed);
-                    out.error(&format!("ERR Protocol error: {msg}"));
+                    out.error(if partial_since.is_some() {
+                        "ERR request timeout: command not completed in time"
+                    } else {
+                        "ERR idle timeout"
+                    });
                     let _ = flush(&mut stream, &mut conn, &mut out).await;
                     return;
                 }
             }
         }
-        if flush(&mut stream, &mut conn, &mut out).await.is_err() || conn.quit {
-            return;
-        }
-        if !buf.is_empty() && partial_since.is_none() {
-            partial_since = Some(Instant::now());
-        }
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 << 10);
-        }
-        let wait = match partial_since {
-            Some(t) => limits.request_timeout.saturating_sub(t.elapsed()),
-            None => limits.idle_timeout,
-        };
-        match tokio::time::timeout(wait, stream.read_buf(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(_)) => {}
-            Err(_) => {
-                conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
-                out.error(if partial_since.is_some() {
-                    "ERR request timeout: command not completed in time"
-                } else {
-                    "ERR idle timeout"
-                });
-                let _ = flush(&mut stream, &mut conn, &mut out).await;
-                return;
+        conn.run.start = Instant::now();
+    }
+}
+
+/// Most commands parsed ahead of their execution.
+const MAX_PARSED: usize = 256;
+
+/// How many commands ahead the memory of a `BF.EXISTS` lookup is prefetched.
+const PREFETCH_AHEAD: usize = 8;
+
+/// The complete commands at the start of the read buffer, parsed before any
+/// of them runs, so that the filter memory of later lookups can be fetched
+/// while earlier ones execute (each `BF.EXISTS` of a pipeline is a cache
+/// miss otherwise, one at a time).
+#[derive(Default)]
+struct Parsed {
+    /// Arguments of all commands (ranges into the buffer).
+    args: Vec<std::ops::Range<usize>>,
+    /// Per command: its arguments (a range of `args`) and where it ends in the buffer.
+    cmds: Vec<(std::ops::Range<usize>, usize)>,
+}
+
+impl Parsed {
+    /// Parses up to [`MAX_PARSED`] commands; returns the framing error that
+    /// stopped it, if any (it follows the commands parsed).
+    fn parse(&mut self, buf: &[u8], limits: &crate::Limits) -> Option<ProtocolError> {
+        self.args.clear();
+        self.cmds.clear();
+        let mut pos = 0;
+        while self.cmds.len() < MAX_PARSED {
+            let first = self.args.len();
+            match parse_append(
+                &buf[pos..],
+                limits.max_bulk_bytes,
+                limits.max_array_len,
+                &mut self.args,
+            ) {
+                Ok(Some(used)) => {
+                    for r in &mut self.args[first..] {
+                        *r = r.start + pos..r.end + pos;
+                    }
+                    pos += used;
+                    self.cmds.push((first..self.args.len(), pos));
+                }
+                Ok(None) => return None,
+                Err(e) => return Some(e),
             }
+        }
+        None
+    }
+}
+
+/// Reads once into `buf` (which has free space). A read that returns less
+/// than the free space has drained the socket's receive queue, so the
+/// socket's readiness is cleared right away: the next read waits for the
+/// reactor instead of first making a `read` that can only fail with
+/// `EAGAIN`. A batch of pipelined commands then costs one `read` and one
+/// `write`. (Tokio ignores the clearing if the reactor saw new data
+/// meanwhile, so no wake-up is lost.)
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        let free = buf.capacity() - buf.len();
+        let mut got = 0;
+        let r = stream.try_io(Interest::READABLE, || {
+            got = stream.try_read_buf(buf)?;
+            if got > 0 && got < free {
+                Err(std::io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        match r {
+            Ok(()) => return Ok(got),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if got > 0 {
+                    return Ok(got);
+                }
+            }
+            Err(e) => return Err(e),
         }
     }
 }
 
-/// Waits for the batch's writes to be durable, then sends its replies.
-async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<(), ()> {
+/// Ends the batch (metrics), waits for its writes to be durable, then sends
+/// its replies. Returns the time the batch ended (after any wait).
+async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<Instant, ()> {
+    let mut now = conn.end_batch();
     if let Some(rx) = conn.pending.take() {
         match rx.await {
             Ok(Ok(())) => {}
             _ => return Err(()),
         }
+        now = Instant::now();
     }
     if out.buf.is_empty() {
-        return Ok(());
+        return Ok(now);
     }
     let r = stream.write_all(&out.buf).await;
     out.buf.clear();
     if out.buf.capacity() > (4 << 20) {
         out.buf = Vec::with_capacity(16 << 10);
     }
-    r.map_err(|_| ())
+    r.map(|()| now).map_err(|_| ())
 }
 
 fn upper(a: &[u8]) -> Vec<u8> {
@@ -463,7 +650,6 @@ enum Class {
 
 impl Conn {
     fn execute(&mut self, argv: &[&[u8]], out: &mut Out) {
-        let start = Instant::now();
         // Upper-case the command name on the stack (no allocation).
         let mut name = [0u8; 24];
         let cmd: &[u8] = if argv[0].len() <= name.len() {
@@ -483,6 +669,12 @@ impl Conn {
             b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
             _ => (Class::Conn, Op::Other),
         };
+        // Time runs of commands of one kind; adds and admin commands each
+        // on their own (they can be slow).
+        if self.run.n > 0 && self.run.op != op {
+            self.end_run(Instant::now());
+        }
+        self.run.op = op;
         let before = out.buf.len();
         let denied = match class {
             Class::Conn => None,
@@ -494,10 +686,131 @@ impl Conn {
             Some(d) => out.error(&format!("NOPERM {}", d.message())),
             None => self.dispatch(cmd, argv, out),
         }
-        let error = out.buf.get(before) == Some(&b'-');
-        self.app
-            .metrics
-            .record(Proto::Resp, op, start.elapsed(), error);
+        self.run.n += 1;
+        self.run.errors += (out.buf.get(before) == Some(&b'-')) as u64;
+        if matches!(op, Op::Add | Op::Admin) {
+            self.end_run(Instant::now());
+        }
+    }
+
+    /// Executes the parsed commands in order, until a `QUIT` or 1 MiB of
+    /// replies. Returns the bytes of `buf` consumed and whether it stopped
+    /// early.
+    fn run_batch(&mut self, buf: &[u8], batch: &Parsed, out: &mut Out) -> (usize, bool) {
+        let cmds = &batch.cmds;
+        for (args, _) in cmds.iter().take(PREFETCH_AHEAD) {
+            self.prefetch(buf, &batch.args[args.clone()]);
+        }
+        let mut done = 0;
+        for (i, (args, end)) in cmds.iter().enumerate() {
+            if let Some((ahead, _)) = cmds.get(i + PREFETCH_AHEAD) {
+                self.prefetch(buf, &batch.args[ahead.clone()]);
+            }
+            let args = &batch.args[args.clone()];
+            if !args.is_empty() {
+                // Most commands have few arguments: avoid an allocation.
+                let mut small: [&[u8]; 8] = [&[]; 8];
+                let big: Vec<&[u8]>;
+                let argv: &[&[u8]] = if args.len() <= small.len() {
+                    for (slot, r) in small.iter_mut().zip(args) {
+                        *slot = &buf[r.clone()];
+                    }
+                    &small[..args.len()]
+                } else {
+                    big = args.iter().map(|r| &buf[r.clone()]).collect();
+                    &big
+                };
+                self.execute(argv, out);
+            }
+            done = *end;
+            if self.quit || out.buf.len() > (1 << 20) {
+                return (done, true);
+            }
+        }
+        (done, false)
+    }
+
+    /// Starts loading the filter memory a `BF.EXISTS` of the filter of the
+    /// last lookup will read (a hint: other commands and filters are left
+    /// alone, so that a pipeline over several filters does not thrash
+    /// [`Conn::last`]).
+    #[inline]
+    fn prefetch(&self, buf: &[u8], args: &[std::ops::Range<usize>]) {
+        if let [cmd, key, item] = args {
+            let l = &self.last;
+            if let Some(n) = &l.named {
+                if l.valid
+                    && buf[key.clone()] == l.key[..]
+                    && buf[cmd.clone()].eq_ignore_ascii_case(b"BF.EXISTS")
+                    && l.generation == self.app.store.generation()
+                {
+                    n.prefetch(&buf[item.clone()]);
+                }
+            }
+        }
+    }
+
+    /// Records the current run of commands as ending at `now`.
+    fn end_run(&mut self, now: Instant) {
+        let r = &mut self.run;
+        self.app.metrics.record_many(
+            Proto::Resp,
+            r.op,
+            r.n,
+            now.saturating_duration_since(r.start),
+            r.errors,
+        );
+        r.n = 0;
+        r.errors = 0;
+        r.start = now;
+    }
+
+    /// Ends a batch: records its timing and adds its lookup counts to the
+    /// shared counters. Returns the current time.
+    fn end_batch(&mut self) -> Instant {
+        let now = Instant::now();
+        if self.run.n > 0 {
+            self.end_run(now);
+        }
+        self.flush_lookup_counts();
+        let m = &self.app.metrics;
+        if self.items_checked > 0 {
+            m.items_checked.fetch_add(self.items_checked, Relaxed);
+            self.items_checked = 0;
+        }
+        if self.hits > 0 {
+            m.hits.fetch_add(self.hits, Relaxed);
+            self.hits = 0;
+        }
+        now
+    }
+
+    fn flush_lookup_counts(&mut self) {
+        let l = &mut self.last;
+        if let Some(n) = &l.named {
+            n.count(l.checks, l.hits);
+        }
+        l.checks = 0;
+        l.hits = 0;
+    }
+
+    /// Points `self.last` at the filter called `key` (or at nothing).
+    fn look_up(&mut self, key: &[u8]) {
+        let generation = self.app.store.generation();
+        let l = &self.last;
+        if l.valid && l.generation == generation && l.key == key {
+            return;
+        }
+        self.flush_lookup_counts();
+        let named = self.named(key);
+        let l = &mut self.last;
+        l.named = named;
+        l.generation = generation;
+        l.key.clear();
+        l.valid = key.len() <= MAX_CACHED_NAME;
+        if l.valid {
+            l.key.extend_from_slice(key);
+        }
     }
 
     fn wrong_arity(out: &mut Out, cmd: &[u8]) {
@@ -1013,29 +1326,45 @@ impl Conn {
                 self.app.limits.max_batch
             ));
         }
-        let named = self.named(key);
+        self.look_up(key);
         if multi {
             out.array(items.len());
         }
-        let m = &self.app.metrics;
-        m.items_checked.fetch_add(items.len() as u64, Relaxed);
-        let mut hits = 0;
-        for item in items {
-            match &named {
-                // RedisBloom answers 0 for a missing key.
-                None => out.boolean(false),
-                Some(n) => match n.exists(item, &mut self.scratch) {
+        self.items_checked += items.len() as u64;
+        let l = &mut self.last;
+        let Some(named) = &l.named else {
+            // RedisBloom answers 0 for a missing key.
+            for _ in items {
+                out.boolean(false);
+            }
+            return;
+        };
+        let (mut checks, mut hits) = (0, 0);
+        if let [item] = items {
+            match named.lookup(item, &mut self.scratch) {
+                Ok(h) => {
+                    checks += 1;
+                    hits += h as u64;
+                    out.boolean(h)
+                }
+                Err(e) => out.error(&format!("ERR invalid item: {e}")),
+            }
+        } else {
+            named.lookup_batch(items, &mut self.lookup_scratch, &mut self.results);
+            for r in &self.results {
+                match r {
                     Ok(h) => {
-                        hits += h as u64;
-                        out.boolean(h)
+                        checks += 1;
+                        hits += *h as u64;
+                        out.boolean(*h)
                     }
                     Err(e) => out.error(&format!("ERR invalid item: {e}")),
-                },
+                }
             }
         }
-        if hits > 0 {
-            m.hits.fetch_add(hits, Relaxed);
-        }
+        l.checks += checks;
+        l.hits += hits;
+        self.hits += hits;
     }
 
     fn info(&mut self, argv: &[&[u8]], out: &mut Out) {

@@ -600,3 +600,124 @@ fn redis_py_client() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Pipelines: one write of many commands is answered in order, whatever
+/// happens to the filters in between (the per-connection name cache must
+/// notice deletes and re-creations), a pipeline whose replies pass the
+/// 1 MiB flush threshold is answered completely without the client sending
+/// anything more, and pipelined lookups are all counted in the metrics.
+#[test]
+fn pipelines_answer_in_order_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.resp();
+
+    // Deletes and re-creations in the middle of a pipeline.
+    let script: &[&[&str]] = &[
+        &["BF.ADD", "a", "x"],
+        &["BF.EXISTS", "a", "x"],
+        &["BF.EXISTS", "nope", "x"],
+        &["DEL", "a"],
+        &["BF.EXISTS", "a", "x"],
+        &["BF.MEXISTS", "a", "x", "y"],
+        &["BF.RESERVE", "a", "0.01", "100"],
+        &["BF.EXISTS", "a", "x"],
+        &["BF.ADD", "b", "y"],
+        &["BF.EXISTS", "b", "y"],
+        &["BF.EXISTS", "a", "x"],
+        &["BF.ADD", "a", "x"],
+        &["BF.MEXISTS", "a", "x", "y", ""],
+        &["BF.EXISTS", "a", ""],
+    ];
+    let mut all = Vec::new();
+    for args in script {
+        all.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in *args {
+            all.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    c.r.get_mut().write_all(&all).unwrap();
+    let replies: Vec<V> = script.iter().map(|_| c.read().unwrap()).collect();
+    let ints = |v: &V| v.arr().iter().map(|x| x.int()).collect::<Vec<_>>();
+    assert_eq!(replies[0].int(), 1);
+    assert_eq!(replies[1].int(), 1);
+    assert_eq!(replies[2].int(), 0);
+    assert_eq!(replies[3].int(), 1);
+    assert_eq!(replies[4].int(), 0, "a deleted filter must not answer");
+    assert_eq!(ints(&replies[5]), vec![0, 0]);
+    assert_eq!(replies[6], V::Simple("OK".into()));
+    assert_eq!(replies[7].int(), 0, "a re-created filter starts empty");
+    assert_eq!(replies[8].int(), 1);
+    assert_eq!(replies[9].int(), 1);
+    assert_eq!(replies[10].int(), 0);
+    assert_eq!(replies[11].int(), 1);
+    let m = replies[12].arr();
+    assert_eq!((m[0].int(), m[1].int()), (1, 0));
+    assert!(m[2].err().contains("empty"), "{m:?}");
+    assert!(replies[13].err().contains("empty"), "{:?}", replies[13]);
+
+    // Replies far past the flush threshold, all requests in one write.
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "big", "0.01", "2000000"]),
+        V::Simple("OK".into())
+    );
+    c.r.get_mut()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    c.r.get_mut()
+        .write_all(b"BF.SCANDUMP big 1\r\nBF.SCANDUMP big 1\r\nBF.SCANDUMP big 1\r\nPING\r\n")
+        .unwrap();
+    for _ in 0..3 {
+        let r = c.read().expect("a dump chunk, without sending more");
+        assert!(matches!(&r.arr()[1], V::Bulk(b) if b.len() > 1 << 20));
+    }
+    assert_eq!(c.read().unwrap(), V::Simple("PONG".into()));
+
+    // Every pipelined lookup is counted, per filter and overall.
+    let n = 1000;
+    let mut all = Vec::new();
+    for i in 0..n {
+        let item = format!("i{i}");
+        all.extend_from_slice(
+            format!(
+                "*3\r\n$9\r\nBF.EXISTS\r\n$1\r\nb\r\n${}\r\n{item}\r\n",
+                item.len()
+            )
+            .as_bytes(),
+        );
+    }
+    all.extend_from_slice(b"*3\r\n$9\r\nBF.EXISTS\r\n$1\r\nb\r\n$1\r\ny\r\n");
+    c.r.get_mut().write_all(&all).unwrap();
+    for _ in 0..n {
+        c.read().unwrap().int();
+    }
+    assert_eq!(c.read().unwrap().int(), 1);
+    let (st, body) = s.http("GET", "/metrics", None, None);
+    assert_eq!(st, 200);
+    let text = body["text"].as_str().unwrap().to_string();
+    let metric = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // b: BF.EXISTS b y once in the first pipeline, then n + 1 here.
+    assert_eq!(
+        metric("bloomgate_filter_checks_total{filter=\"b\"}"),
+        (n + 2) as f64
+    );
+    assert_eq!(metric("bloomgate_filter_hits_total{filter=\"b\"}"), 2.0);
+    // Check commands: 9 in the first pipeline, n + 1 here.
+    assert_eq!(
+        metric("bloomgate_requests_total{proto=\"resp\",op=\"check\"}"),
+        (9 + n + 1) as f64
+    );
+    assert!(
+        metric("bloomgate_request_duration_seconds_count{proto=\"resp\",op=\"check\"}")
+            >= (n + 1) as f64
+    );
+}
