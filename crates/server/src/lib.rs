@@ -98,6 +98,10 @@ pub struct ServeConfig {
     pub ready_file: Option<PathBuf>,
     /// Worker threads of the runtime (0 = one per core).
     pub threads: usize,
+    /// Threads serving Redis-protocol connections, each with a
+    /// single-threaded runtime of its own (0 = one per two cores, at least
+    /// one). See [`resp::serve`].
+    pub resp_threads: usize,
 }
 
 impl Default for ServeConfig {
@@ -113,6 +117,7 @@ impl Default for ServeConfig {
             snapshot_wal_bytes: 256 << 20,
             ready_file: None,
             threads: 0,
+            resp_threads: 0,
         }
     }
 }
@@ -196,7 +201,16 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
         bound.resp = Some(l.local_addr()?);
-        tasks.push(tokio::spawn(resp::serve(l, app.clone(), stop_rx.clone())));
+        let threads = match config.resp_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            n => n,
+        };
+        tasks.push(tokio::spawn(resp::serve(
+            l,
+            app.clone(),
+            stop_rx.clone(),
+            threads,
+        )));
     }
     eprintln!(
         "bloomgate serve: {} filter(s) from {}; http {}; resp {}; auth: {}",

@@ -5,7 +5,7 @@
 //! bloomgate-server --data-dir DIR [--http ADDR|off] [--resp ADDR|off]
 //!                  [--token-file F] [--open-reads] [--ready-file F]
 //!                  [--snapshot-secs N] [--idle-secs N] [--request-secs N]
-//!                  [--max-connections N] [--threads N]
+//!                  [--max-connections N] [--threads N] [--resp-threads N]
 //! ```
 
 use std::process::ExitCode;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use bloomgate_server::{run, ServeConfig};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: bloomgate-server --data-dir DIR [--http ADDR|off] [--resp ADDR|off] [--token-file F] [--open-reads] [--ready-file F] [--snapshot-secs N] [--idle-secs N] [--request-secs N] [--max-connections N] [--threads N]");
+    eprintln!("usage: bloomgate-server --data-dir DIR [--http ADDR|off] [--resp ADDR|off] [--token-file F] [--open-reads] [--ready-file F] [--snapshot-secs N] [--idle-secs N] [--request-secs N] [--max-connections N] [--threads N] [--resp-threads N]");
     ExitCode::from(2)
 }
 
@@ -64,6 +64,9 @@ fn main() -> ExitCode {
                 .and_then(|v| v.parse().ok())
                 .map(|n| c.limits.max_connections = n),
             "--threads" => val().and_then(|v| v.parse().ok()).map(|n| c.threads = n),
+            "--resp-threads" => val()
+                .and_then(|v| v.parse().ok())
+                .map(|n| c.resp_threads = n),
             _ => None,
         };
         if ok.is_none() {
