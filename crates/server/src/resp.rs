@@ -471,8 +471,32 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
             if !batch.cmds.is_empty() {
                 partial_since = None;
             }
-            let (done, stopped) = conn.run_batch(&buf, &batch, &mut out);
-            buf.advance(done);
+            let mut next = 0;
+            let stopped = loop {
+                let (i, stop) = conn.run_batch(&buf, &batch, next, &mut out);
+                next = i;
+                if stop != Stop::Blocking {
+                    break stop == Stop::Full;
+                }
+                // Off this thread, with the connection's state moved along
+                // and back (no copy of the arguments).
+                let args = batch.args[batch.cmds[i].0.clone()].to_vec();
+                let job = tokio::task::spawn_blocking(move || {
+                    conn.execute_at(&buf, &args, &mut out);
+                    (conn, out, buf)
+                });
+                let Ok(back) = job.await else {
+                    return;
+                };
+                (conn, out, buf) = back;
+                next += 1;
+                if conn.quit || out.buf.len() > (1 << 20) {
+                    break true;
+                }
+            };
+            if next > 0 {
+                buf.advance(batch.cmds[next - 1].1);
+            }
             if conn.quit {
                 break;
             }
@@ -542,6 +566,17 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         }
         conn.run.start = Instant::now();
     }
+}
+
+/// Why [`Conn::run_batch`] returned.
+#[derive(PartialEq, Eq)]
+enum Stop {
+    /// Every parsed command ran.
+    Done,
+    /// `QUIT`, or enough replies to send before going on.
+    Full,
+    /// The next command must run on the blocking pool.
+    Blocking,
 }
 
 /// Most commands parsed ahead of their execution.
@@ -761,41 +796,76 @@ impl Conn {
         }
     }
 
-    /// Executes the parsed commands in order, until a `QUIT` or 1 MiB of
-    /// replies. Returns the bytes of `buf` consumed and whether it stopped
-    /// early.
-    fn run_batch(&mut self, buf: &[u8], batch: &Parsed, out: &mut Out) -> (usize, bool) {
+    /// Executes the parsed commands from the `from`th on, in order, until
+    /// the end, a `QUIT`, 1 MiB of replies, or a command that must not run
+    /// on this thread ([`Conn::blocks`]). Returns the index of the first
+    /// command not executed and why it stopped.
+    fn run_batch(
+        &mut self,
+        buf: &[u8],
+        batch: &Parsed,
+        from: usize,
+        out: &mut Out,
+    ) -> (usize, Stop) {
         let cmds = &batch.cmds;
-        for (args, _) in cmds.iter().take(PREFETCH_AHEAD) {
+        for (args, _) in cmds.iter().skip(from).take(PREFETCH_AHEAD) {
             self.prefetch(buf, &batch.args[args.clone()]);
         }
-        let mut done = 0;
-        for (i, (args, end)) in cmds.iter().enumerate() {
+        for i in from..cmds.len() {
             if let Some((ahead, _)) = cmds.get(i + PREFETCH_AHEAD) {
                 self.prefetch(buf, &batch.args[ahead.clone()]);
             }
-            let args = &batch.args[args.clone()];
-            if !args.is_empty() {
-                // Most commands have few arguments: avoid an allocation.
-                let mut small: [&[u8]; 8] = [&[]; 8];
-                let big: Vec<&[u8]>;
-                let argv: &[&[u8]] = if args.len() <= small.len() {
-                    for (slot, r) in small.iter_mut().zip(args) {
-                        *slot = &buf[r.clone()];
-                    }
-                    &small[..args.len()]
-                } else {
-                    big = args.iter().map(|r| &buf[r.clone()]).collect();
-                    &big
-                };
-                self.execute(argv, out);
+            let args = &batch.args[cmds[i].0.clone()];
+            if self.blocks(buf, args) {
+                return (i, Stop::Blocking);
             }
-            done = *end;
+            self.execute_at(buf, args, out);
             if self.quit || out.buf.len() > (1 << 20) {
-                return (done, true);
+                return (i + 1, Stop::Full);
             }
         }
-        (done, false)
+        (cmds.len(), Stop::Done)
+    }
+
+    /// Executes the command whose arguments are `args` (ranges of `buf`).
+    fn execute_at(&mut self, buf: &[u8], args: &[std::ops::Range<usize>], out: &mut Out) {
+        if args.is_empty() {
+            return;
+        }
+        // Most commands have few arguments: avoid an allocation.
+        let mut small: [&[u8]; 8] = [&[]; 8];
+        let big: Vec<&[u8]>;
+        let argv: &[&[u8]] = if args.len() <= small.len() {
+            for (slot, r) in small.iter_mut().zip(args) {
+                *slot = &buf[r.clone()];
+            }
+            &small[..args.len()]
+        } else {
+            big = args.iter().map(|r| &buf[r.clone()]).collect();
+            &big
+        };
+        self.execute(argv, out);
+    }
+
+    /// True for commands that do file I/O or wait for the store's snapshot
+    /// lock (which a snapshot holds while it writes filter files): creating
+    /// (`BF.RESERVE`, `BF.LOADCHUNK`, an add to a missing filter) and
+    /// deleting filters, and loading chunks. They run on Tokio's blocking
+    /// pool so that they cannot stall the other connections of this thread.
+    fn blocks(&mut self, buf: &[u8], args: &[std::ops::Range<usize>]) -> bool {
+        let Some(cmd) = args.first() else {
+            return false;
+        };
+        let cmd = &buf[cmd.clone()];
+        let is = |name: &[u8]| cmd.eq_ignore_ascii_case(name);
+        if is(b"BF.RESERVE") || is(b"BF.LOADCHUNK") || is(b"DEL") || is(b"UNLINK") {
+            return true;
+        }
+        if (is(b"BF.ADD") || is(b"BF.MADD") || is(b"BF.INSERT")) && args.len() >= 2 {
+            self.look_up(&buf[args[1].clone()]);
+            return self.last.named.is_none();
+        }
+        false
     }
 
     /// Starts loading the filter memory a `BF.EXISTS` of the filter of the

@@ -721,3 +721,43 @@ fn pipelines_answer_in_order_and_are_counted() {
             >= (n + 1) as f64
     );
 }
+
+/// Commands that wait for the store (a `DEL` queued behind a snapshot that is
+/// writing a large filter) run off the connection threads: another
+/// connection served by the same thread keeps getting answers meanwhile.
+#[test]
+fn a_waiting_delete_does_not_stall_other_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--resp-threads", "1"]);
+    let mut a = s.resp();
+    let mut b = s.resp();
+    // ~120 MB of bits: the snapshot takes a while to write them.
+    assert_eq!(
+        a.cmd(&["BF.RESERVE", "big", "0.0001", "50000000"]),
+        V::Simple("OK".into())
+    );
+    assert_eq!(a.cmd(&["BF.ADD", "big", "x"]).int(), 1);
+    assert_eq!(
+        a.cmd(&["BF.RESERVE", "other", "0.01", "100"]),
+        V::Simple("OK".into())
+    );
+    let http = s.http;
+    let snap = std::thread::spawn(move || common::http(http, "POST", "/v1/snapshot", None, None).0);
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    a.send(&[b"DEL", b"other"]);
+    let mut worst = Duration::ZERO;
+    while !snap.is_finished() {
+        let t0 = Instant::now();
+        assert_eq!(b.cmd(&["PING"]), V::Simple("PONG".into()));
+        worst = worst.max(t0.elapsed());
+    }
+    assert_eq!(snap.join().unwrap(), 200);
+    assert_eq!(a.read().unwrap().int(), 1);
+    let waited = t.elapsed();
+    // Inline, the PING waited as long as the DEL did.
+    assert!(
+        worst < (waited / 2).max(Duration::from_millis(200)),
+        "a PING took {worst:?} while a DEL waited {waited:?}"
+    );
+}
