@@ -850,8 +850,9 @@ impl Conn {
     /// True for commands that do file I/O or wait for the store's snapshot
     /// lock (which a snapshot holds while it writes filter files): creating
     /// (`BF.RESERVE`, `BF.LOADCHUNK`, an add to a missing filter) and
-    /// deleting filters, and loading chunks. They run on Tokio's blocking
-    /// pool so that they cannot stall the other connections of this thread.
+    /// deleting filters, and loading chunks; and adds while a filter's write
+    /// lock is taken (by a reload, say). They run on Tokio's blocking pool so
+    /// that they cannot stall the other connections of this thread.
     fn blocks(&mut self, buf: &[u8], args: &[std::ops::Range<usize>]) -> bool {
         let Some(cmd) = args.first() else {
             return false;
@@ -863,7 +864,7 @@ impl Conn {
         }
         if (is(b"BF.ADD") || is(b"BF.MADD") || is(b"BF.INSERT")) && args.len() >= 2 {
             self.look_up(&buf[args[1].clone()]);
-            return self.last.named.is_none();
+            return self.last.named.as_ref().is_none_or(|n| n.write_busy());
         }
         false
     }

@@ -425,6 +425,15 @@ impl Named {
         }
     }
 
+    /// True while another thread holds the filter's write lock (a reload or
+    /// whitelist edit can hold it for a long time): an add would wait.
+    pub fn write_busy(&self) -> bool {
+        matches!(
+            self.write.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
     /// Adds to the filter's lookup counters (see [`Named::counters`]).
     #[inline]
     pub fn count(&self, checks: u64, hits: u64) {
