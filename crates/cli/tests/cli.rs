@@ -345,6 +345,32 @@ fn add_in_place_and_union() {
         .write_stdin("late-1\nlate-2\na5\n")
         .assert()
         .stdout("3\n");
+    // A filter of hundreds of checksum pages: `add` rehashes only the pages
+    // it changes, and the result must still verify.
+    let big = d.path("big.bgf");
+    bg().args([
+        "build",
+        "--keys",
+        "raw",
+        "-n",
+        "1000000",
+        "-p",
+        "0.001",
+        "-o",
+        s(&big),
+    ])
+    .write_stdin("x1\nx2\n")
+    .assert()
+    .success();
+    bg().args(["add", s(&big)])
+        .write_stdin("y1\ny2\ny3\n")
+        .assert()
+        .success();
+    bg().args(["info", "--verify", s(&big)]).assert().success();
+    bg().args(["check", "--count", s(&big)])
+        .write_stdin("x1\nx2\ny1\ny2\ny3\n")
+        .assert()
+        .stdout("5\n");
     let c = d.path("c.bgf");
     bg().args(["union", s(&a), s(&b), "-o", s(&c)])
         .assert()

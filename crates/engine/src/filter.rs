@@ -45,7 +45,7 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Block, Kernel};
 use crate::error::{Error, Result};
-use crate::format::FileState;
+use crate::format::{FileState, UpdateLog};
 use crate::hash::{hash_item, reduce};
 use crate::math::{self, Layout, Plan, BLOCK_BITS, MAX_K};
 use crate::storage::Bits;
@@ -146,6 +146,8 @@ pub struct Filter {
     regions: Regions,
     kernel: Kernel,
     pub(crate) file: Option<FileState>,
+    /// Set during an in-place update of the file (see `format`).
+    pub(crate) update: Option<Box<UpdateLog>>,
 }
 
 /// Write locks of the blocked layout, one per contiguous region of blocks.
@@ -321,6 +323,7 @@ impl Filter {
             regions: Regions::new(blocks),
             kernel: Kernel::best(),
             file,
+            update: None,
         }
     }
 
@@ -454,6 +457,37 @@ impl Filter {
     /// (the item was not already reported present).
     #[inline]
     pub fn insert_prepared(&self, p: &Prepared) -> bool {
+        self.note_write();
+        self.insert_prepared_unlogged(p)
+    }
+
+    /// Tells a running in-place update that a write bypassed its page log.
+    #[inline(always)]
+    fn note_write(&self) {
+        if let Some(log) = &self.update {
+            log.note_untracked();
+        }
+    }
+
+    /// Calls `f` with the checksum page (4096 bytes of data) of every word
+    /// an insert of `p` may write.
+    pub(crate) fn pages_of(&self, p: &Prepared, mut f: impl FnMut(u64)) {
+        const WORDS_PER_PAGE: u64 = 4096 / 8;
+        match self.params.layout {
+            // A block (64 bytes, 64-byte aligned) never straddles a page.
+            Layout::Blocked => f(p.a / WORDS_PER_PAGE),
+            Layout::Classic => {
+                self.classic_positions(p, |pos| {
+                    f(pos / 64 / WORDS_PER_PAGE);
+                    true
+                });
+            }
+        }
+    }
+
+    /// [`Filter::insert_prepared`] without telling an update's page log.
+    #[inline]
+    pub(crate) fn insert_prepared_unlogged(&self, p: &Prepared) -> bool {
         match self.params.layout {
             Layout::Blocked => {
                 let guard = self.regions.lock(self.regions.of_word(p.a));
@@ -562,6 +596,7 @@ impl Filter {
     /// region is updated under one lock acquisition with its memory hot in
     /// cache. Classic: hashed and prefetched in groups, then set atomically.
     pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
+        self.note_write();
         if self.params.layout == Layout::Blocked && items.len() >= 256 {
             return self.insert_batch_blocked(items);
         }
@@ -786,6 +821,7 @@ impl Filter {
     /// ORs `values` into the words starting at word `start`, respecting the
     /// write discipline of the layout (see [`Regions`]). In bounds by contract.
     fn or_words(&self, start: u64, values: impl Iterator<Item = u64>) {
+        self.note_write();
         let words = &self.bits.words()[start as usize..];
         match self.params.layout {
             Layout::Classic => {

@@ -19,6 +19,13 @@
 //!   touching the bits and clear it with the new checksum afterwards. Bits are
 //!   only ever set, so an interrupted update never loses an item that was there
 //!   before; the flag only says that the checksum is stale.
+//! * Because the checksum is a sum over pages, an update through
+//!   [`Filter::update_batch`] rehashes only the pages it changed: it adds
+//!   their old hashes up before writing and their new hashes at commit, and
+//!   moves the checksum by the difference. Adding a few thousand items to a
+//!   25 GB filter then reads a few thousand pages, not 25 GB; and corruption
+//!   elsewhere in the file stays detectable instead of being sealed into a
+//!   freshly computed checksum.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -227,6 +234,58 @@ pub fn data_checksum(data: &[u8]) -> u64 {
         .reduce(|| 0u64, u64::wrapping_add)
 }
 
+/// The hash of checksum page `page` of `data`.
+fn page_hash(data: &[u8], page: u64) -> u64 {
+    let start = page as usize * PAGE;
+    let end = (start + PAGE).min(data.len());
+    xxh3_64_with_seed(&data[start..end], page)
+}
+
+/// What an in-place update has changed (between [`Filter::begin_update`] and
+/// [`Filter::commit_update`]).
+pub(crate) struct UpdateLog {
+    inner: std::sync::Mutex<LogInner>,
+    /// Set by any write that did not go through [`Filter::update_batch`]:
+    /// the commit then recomputes the whole checksum.
+    untracked: std::sync::atomic::AtomicBool,
+}
+
+struct LogInner {
+    /// One bit per checksum page: the pages to rehash at commit.
+    dirty: Vec<u64>,
+    /// Pages in the data.
+    pages: u64,
+    /// Pages marked in `dirty`.
+    marked: u64,
+    /// Wrapping sum of the hashes the marked pages had before the update.
+    old_sum: u64,
+    /// Too many pages changed for rehashing them one by one to pay (or the
+    /// checksum was already stale): recompute it whole at commit.
+    whole: bool,
+}
+
+impl UpdateLog {
+    fn new(data_len: u64, whole: bool) -> UpdateLog {
+        let pages = data_len.div_ceil(PAGE as u64);
+        UpdateLog {
+            inner: std::sync::Mutex::new(LogInner {
+                dirty: vec![0; pages.div_ceil(64) as usize],
+                pages,
+                marked: 0,
+                old_sum: 0,
+                whole,
+            }),
+            untracked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Records that a write bypassed the log.
+    pub(crate) fn note_untracked(&self) {
+        self.untracked
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// How a filter file is opened.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -431,6 +490,12 @@ impl Filter {
     /// mapping, then flushes the whole mapping to disk.
     fn write_header(&mut self, flags: u32) -> Result<()> {
         let checksum = data_checksum(self.bits.bytes());
+        self.write_header_with(flags, checksum)
+    }
+
+    /// Writes the header with `flags` and the given data checksum, then
+    /// flushes the whole mapping to disk.
+    fn write_header_with(&mut self, flags: u32, checksum: u64) -> Result<()> {
         let items = self.items();
         let state = self
             .file
@@ -458,13 +523,70 @@ impl Filter {
         if state.access != Access::ReadWrite {
             return Err(Error::NotWritable("filter file was opened read-only"));
         }
+        // A file that was already dirty (an update was interrupted) has a
+        // stale checksum: this update will recompute it whole.
+        let stale = state.header.is_dirty();
         state.header.flags |= FLAG_DIRTY;
         let bytes = state.header.encode();
         self.bits.write_prefix(&bytes);
         let (map, _) = self.bits.map().expect("file-backed");
         map.flush_range(0, HEADER_LEN)
             .map_err(io_err(&state.path, "msync"))?;
+        // An update touches scattered pages: without this, every page fault
+        // on a cold file reads ahead a large window around it (measured: 1000
+        // items added to a 2.7 GB filter read ~2 GB). Only a hint.
+        let _ = map.advise(memmap2::Advice::Random);
+        self.update = Some(Box::new(UpdateLog::new(self.params.bits / 8, stale)));
         Ok(())
+    }
+
+    /// Inserts items into a file opened for an in-place update (after
+    /// [`Filter::begin_update`]), logging the checksum pages they change so
+    /// that [`Filter::commit_update`] rehashes only those. Returns how many
+    /// items were new. Safe to call from several threads (calls are
+    /// serialized); other writes during the update are allowed too, but make
+    /// the commit recompute the whole checksum.
+    pub fn update_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> Result<u64> {
+        let log = self.update.as_ref().ok_or(Error::NotWritable(
+            "update_batch needs an in-place update in progress (begin_update)",
+        ))?;
+        let mut log = log
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let prepared: Vec<_> = items.iter().map(|i| self.prepare(i.as_ref())).collect();
+        if !log.whole {
+            let mut pages = Vec::new();
+            for p in &prepared {
+                self.pages_of(p, |page| {
+                    if log.dirty[(page / 64) as usize] & (1 << (page % 64)) == 0 {
+                        pages.push(page);
+                    }
+                });
+            }
+            pages.sort_unstable();
+            pages.dedup();
+            // Rehashing page by page pays while few pages change; past a
+            // quarter of them, one parallel pass over everything is cheaper.
+            if log.marked + pages.len() as u64 > log.pages / 4 {
+                log.whole = true;
+            } else {
+                let data = self.bits.bytes();
+                let old = pages
+                    .par_iter()
+                    .map(|&page| page_hash(data, page))
+                    .reduce(|| 0, u64::wrapping_add);
+                log.old_sum = log.old_sum.wrapping_add(old);
+                log.marked += pages.len() as u64;
+                for page in pages {
+                    log.dirty[(page / 64) as usize] |= 1 << (page % 64);
+                }
+            }
+        }
+        Ok(prepared
+            .iter()
+            .map(|p| self.insert_prepared_unlogged(p) as u64)
+            .sum())
     }
 
     /// Finishes an in-place update: flushes the bits, then writes the new
@@ -481,12 +603,39 @@ impl Filter {
             let (map, _) = self.bits.map().expect("file-backed");
             map.flush().map_err(io_err(&state.path, "msync"))?;
         }
-        let flags = self
+        let (flags, old_checksum) = self
             .file
             .as_ref()
-            .map(|s| s.header.flags & !FLAG_DIRTY)
-            .unwrap_or(0);
-        self.write_header(flags)
+            .map(|s| (s.header.flags & !FLAG_DIRTY, s.header.data_checksum))
+            .unwrap_or((0, 0));
+        let log = self.update.take().and_then(|log| {
+            let untracked = log.untracked.into_inner();
+            let inner = log
+                .inner
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (!untracked && !inner.whole).then_some(inner)
+        });
+        match log {
+            Some(log) => {
+                let data = self.bits.bytes();
+                let dirty = &log.dirty;
+                let new = (0..log.pages)
+                    .into_par_iter()
+                    .filter(|&page| dirty[(page / 64) as usize] & (1 << (page % 64)) != 0)
+                    .map(|page| page_hash(data, page))
+                    .reduce(|| 0, u64::wrapping_add);
+                let checksum = old_checksum.wrapping_sub(log.old_sum).wrapping_add(new);
+                self.write_header_with(flags, checksum)
+            }
+            None => {
+                if let Some((map, _)) = self.bits.map() {
+                    // The whole file is read in order now.
+                    let _ = map.advise(memmap2::Advice::Sequential);
+                }
+                self.write_header(flags)
+            }
+        }
     }
 
     /// Writes the filter to `path` atomically (temp file, fsync, rename,

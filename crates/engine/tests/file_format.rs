@@ -241,3 +241,114 @@ fn dropped_create_file_leaves_nothing() {
     drop(f);
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// A filter of ~1.8 MB (hundreds of checksum pages) holding a few items.
+fn build_big(dir: &std::path::Path, layout: Layout) -> std::path::PathBuf {
+    let path = dir.join(format!("big-{layout}.bgf"));
+    let p = Params::from_plan(&plan(layout, 1_000_000, 0.001).unwrap(), 7);
+    let mut f = Filter::create_file(&path, p).unwrap();
+    for i in 0..1000u32 {
+        f.insert(format!("old-{i}").as_bytes());
+    }
+    f.persist().unwrap();
+    path
+}
+
+#[test]
+fn logged_update_moves_the_checksum_by_the_changed_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let path = build_big(dir.path(), layout);
+        let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+        f.begin_update().unwrap();
+        // Few enough items (≤ 80 pages) to stay under the whole-recompute
+        // threshold (a quarter of ~470 pages) in both layouts.
+        let items: Vec<String> = (0..8).map(|i| format!("new-{i}")).collect();
+        // From several threads at once, as `bloomgate add` does.
+        std::thread::scope(|s| {
+            for chunk in items.chunks(2) {
+                let f = &f;
+                s.spawn(move || f.update_batch(chunk).unwrap());
+            }
+        });
+        // A repeated item changes nothing and is not new.
+        assert_eq!(f.update_batch(&["new-3"]).unwrap(), 0);
+        f.commit_update().unwrap();
+        drop(f);
+        // The incrementally moved checksum equals a full recomputation.
+        let g = Filter::open(&path, Access::ReadOnly).unwrap();
+        g.verify().unwrap();
+        assert!(!g.header().unwrap().is_dirty());
+        for i in 0..8 {
+            assert!(g.contains(format!("new-{i}").as_bytes()));
+        }
+        for i in 0..1000 {
+            assert!(g.contains(format!("old-{i}").as_bytes()));
+        }
+    }
+}
+
+#[test]
+fn logged_update_keeps_earlier_corruption_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let path = build_big(dir.path(), layout);
+        let len = fs::metadata(&path).unwrap().len();
+        // Damage one data byte (the checksum is only read by verify).
+        let at = format::HEADER_LEN as u64 + (len - format::HEADER_LEN as u64) / 2;
+        let mut byte = [0u8; 1];
+        {
+            use std::io::Read;
+            let mut file = fs::File::open(&path).unwrap();
+            file.seek(SeekFrom::Start(at)).unwrap();
+            file.read_exact(&mut byte).unwrap();
+        }
+        poke(&path, at, &[byte[0] ^ 0x10]);
+        let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+        f.begin_update().unwrap();
+        f.update_batch(&["a", "b", "c"]).unwrap();
+        f.commit_update().unwrap();
+        drop(f);
+        // Only the changed pages were rehashed, so the damage is still
+        // caught; recomputing the whole checksum would have sealed it in.
+        let g = Filter::open(&path, Access::ReadOnly).unwrap();
+        let p = problem(g.verify().unwrap_err());
+        assert!(
+            matches!(p, FormatProblem::DataChecksum { .. }),
+            "{layout}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn large_or_untracked_updates_recompute_the_whole_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in [Layout::Blocked, Layout::Classic] {
+        // Past a quarter of the pages: one pass over everything.
+        let path = build_big(dir.path(), layout);
+        let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+        f.begin_update().unwrap();
+        let items: Vec<String> = (0..20_000).map(|i| format!("many-{i}")).collect();
+        f.update_batch(&items).unwrap();
+        f.commit_update().unwrap();
+        drop(f);
+        Filter::open(&path, Access::ReadOnly)
+            .unwrap()
+            .verify()
+            .unwrap();
+        // A plain insert next to logged ones: the log cannot vouch for it.
+        let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+        f.begin_update().unwrap();
+        f.update_batch(&["logged"]).unwrap();
+        f.insert(b"unlogged");
+        f.commit_update().unwrap();
+        drop(f);
+        let g = Filter::open(&path, Access::ReadOnly).unwrap();
+        g.verify().unwrap();
+        assert!(g.contains(b"logged") && g.contains(b"unlogged"));
+    }
+    // Without begin_update there is no log to write through.
+    let path = build(dir.path(), Layout::Blocked);
+    let f = Filter::open(&path, Access::ReadWrite).unwrap();
+    assert!(f.update_batch(&["x"]).is_err());
+}

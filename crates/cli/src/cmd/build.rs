@@ -30,10 +30,27 @@ struct ChunkOut {
     lines: u64,
     new: u64,
     invalid: Vec<(u64, String)>,
+    /// The filter refused the write (only in-place updates can fail).
+    failed: Option<String>,
+}
+
+/// How the entries are written into the filter.
+#[derive(Clone, Copy, PartialEq)]
+enum WriteMode {
+    /// A new filter: batches from all cores at once.
+    Build,
+    /// An in-place update: through the engine's page log, so that only the
+    /// checksum pages that change are rehashed at the end.
+    Update,
 }
 
 /// Inserts every line of `inputs` into `list`, reporting invalid entries on stderr.
-fn insert_inputs(list: &Blacklist, inputs: &[String], strict: bool) -> Result<Stats> {
+fn insert_inputs(
+    list: &Blacklist,
+    inputs: &[String],
+    strict: bool,
+    write: WriteMode,
+) -> Result<Stats> {
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(inputs), &progress);
     let mut stats = Stats::default();
@@ -47,6 +64,7 @@ fn insert_inputs(list: &Blacklist, inputs: &[String], strict: bool) -> Result<St
                 lines: 0,
                 new: 0,
                 invalid: Vec::new(),
+                failed: None,
             };
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
@@ -55,10 +73,19 @@ fn insert_inputs(list: &Blacklist, inputs: &[String], strict: bool) -> Result<St
                     Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
                 }
             });
-            out.new = list.filter().insert_batch(&keys);
+            match write {
+                WriteMode::Build => out.new = list.filter().insert_batch(&keys),
+                WriteMode::Update => match list.filter().update_batch(&keys) {
+                    Ok(new) => out.new = new,
+                    Err(e) => out.failed = Some(e.to_string()),
+                },
+            }
             out
         },
         |chunk, out| {
+            if let Some(e) = out.failed {
+                bail!("{}: {e}", names[chunk.input]);
+            }
             stats.lines += out.lines;
             stats.new += out.new;
             let mut invalid = out.invalid;
@@ -143,7 +170,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     // The engine's error already names the (temporary) file and the failure.
     let filter = Filter::create_file(&a.output, params)?;
     let list = Blacklist::from_filter(filter)?;
-    let stats = insert_inputs(&list, &a.inputs, a.strict)?;
+    let stats = insert_inputs(&list, &a.inputs, a.strict, WriteMode::Build)?;
     let mut filter = list.into_filter();
     filter.persist()?;
     let list = Blacklist::from_filter(filter)?;
@@ -156,7 +183,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let mut list = Blacklist::open(&a.filter, Access::ReadWrite)?;
     crate::cmd::check_kind(&a.filter, &list, a.keys, None)?;
     list.filter_mut().begin_update()?;
-    let result = insert_inputs(&list, &a.inputs, a.strict);
+    let result = insert_inputs(&list, &a.inputs, a.strict, WriteMode::Update);
     // Reseal the file whatever happened: bits already set stay set (never a
     // false negative), and the checksum must describe them.
     list.filter_mut().commit_update()?;
