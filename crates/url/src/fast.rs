@@ -65,42 +65,72 @@ pub(crate) fn fast_key_start(input: &[u8]) -> Option<usize> {
 /// of `[0-9a-fx.]` (scalar scan) or starting with a digit (AVX2 scan); both
 /// are supersets of the hosts that parse as IPv4 addresses (every part of
 /// an IPv4 spelling starts with a digit), and this is true for all others.
+/// `dots` has bit `i` set where `host[i]` is a dot.
 #[inline]
-fn ip_like_host_ok(host: &[u8]) -> bool {
-    is_plain_dotted_quad(host) || ipv4_is_canonical_or_not_ip(host)
+fn ip_like_host_ok(host: &[u8], dots: u64) -> bool {
+    dotted_quad_ok(host, dots) || ipv4_is_canonical_or_not_ip(host)
+}
+
+/// Bit `i` set where `host[i]` is a dot (first 64 bytes).
+fn dot_bits(host: &[u8]) -> u64 {
+    host.iter()
+        .take(64)
+        .enumerate()
+        .fold(0, |m, (i, &b)| m | u64::from(b == b'.') << i)
 }
 
 /// `a.b.c.d` with each part `0` or `[1-9][0-9]{0,2}` at most 255: exactly
 /// the strings that the IPv4 printer produces (a cheap sufficient condition
-/// for [`ipv4_is_canonical_or_not_ip`]).
-fn is_plain_dotted_quad(host: &[u8]) -> bool {
-    let (mut dots, mut digits, mut value) = (0u32, 0u32, 0u32);
-    for &b in host {
-        if b == b'.' {
-            if digits == 0 || dots == 3 {
-                return false;
-            }
-            dots += 1;
-            (digits, value) = (0, 0);
-        } else {
-            let d = u32::from(b.wrapping_sub(b'0'));
-            // Not a digit, a leading zero, or above 255.
-            if d > 9 || (digits == 1 && value == 0) {
-                return false;
-            }
-            value = value * 10 + d;
-            digits += 1;
-            if value > 255 {
-                return false;
-            }
-        }
+/// for [`ipv4_is_canonical_or_not_ip`]). `dots` as for [`ip_like_host_ok`].
+///
+/// The parts are found from `dots` and checked with arithmetic only: the
+/// parts' lengths vary from address to address, and a byte loop branching
+/// on them is mispredicted about once per part.
+#[inline]
+fn dotted_quad_ok(host: &[u8], dots: u64) -> bool {
+    let n = host.len();
+    if n > 15 || dots.count_ones() != 3 {
+        return false;
     }
-    dots == 3 && digits > 0
+    let p1 = dots.trailing_zeros() as usize;
+    let rest = dots & (dots - 1);
+    let p2 = rest.trailing_zeros() as usize;
+    let p3 = (rest & (rest - 1)).trailing_zeros() as usize;
+    quad_part_ok(host, 0, p1)
+        & quad_part_ok(host, p1 + 1, p2)
+        & quad_part_ok(host, p2 + 1, p3)
+        & quad_part_ok(host, p3 + 1, n)
+}
+
+/// `host[a..b]` is `0` or `[1-9][0-9]{0,2}` at most 255 (`a <= b <= len`,
+/// `host` non-empty). Reads the part's last three bytes right-aligned (bytes
+/// before the part are read, clamped into `host`, and then ignored).
+#[inline(always)]
+fn quad_part_ok(host: &[u8], a: usize, b: usize) -> bool {
+    let len = b.wrapping_sub(a);
+    let last = host.len() - 1;
+    let digit = |i: usize| u32::from(host[i.min(last)].wrapping_sub(b'0'));
+    let d0 = digit(b.wrapping_sub(1));
+    let d1 = digit(b.wrapping_sub(2));
+    let d2 = digit(b.wrapping_sub(3));
+    let (two, three) = (len >= 2, len >= 3);
+    // (A non-digit first byte of three needs no check: it makes the value
+    // at least 1000.)
+    let digits = (d0 <= 9) & (!two | (d1 <= 9));
+    let value = d0 + u32::from(two) * 10 * d1 + u32::from(three) * 100 * d2;
+    let leading_zero = two & (host[a.min(last)] == b'0');
+    (1..=3).contains(&len) & digits & !leading_zero & (value <= 255)
+}
+
+/// [`dotted_quad_ok`] for a host alone.
+#[cfg(test)]
+fn is_plain_dotted_quad(host: &[u8]) -> bool {
+    !host.is_empty() && dotted_quad_ok(host, dot_bits(host))
 }
 
 /// The byte-at-a-time scan (reference implementation and fallback).
 pub(crate) mod scalar {
-    use super::{class, ip_like_host_ok, ESC, HOST_OK, IP_CHAR, MAX_INPUT_LEN, PLAIN};
+    use super::{class, dot_bits, ip_like_host_ok, ESC, HOST_OK, IP_CHAR, MAX_INPUT_LEN, PLAIN};
 
     /// See [`super::fast_key_start`].
     pub(crate) fn fast_key_start(input: &[u8]) -> Option<usize> {
@@ -149,7 +179,7 @@ pub(crate) mod scalar {
         // Only hex letters, digits, 'x' and dots can spell an IPv4 address;
         // such a host must already be a canonical dotted quad (or not an
         // address at all).
-        if maybe_ip && !ip_like_host_ok(&input[key_start..i]) {
+        if maybe_ip && !ip_like_host_ok(&input[key_start..i], dot_bits(&input[key_start..i])) {
             return None;
         }
         i += 1;
@@ -247,6 +277,8 @@ pub(crate) mod avx2 {
         const ZERO: Self;
         const ONE: Self;
         fn trailing_zeros(self) -> u32;
+        /// The low 64 positions.
+        fn low_u64(self) -> u64;
         /// Positions `0..n` (`n` below the width).
         #[inline(always)]
         fn below(n: u32) -> Self {
@@ -261,6 +293,10 @@ pub(crate) mod avx2 {
         fn trailing_zeros(self) -> u32 {
             u64::trailing_zeros(self)
         }
+        #[inline(always)]
+        fn low_u64(self) -> u64 {
+            self
+        }
     }
 
     impl Bits for u128 {
@@ -269,6 +305,10 @@ pub(crate) mod avx2 {
         #[inline(always)]
         fn trailing_zeros(self) -> u32 {
             u128::trailing_zeros(self)
+        }
+        #[inline(always)]
+        fn low_u64(self) -> u64 {
+            self as u64
         }
     }
 
@@ -498,7 +538,11 @@ pub(crate) mod avx2 {
             return None;
         }
         // Every part of an IPv4 spelling starts with a digit.
-        if input[ks as usize].is_ascii_digit() && !ip_like_host_ok(&input[ks as usize..h as usize])
+        if input[ks as usize].is_ascii_digit()
+            && !ip_like_host_ok(
+                &input[ks as usize..h as usize],
+                ((dot & host) >> ks).low_u64(),
+            )
         {
             return None;
         }
@@ -557,7 +601,7 @@ mod tests {
         use crate::host::parse_ipv4;
         let parts = [
             "", "0", "00", "1", "01", "9", "10", "99", "100", "199", "255", "256", "0x1", "a",
-            "1000",
+            "1000", "2a5", "a25", "25a", "1-1", "300", "249", "250", "099",
         ];
         let mut h = String::new();
         for a in parts {
