@@ -163,11 +163,9 @@ pub struct Filter {
 /// or new value, and words only gain bits.
 ///
 /// The lock is a one-word spin lock rather than a `Mutex` because releasing it
-/// is then a plain store (a `Mutex` unlock is another locked instruction), and
-/// each region also counts the items inserted under its lock, so that an
-/// insert needs no shared counter either: one atomic instruction per insert in
-/// all. Holders only ever run a few dozen instructions per item, so waiters
-/// spin briefly and then yield.
+/// is then a plain store (a `Mutex` unlock is another locked instruction).
+/// Holders only ever run a few dozen instructions per item, so waiters spin
+/// briefly and then yield.
 ///
 /// The classic layout's k positions fall in k different regions, so it keeps
 /// lock-free `fetch_or` and never uses plain stores.
@@ -177,13 +175,11 @@ struct Regions {
     regions: Box<[Region]>,
 }
 
-/// One region's lock and item count, alone on its cache line so that two
-/// writers in neighbouring regions do not bounce a line between cores.
+/// One region's lock, alone on its cache line so that two writers in
+/// neighbouring regions do not bounce a line between cores.
 #[repr(align(64))]
 struct Region {
     locked: AtomicBool,
-    /// Items that set a new bit in this region (changed only under the lock).
-    items: AtomicU64,
 }
 
 /// Holds a region's lock; dropping it unlocks.
@@ -216,16 +212,6 @@ impl Region {
     }
 }
 
-impl RegionGuard<'_> {
-    /// Counts `n` more items in the locked region.
-    #[inline]
-    fn add_items(&self, n: u64) {
-        // A plain load and store: only the lock holder writes the count.
-        let items = &self.0.items;
-        items.store(items.load(Relaxed) + n, Relaxed);
-    }
-}
-
 impl Drop for RegionGuard<'_> {
     fn drop(&mut self) {
         // Release: the next holder sees every word this holder stored.
@@ -247,7 +233,6 @@ impl Regions {
             regions: (0..count)
                 .map(|_| Region {
                     locked: AtomicBool::new(false),
-                    items: AtomicU64::new(0),
                 })
                 .collect(),
         }
@@ -261,11 +246,6 @@ impl Regions {
     #[inline]
     fn lock(&self, region: usize) -> RegionGuard<'_> {
         self.regions[region].lock()
-    }
-
-    /// Items counted in all regions.
-    fn items(&self) -> u64 {
-        self.regions.iter().map(|r| r.items.load(Relaxed)).sum()
     }
 }
 
@@ -347,17 +327,12 @@ impl Filter {
     /// Items inserted that set at least one new bit (duplicates and items that
     /// were already false positives are not counted).
     pub fn items(&self) -> u64 {
-        self.items.load(Relaxed) + self.regions.items()
+        self.items.load(Relaxed)
     }
 
     /// Overrides the item counter (used when a count is known from elsewhere,
-    /// e.g. after a union). Not meant to race with inserts: an insert
-    /// running at the same time may or may not be counted.
+    /// e.g. after a union).
     pub fn set_items(&self, items: u64) {
-        for r in self.regions.regions.iter() {
-            let _guard = r.lock();
-            r.items.store(0, Relaxed);
-        }
         self.items.store(items, Relaxed);
     }
 
@@ -488,21 +463,17 @@ impl Filter {
     /// [`Filter::insert_prepared`] without telling an update's page log.
     #[inline]
     pub(crate) fn insert_prepared_unlogged(&self, p: &Prepared) -> bool {
-        match self.params.layout {
+        let changed = match self.params.layout {
             Layout::Blocked => {
-                let guard = self.regions.lock(self.regions.of_word(p.a));
-                let changed = self.or_block_locked(p);
-                guard.add_items(changed as u64);
-                changed
+                let _guard = self.regions.lock(self.regions.of_word(p.a));
+                self.or_block_locked(p)
             }
-            Layout::Classic => {
-                let changed = self.insert_classic(p);
-                if changed {
-                    self.items.fetch_add(1, Relaxed);
-                }
-                changed
-            }
+            Layout::Classic => self.insert_classic(p),
+        };
+        if changed {
+            self.items.fetch_add(1, Relaxed);
         }
+        changed
     }
 
     /// ORs the probe mask into the item's block with plain loads and stores.
@@ -654,13 +625,8 @@ impl Filter {
                 next[r as usize] += 1;
             }
             let sorted = &sorted[..batch.len()];
-            let apply = |guard: RegionGuard<'_>, group: &[Prepared]| -> u64 {
-                let mut n = 0;
-                for p in group {
-                    n += self.or_block_locked(p) as u64;
-                }
-                guard.add_items(n);
-                n
+            let apply = |_guard: RegionGuard<'_>, group: &[Prepared]| -> u64 {
+                group.iter().map(|p| self.or_block_locked(p) as u64).sum()
             };
             // Walk the regions from a per-batch starting point and skip the
             // ones another writer holds, coming back to them at the end: two
@@ -682,6 +648,8 @@ impl Filter {
                 new += apply(self.regions.lock(r), &sorted[starts[r]..starts[r + 1]]);
             }
         }
+        // One shared-counter update per batch, not per item.
+        self.items.fetch_add(new, Relaxed);
         new
     }
 
@@ -974,7 +942,7 @@ mod tests {
                 });
             }
         });
-        // The per-region counters add up to exactly what the inserts reported.
+        // The counter adds up to exactly what the inserts reported.
         assert_eq!(f.items(), new.load(Relaxed));
         assert!(f.items() > 399_000, "{}", f.items());
         for t in 0..4u64 {
