@@ -6,7 +6,9 @@
 //! IDN, user info, whitespace, ~2% invalid). Every messy URL is derived from a
 //! canonical one by transformations that must not change its canonical key,
 //! so the benchmark verifies every answer before timing anything; a broken
-//! implementation fails instead of looking fast.
+//! implementation fails instead of looking fast. Also times the (canonical)
+//! URL shape of the CLI benchmark, `http://host<h>.example/path/<i>`, and the
+//! url/prefix query path.
 //!
 //! Run: `cargo run --release -p bloomgate-bench --bin url_canon [-- N]`
 
@@ -473,6 +475,45 @@ fn main() -> ExitCode {
             1e3 / med
         );
     }
+
+    // The URL shape of the CLI benchmark (crates/bench/run-cli-bench.sh), all
+    // canonical: what `bloomgate build --keys url` canonicalizes per line there.
+    let mut cli = Corpus::new();
+    for i in 0..total as u64 {
+        let url = format!(
+            "http://host{}.example/path/{i}",
+            (i * 2_654_435_761) % 1_000_003
+        );
+        cli.push(url.as_bytes());
+    }
+    for i in 0..cli.len() {
+        let url = cli.get(i);
+        if !matches!(canonical_key(url), Ok(std::borrow::Cow::Borrowed(k)) if k == &url[7..]) {
+            eprintln!(
+                "FAIL: CLI-shaped URL {:?} not returned borrowed without its scheme",
+                String::from_utf8_lossy(url)
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let cli_idx: Vec<u32> = (0..cli.len() as u32).collect();
+    let (mut cpu, mut wall) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let ((c, w), t) = run_once(&cli, &cli_idx);
+        if t.err != 0 || t.ok != cli_idx.len() {
+            eprintln!("FAIL: CLI-shaped URLs: {} ok / {} errors", t.ok, t.err);
+            return ExitCode::FAILURE;
+        }
+        black_box(t.bytes);
+        cpu.push(c);
+        wall.push(w);
+    }
+    let (med, medw) = (median(cpu), median(wall));
+    println!(
+        "| CLI-bench shape `http://host<h>.example/path/<i>` (fast path) | {} | {med:.1} | {:.2} M | {medw:.1} |",
+        cli_idx.len(),
+        1e3 / med
+    );
 
     // Bonus row: the url+prefix query path (canonical key + up to 30 expressions).
     let sub: Vec<u32> = mix_idx.iter().copied().take(200_000).collect();
