@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Service benchmarks for BENCHMARKS.md "## Service": redis-benchmark against
-# bloomgate's BF.EXISTS/BF.MEXISTS next to a real redis-server's GET in the
-# same run, wrk against the HTTP batch check, and RSS over 60 s.
+# bloomgate's BF.EXISTS/BF.MEXISTS next to a real redis-server's GET/MGET in
+# the same run (alternating rounds, medians, ratios, CPU time of each
+# server), wrk against the HTTP batch check, and RSS over 60 s.
 # Needs: redis-server, redis-benchmark, wrk, a release build of bloomgate-server.
 # Usage: crates/server/bench/service.sh [N_REQUESTS]   (from the repo root)
+#        ROUNDS=N alternating rounds (default 5); BG_ARGS="--resp-threads 2" etc.;
+#        SKIP_HTTP=1 stops after redis-benchmark.
 set -euo pipefail
 N=${1:-500000}
+ROUNDS=${ROUNDS:-5}
 BIN=${BIN:-target/release/bloomgate-server}
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d)
@@ -45,16 +49,81 @@ for b in range(10):
 PY
 
 MEX="BF.MEXISTS bf"; for i in $(seq 1 100); do MEX="$MEX item:$((i*997))"; done
-rb() { redis-benchmark -q -n "$N" -c 50 "$@" 2>/dev/null | tr '\r' '\n' | grep -E "requests per second" | tail -1 | sed -E 's/.*: ([0-9.]+) requests per second, p50=([0-9.]+) msec.*/\1 req\/s (p50 \2 ms)/'; }
-echo "### redis-benchmark (-c 50, -n $N)"
-echo "| target | not pipelined | pipelined -P 16 |"
-echo "|---|---|---|"
-echo "| redis-server GET | $(rb -p $RPORT -t get) | $(rb -p $RPORT -t get -P 16) |"
-echo "| bloomgate BF.EXISTS (random of 100k/1M, ~50% hits) | $(rb -p $BPORT -r 200000 BF.EXISTS bf item:__rand_int__) | $(rb -p $BPORT -r 200000 -P 16 BF.EXISTS bf item:__rand_int__) |"
-N=$((N/10))
-echo "| bloomgate BF.MEXISTS 100 items (n=$N) | $(rb -p $BPORT $MEX) | $(rb -p $BPORT -P 16 $MEX) |"
-echo "| redis-server MGET 100 keys (n=$N) | $(rb -p $RPORT MGET $(for i in $(seq 100); do printf 'key:%d ' $i; done)) | $(rb -p $RPORT -P 16 MGET $(for i in $(seq 100); do printf 'key:%d ' $i; done)) |"
-echo "| bloomgate BF.ADD (durable, group commit) (n=$N) | $(rb -p $BPORT -r 100000000 BF.ADD bf new:__rand_int__) | $(rb -p $BPORT -r 100000000 -P 16 BF.ADD bf new:__rand_int__) |"
+MGET="MGET"; for i in $(seq 100); do MGET="$MGET key:$i"; done
+M=$((N/10))
+# Each case: label, pid of the server, redis-benchmark arguments. Every round
+# runs all of them, not pipelined then -P 16, redis-server and bloomgate
+# alternating (the order reversed every other round); the tables give
+# medians over the rounds, and the CPU time the server process used.
+CASES=(
+  "redis-server GET|$RPID|-n $N -p $RPORT -t get"
+  "bloomgate BF.EXISTS|$BPID|-n $N -p $BPORT -r 200000 BF.EXISTS bf item:__rand_int__"
+  "redis-server MGET 100 keys|$RPID|-n $M -p $RPORT $MGET"
+  "bloomgate BF.MEXISTS 100 items|$BPID|-n $M -p $BPORT $MEX"
+  "bloomgate BF.ADD (durable)|$BPID|-n $M -p $BPORT -r 100000000 BF.ADD bf new:__rand_int__"
+)
+mkdir -p "$WORK/res"
+cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+# one LABEL PID PIPELINE ARGS...: appends "req/s p50_ms server_cpu_ticks" to the case's results.
+one() {
+  local label=$1 pid=$2 pl=$3; shift 3
+  local c0 c1 line
+  c0=$(cpu "$pid")
+  line=$(redis-benchmark -q -c 50 -P "$pl" "$@" 2>/dev/null | tr '\r' '\n' | grep -E "requests per second" | tail -1)
+  c1=$(cpu "$pid")
+  echo "$line" | sed -E "s/.*: ([0-9.]+) requests per second, p50=([0-9.]+) msec.*/\1 \2 $((c1 - c0))/" >> "$WORK/res/$label.P$pl"
+}
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$ROUNDS"); do
+  order=("${CASES[@]}")
+  if [ $((r % 2)) -eq 0 ]; then
+    order=(); for ((i=${#CASES[@]}-1; i>=0; i--)); do order+=("${CASES[$i]}"); done
+  fi
+  for pl in 1 16; do
+    for c in "${order[@]}"; do
+      IFS='|' read -r label pid args <<<"$c"
+      # shellcheck disable=SC2086
+      one "$label" "$pid" "$pl" $args
+    done
+  done
+  echo "round $r done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$WORK/res" "$N" "$M" "$ROUNDS" "$(getconf CLK_TCK)" <<'PY'
+import statistics, sys
+res, n, m, rounds, tick = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def load(label, pl):
+    rows = [l.split() for l in open(f"{res}/{label}.P{pl}") if l.strip()]
+    return [(float(a), float(b), int(c) / tick) for a, b, c in rows]
+def med(label, pl, i):
+    return statistics.median(r[i] for r in load(label, pl))
+labels = ["redis-server GET", "bloomgate BF.EXISTS", "redis-server MGET 100 keys",
+          "bloomgate BF.MEXISTS 100 items", "bloomgate BF.ADD (durable)"]
+print(f"\n### redis-benchmark -c 50: medians of {rounds} alternating rounds (-n {n}; MGET, MEXISTS, ADD -n {m})")
+print("| target | not pipelined: req/s (p50 ms) | server CPU s | `-P 16`: req/s (p50 ms) | server CPU s |")
+print("|---|---|---|---|---|")
+for l in labels:
+    cells = []
+    for pl in (1, 16):
+        cells += [f"{med(l, pl, 0):,.0f} ({med(l, pl, 1):.3f})", f"{med(l, pl, 2):.2f}"]
+    print(f"| {l} | " + " | ".join(cells) + " |")
+for a, b in (("bloomgate BF.EXISTS", "redis-server GET"),
+             ("bloomgate BF.MEXISTS 100 items", "redis-server MGET 100 keys")):
+    # Ratio of the medians, and the median of the per-round ratios (the two
+    # ran back to back, under about the same load).
+    per = {pl: [x[0] / y[0] for x, y in zip(load(a, pl), load(b, pl))] for pl in (1, 16)}
+    cells = []
+    for pl in (1, 16):
+        cells += [f"{med(a, pl, 0) / med(b, pl, 0):.2f}; per round {statistics.median(per[pl]):.2f} "
+                  f"({', '.join(f'{x:.2f}' for x in per[pl])})",
+                  f"{med(a, pl, 2) / med(b, pl, 2):.2f}"]
+    print(f"| ratio {a.split(' ', 1)[1]} / {b.split(' ', 1)[1]} | " + " | ".join(cells) + " |")
+print("\nper round, req/s:")
+for l in labels:
+    for pl in (1, 16):
+        print(f"  {l} -P {pl}: " + ", ".join(f"{r[0]:,.0f}" for r in load(l, pl)))
+PY
+[ -n "${SKIP_HTTP:-}" ] && exit 0
 
 echo
 echo "### wrk: HTTP batch check of 100 URLs (POST /v1/filters/urls/check), 60 s, RSS sampled every 10 s"
