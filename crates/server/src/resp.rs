@@ -279,7 +279,6 @@ struct Conn {
     /// The filter of the last lookup (see [`Lookup`]).
     last: Lookup,
     lookup_scratch: LookupScratch,
-    results: Vec<Result<bool, KeyError>>,
     /// Items looked up and hits not yet added to the shared metrics.
     items_checked: u64,
     hits: u64,
@@ -439,7 +438,6 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         id,
         last: Lookup::default(),
         lookup_scratch: LookupScratch::default(),
-        results: Vec::new(),
         items_checked: 0,
         hits: 0,
         run: Run {
@@ -1479,27 +1477,18 @@ impl Conn {
             return;
         };
         let (mut checks, mut hits) = (0, 0);
+        let mut reply = |r: Result<bool, KeyError>| match r {
+            Ok(h) => {
+                checks += 1;
+                hits += h as u64;
+                out.boolean(h)
+            }
+            Err(e) => out.error(&format!("ERR invalid item: {e}")),
+        };
         if let [item] = items {
-            match named.lookup(item, &mut self.scratch) {
-                Ok(h) => {
-                    checks += 1;
-                    hits += h as u64;
-                    out.boolean(h)
-                }
-                Err(e) => out.error(&format!("ERR invalid item: {e}")),
-            }
+            reply(named.lookup(item, &mut self.scratch));
         } else {
-            named.lookup_batch(items, &mut self.lookup_scratch, &mut self.results);
-            for r in &self.results {
-                match r {
-                    Ok(h) => {
-                        checks += 1;
-                        hits += *h as u64;
-                        out.boolean(*h)
-                    }
-                    Err(e) => out.error(&format!("ERR invalid item: {e}")),
-                }
-            }
+            named.lookup_batch(items, &mut self.lookup_scratch, reply);
         }
         l.checks += checks;
         l.hits += hits;

@@ -370,23 +370,22 @@ impl Named {
         }
     }
 
-    /// [`Named::lookup`] of many queries: one result per query in `out`
-    /// (cleared first). Raw keys go through the engine's batched lookup
+    /// [`Named::lookup`] of many queries: `each` gets one result per query,
+    /// in order. Raw keys go through the engine's batched lookup
     /// ([`Filter::contains_batch`]: hashing and prefetching ahead of the
     /// probes); nothing is allocated per query once the buffers have grown.
     pub fn lookup_batch(
         &self,
         queries: &[&[u8]],
         scratch: &mut LookupScratch,
-        out: &mut Vec<Result<bool, KeyError>>,
+        mut each: impl FnMut(Result<bool, KeyError>),
     ) {
-        out.clear();
         let st = self.state.load();
         let wl = self.whitelist.load();
         if st.kind != KeyKind::Raw {
             for q in queries {
                 let r = query_keys(st.kind, st.mode, q, &mut scratch.keys);
-                out.push(r.map(|()| verdict(&st, &wl, &scratch.keys).hit));
+                each(r.map(|()| verdict(&st, &wl, &scratch.keys).hit));
             }
             return;
         }
@@ -405,7 +404,7 @@ impl Named {
             }
         }
         for (q, &hit) in queries.iter().zip(hits.iter()) {
-            out.push(if q.is_empty() {
+            each(if q.is_empty() {
                 Err(KeyError::Empty)
             } else {
                 Ok(hit && (wl.is_empty() || !wl.contains(q)))
