@@ -526,6 +526,13 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         if !buf.is_empty() && partial_since.is_none() {
             partial_since = Some(now);
         }
+        // Keep the memory of one huge command only while it is needed.
+        if buf.is_empty() && buf.capacity() > (1 << 20) {
+            buf = BytesMut::with_capacity(16 << 10);
+        }
+        if batch.args.capacity() > (1 << 16) {
+            batch.args = Vec::new();
+        }
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 << 10);
         }
