@@ -264,9 +264,8 @@ impl std::fmt::Debug for Filter {
 /// misses in flight to cover DRAM latency, small enough to stay in L1.
 const BATCH: usize = 32;
 
-/// Items per sub-batch of a blocked [`Filter::insert_batch`]: their blocks
-/// (512 KiB) stay in a core's L2 between the prefetch and the update.
-const INSERT_SUB_BATCH: usize = 8192;
+/// How many items ahead a blocked [`Filter::insert_batch`] prefetches.
+const INSERT_PREFETCH: usize = 8;
 
 /// Lookups in flight in [`Filter::contains_batch`]: the number of line-fill
 /// buffers of a core (10–16 on recent x86) is what bounds useful memory-level
@@ -586,67 +585,69 @@ impl Filter {
         new
     }
 
-    /// Blocked batch insert, in sub-batches of [`INSERT_SUB_BATCH`] items:
+    /// Blocked batch insert: hash the whole batch, counting-sort it by
+    /// region, then update each region under one lock acquisition, with the
+    /// blocks of the next items prefetched.
     ///
-    /// 1. hash every item and prefetch its block (the hashing of the next
-    ///    items overlaps the cache misses of the previous ones);
-    /// 2. counting-sort the sub-batch by region;
-    /// 3. update each region under one lock acquisition, its blocks by then
-    ///    in cache (a sub-batch's blocks fit in L2).
-    ///
-    /// Locked instructions are full memory barriers on x86, so taking a lock
-    /// per item would also stop the cache misses of successive items from
-    /// overlapping; here the blocks were all fetched before the first lock.
+    /// Locked instructions are full memory barriers on x86, so a lock per
+    /// item would also stop the cache misses of successive items from
+    /// overlapping; one lock per region lets them overlap. Sorting the whole
+    /// batch (not sub-batches) keeps a region's items together: at DRAM size
+    /// they then share one huge page, and the locks are few. (Measured on a
+    /// 2 GiB filter: 93 ns per item this way, 123–167 ns with L2-sized
+    /// sub-batches prefetched while hashing; `bloomgate build` of 10 M URLs
+    /// 1.2 vs 1.5 CPU-seconds.)
     fn insert_batch_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
         let regions = self.regions.regions.len();
-        let sub = items.len().min(INSERT_SUB_BATCH);
-        let mut prepared: Vec<(u32, Prepared)> = Vec::with_capacity(sub);
-        let mut sorted = vec![Prepared { a: 0, b: 0 }; sub];
         let mut starts = vec![0usize; regions + 1];
-        let mut next = vec![0usize; regions];
-        let mut busy = Vec::new();
-        let mut new = 0u64;
-        for batch in items.chunks(INSERT_SUB_BATCH) {
-            prepared.clear();
-            starts.fill(0);
-            for item in batch {
+        let prepared: Vec<(u32, Prepared)> = items
+            .iter()
+            .map(|item| {
                 let p = self.prepare(item.as_ref());
-                self.prefetch(&p);
                 let r = self.regions.of_word(p.a);
                 starts[r + 1] += 1;
-                prepared.push((r as u32, p));
-            }
-            for r in 0..regions {
-                starts[r + 1] += starts[r];
-            }
-            next.copy_from_slice(&starts[..regions]);
-            for &(r, p) in &prepared {
-                sorted[next[r as usize]] = p;
-                next[r as usize] += 1;
-            }
-            let sorted = &sorted[..batch.len()];
-            let apply = |_guard: RegionGuard<'_>, group: &[Prepared]| -> u64 {
-                group.iter().map(|p| self.or_block_locked(p) as u64).sum()
-            };
-            // Walk the regions from a per-batch starting point and skip the
-            // ones another writer holds, coming back to them at the end: two
-            // builders walking in the same order would otherwise convoy, one
-            // always waiting for the region the other is in.
-            let first = (sorted.first().map_or(0, |p| p.b as usize)) % regions;
-            busy.clear();
-            for r in (first..regions).chain(0..first) {
-                let group = &sorted[starts[r]..starts[r + 1]];
-                if group.is_empty() {
-                    continue;
+                (r as u32, p)
+            })
+            .collect();
+        for r in 0..regions {
+            starts[r + 1] += starts[r];
+        }
+        let mut next = starts.clone();
+        let mut sorted = vec![Prepared { a: 0, b: 0 }; prepared.len()];
+        for &(r, p) in &prepared {
+            sorted[next[r as usize]] = p;
+            next[r as usize] += 1;
+        }
+        drop(prepared);
+        let apply = |_guard: RegionGuard<'_>, group: &[Prepared]| -> u64 {
+            let mut new = 0;
+            for (i, p) in group.iter().enumerate() {
+                if let Some(ahead) = group.get(i + INSERT_PREFETCH) {
+                    self.prefetch(ahead);
                 }
-                match self.regions.regions[r].try_lock() {
-                    Some(guard) => new += apply(guard, group),
-                    None => busy.push(r),
-                }
+                new += self.or_block_locked(p) as u64;
             }
-            for &r in &busy {
-                new += apply(self.regions.lock(r), &sorted[starts[r]..starts[r + 1]]);
+            new
+        };
+        // Walk the regions from a per-batch starting point and skip the ones
+        // another writer holds, coming back to them at the end: two builders
+        // walking in the same order would otherwise convoy, one always
+        // waiting for the region the other is in.
+        let first = (sorted.first().map_or(0, |p| p.b as usize)) % regions;
+        let mut new = 0u64;
+        let mut busy = Vec::new();
+        for r in (first..regions).chain(0..first) {
+            let group = &sorted[starts[r]..starts[r + 1]];
+            if group.is_empty() {
+                continue;
             }
+            match self.regions.regions[r].try_lock() {
+                Some(guard) => new += apply(guard, group),
+                None => busy.push(r),
+            }
+        }
+        for r in busy {
+            new += apply(self.regions.lock(r), &sorted[starts[r]..starts[r + 1]]);
         }
         // One shared-counter update per batch, not per item.
         self.items.fetch_add(new, Relaxed);
