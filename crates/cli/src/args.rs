@@ -372,6 +372,10 @@ pub struct ServeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Threads serving Redis-protocol connections, each a single-threaded
+    /// event loop (default: one per two cores).
+    #[arg(long, default_value_t = 0)]
+    pub resp_threads: usize,
 }
 
 #[cfg(test)]

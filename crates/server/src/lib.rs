@@ -48,6 +48,11 @@ pub struct Limits {
     pub max_bulk_bytes: usize,
     /// Most elements in one RESP command array.
     pub max_array_len: usize,
+    /// Largest RESP command in all (the sum of its bulk strings): bounds
+    /// what one connection can make the server buffer, whatever the
+    /// combination of array and bulk lengths (like Redis's
+    /// `client-query-buffer-limit`).
+    pub max_command_bytes: usize,
     /// Most simultaneous connections, per listener.
     pub max_connections: usize,
     /// A connection that sends nothing for this long is closed.
@@ -67,6 +72,7 @@ impl Default for Limits {
             max_item_bytes: 64 << 10,
             max_bulk_bytes: 32 << 20,
             max_array_len: 1 << 20,
+            max_command_bytes: 64 << 20,
             max_connections: 10_000,
             idle_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(30),

@@ -22,12 +22,25 @@
 //! # Limits
 //!
 //! Bulk strings longer than `max_bulk_bytes`, arrays longer than
-//! `max_array_len`, inline commands longer than 64 KiB, malformed framing,
+//! `max_array_len`, commands whose bulk strings add up to more than
+//! `max_command_bytes`, inline commands longer than 64 KiB, malformed framing,
 //! more than `max_connections` clients, silence longer than `idle_timeout`,
 //! and a command that takes longer than `request_timeout` to arrive once
 //! started (a slow drip) each get a Redis error and a closed connection. A
 //! length header is checked before anything is allocated for it, so a
 //! `$4294967296` header costs nothing.
+//!
+//! A command that arrives in pieces is not parsed again from its start on
+//! every read: a failed parse records the least buffer length at which the
+//! next attempt can get further (the end of the bulk string it stopped in,
+//! plus the smallest possible size of the elements still missing), and no
+//! parse is attempted before the buffer reaches it. A million-element
+//! command dripped in small reads therefore costs a few parses, not one per
+//! read (which was quadratic in its length). The price: a framing error or
+//! an over-limit header inside a partial command is reported once the
+//! command's smallest possible rest has arrived (as it does from a client
+//! that sends whole commands), or else the request timeout cuts it off;
+//! memory stays bounded by the limits either way.
 //!
 //! # Commands
 //!
@@ -69,19 +82,37 @@ pub fn parse(
     args: &mut Vec<std::ops::Range<usize>>,
 ) -> Result<Option<usize>, ProtocolError> {
     args.clear();
-    parse_append(buf, max_bulk, max_array, args)
+    let caps = Caps {
+        bulk: max_bulk,
+        array: max_array,
+        command: usize::MAX,
+    };
+    parse_append(buf, &caps, args, &mut 0)
 }
+
+/// The framing limits of one command.
+struct Caps {
+    bulk: usize,
+    array: usize,
+    command: usize,
+}
+
+/// The smallest possible encoding of one more element: `$0\r\n\r\n`.
+const MIN_ELEMENT: usize = 6;
 
 /// [`parse`] that appends to `args` (left as it was unless a whole command
 /// was parsed).
+///
+/// When the command is incomplete, `need` is set to the least length of
+/// `buf` at which parsing it again can succeed or get further.
 fn parse_append(
     buf: &[u8],
-    max_bulk: usize,
-    max_array: usize,
+    caps: &Caps,
     args: &mut Vec<std::ops::Range<usize>>,
+    need: &mut usize,
 ) -> Result<Option<usize>, ProtocolError> {
     let base = args.len();
-    let r = parse_one(buf, max_bulk, max_array, base, args);
+    let r = parse_one(buf, caps, base, args, need);
     if !matches!(r, Ok(Some(_))) {
         args.truncate(base);
     }
@@ -90,11 +121,12 @@ fn parse_append(
 
 fn parse_one(
     buf: &[u8],
-    max_bulk: usize,
-    max_array: usize,
+    caps: &Caps,
     base: usize,
     args: &mut Vec<std::ops::Range<usize>>,
+    need: &mut usize,
 ) -> Result<Option<usize>, ProtocolError> {
+    *need = buf.len() + 1;
     if buf.is_empty() {
         return Ok(None);
     }
@@ -121,7 +153,7 @@ fn parse_one(
                 i += 1;
             }
             if i > start {
-                if args.len() - base >= max_array {
+                if args.len() - base >= caps.array {
                     return Err(ProtocolError("invalid multibulk length".into()));
                 }
                 args.push(start..i);
@@ -132,11 +164,14 @@ fn parse_one(
     let Some((n, mut pos)) = read_int_line(buf, 1)? else {
         return Ok(None);
     };
-    if n < 0 || n as usize > max_array {
+    if n < 0 || n as usize > caps.array {
         return Err(ProtocolError("invalid multibulk length".into()));
     }
-    for _ in 0..n {
+    let n = n as usize;
+    let mut declared = 0usize;
+    for i in 0..n {
         if pos >= buf.len() {
+            *need = pos + (n - i) * MIN_ELEMENT;
             return Ok(None);
         }
         if buf[pos] != b'$' {
@@ -146,13 +181,19 @@ fn parse_one(
             )));
         }
         let Some((len, p)) = read_int_line(buf, pos + 1)? else {
+            *need = (buf.len() + 1).max(pos + (n - i) * MIN_ELEMENT);
             return Ok(None);
         };
-        if len < 0 || len as usize > max_bulk {
+        if len < 0 || len as usize > caps.bulk {
             return Err(ProtocolError("invalid bulk length".into()));
         }
         let len = len as usize;
+        declared += len;
+        if declared > caps.command {
+            return Err(ProtocolError("command too big".into()));
+        }
         if buf.len() < p + len + 2 {
+            *need = p + len + 2 + (n - i - 1) * MIN_ELEMENT;
             return Ok(None);
         }
         if &buf[p + len..p + len + 2] != b"\r\n" {
@@ -492,9 +533,15 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                     break true;
                 }
             };
-            if next > 0 {
-                buf.advance(batch.cmds[next - 1].1);
-            }
+            let done = if next > 0 { batch.cmds[next - 1].1 } else { 0 };
+            buf.advance(done);
+            // `need` describes the incomplete command after the last parsed
+            // one; if parsed commands are still waiting, parse them first.
+            batch.need = if next < batch.cmds.len() {
+                0
+            } else {
+                batch.need.saturating_sub(done)
+            };
             if conn.quit {
                 break;
             }
@@ -600,6 +647,9 @@ struct Parsed {
     args: Vec<std::ops::Range<usize>>,
     /// Per command: its arguments (a range of `args`) and where it ends in the buffer.
     cmds: Vec<(std::ops::Range<usize>, usize)>,
+    /// The buffer must be at least this long before parsing the incomplete
+    /// command at its start again can get further (0: parse now).
+    need: usize,
 }
 
 impl Parsed {
@@ -608,15 +658,21 @@ impl Parsed {
     fn parse(&mut self, buf: &[u8], limits: &crate::Limits) -> Option<ProtocolError> {
         self.args.clear();
         self.cmds.clear();
+        if buf.len() < self.need {
+            // Not enough new bytes for the incomplete command to get further.
+            return None;
+        }
+        self.need = 0;
+        let caps = Caps {
+            bulk: limits.max_bulk_bytes,
+            array: limits.max_array_len,
+            command: limits.max_command_bytes,
+        };
         let mut pos = 0;
         while self.cmds.len() < MAX_PARSED {
             let first = self.args.len();
-            match parse_append(
-                &buf[pos..],
-                limits.max_bulk_bytes,
-                limits.max_array_len,
-                &mut self.args,
-            ) {
+            let mut need = 0;
+            match parse_append(&buf[pos..], &caps, &mut self.args, &mut need) {
                 Ok(Some(used)) => {
                     for r in &mut self.args[first..] {
                         *r = r.start + pos..r.end + pos;
@@ -624,7 +680,10 @@ impl Parsed {
                     pos += used;
                     self.cmds.push((first..self.args.len(), pos));
                 }
-                Ok(None) => return None,
+                Ok(None) => {
+                    self.need = pos + need;
+                    return None;
+                }
                 Err(e) => return Some(e),
             }
         }
@@ -1575,6 +1634,81 @@ mod tests {
         assert!(p(b"*1\r\n$2\r\nabcd\r\n").is_err());
         assert!(p(b"*x\r\n").is_err());
         assert!(p(b"*1\r\n$99999999999999999999999\r\n").is_err());
+    }
+
+    /// The re-parse hint never asks for more bytes than the complete command
+    /// has (a command whose last byte arrived is always parsed: no stall),
+    /// and always asks for more than the parser already had.
+    #[test]
+    fn reparse_hint_is_tight_and_safe() {
+        let caps = Caps {
+            bulk: 1 << 20,
+            array: 1 << 20,
+            command: 1 << 20,
+        };
+        let mut cmds: Vec<Vec<u8>> = vec![
+            b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\n".to_vec(),
+            b"*3\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n".to_vec(),
+            b"PING hello\r\n".to_vec(),
+        ];
+        let mut many = format!("*{}\r\n", 300).into_bytes();
+        for i in 0..300 {
+            let item = "x".repeat(i % 7);
+            many.extend_from_slice(format!("${}\r\n{item}\r\n", item.len()).as_bytes());
+        }
+        cmds.push(many);
+        for cmd in &cmds {
+            let mut args = Vec::new();
+            let mut need = 0;
+            assert!(
+                matches!(parse_append(cmd, &caps, &mut args, &mut need), Ok(Some(n)) if n == cmd.len())
+            );
+            for cut in 0..cmd.len() {
+                args.clear();
+                let r = parse_append(&cmd[..cut], &caps, &mut args, &mut need);
+                assert_eq!(r, Ok(None), "cut {cut}");
+                assert!(
+                    need > cut && need <= cmd.len(),
+                    "cut {cut}: need {need} of {}",
+                    cmd.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn command_size_is_bounded_in_all() {
+        let caps = Caps {
+            bulk: 100,
+            array: 100,
+            command: 250,
+        };
+        // Each bulk is allowed, their sum is not: refused from the headers,
+        // before the data arrives.
+        let mut cmd = b"*4\r\n".to_vec();
+        for _ in 0..3 {
+            cmd.extend_from_slice(b"$90\r\n");
+            cmd.extend_from_slice(&[b'a'; 90]);
+            cmd.extend_from_slice(b"\r\n");
+        }
+        let mut args = Vec::new();
+        let r = parse_append(&cmd, &caps, &mut args, &mut 0);
+        assert_eq!(r, Err(ProtocolError("command too big".into())));
+        let r = parse_append(&cmd[..cmd.len() - 10], &caps, &mut args, &mut 0);
+        assert_eq!(r, Err(ProtocolError("command too big".into())));
+        // Just under the cap is fine.
+        let ok = b"*2\r\n$100\r\n"
+            .iter()
+            .copied()
+            .chain([b'a'; 100])
+            .chain(*b"\r\n$100\r\n")
+            .chain([b'b'; 100])
+            .chain(*b"\r\n")
+            .collect::<Vec<u8>>();
+        assert!(matches!(
+            parse_append(&ok, &caps, &mut args, &mut 0),
+            Ok(Some(_))
+        ));
     }
 
     #[test]

@@ -469,6 +469,23 @@ fn hostile_clients_are_cut_off_without_harming_others() {
     let mut buf = String::new();
     bad.read_to_string(&mut buf).unwrap();
     assert!(buf.contains("invalid multibulk length"), "{buf}");
+    // Bulk strings each under the bulk limit (32 MiB) that add up past the
+    // command limit (64 MiB): refused at the header that crosses it (parsed
+    // once the command's smallest possible rest has arrived).
+    let mut bad = TcpStream::connect(s.resp).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let chunk = vec![b'z'; 32 << 20];
+    let mut sent = b"*3\r\n".to_vec();
+    for _ in 0..2 {
+        sent.extend_from_slice(b"$33554432\r\n");
+        sent.extend_from_slice(&chunk);
+        sent.extend_from_slice(b"\r\n");
+    }
+    sent.extend_from_slice(b"$1\r\nx\r\n");
+    let _ = bad.write_all(&sent);
+    let mut buf = String::new();
+    let _ = bad.read_to_string(&mut buf);
+    assert!(buf.contains("command too big"), "{buf}");
     // Garbage bytes.
     let mut bad = TcpStream::connect(s.resp).unwrap();
     bad.write_all(b"*1\r\n\x00\xff\xfe garbage\r\n").unwrap();

@@ -18,6 +18,7 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         snapshot_interval: Duration::from_secs(a.snapshot_secs.max(1)),
         ready_file: a.ready_file,
         threads: a.threads,
+        resp_threads: a.resp_threads,
         ..ServeConfig::default()
     };
     if let Some(s) = a.idle_secs {
