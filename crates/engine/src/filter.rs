@@ -479,18 +479,21 @@ impl Filter {
     /// The caller must hold the lock of the block's region.
     #[inline(always)]
     fn or_block_locked(&self, p: &Prepared) -> bool {
-        let words = self.bits.words();
+        let block = self.block(p.a);
         let mask = arch::block_mask(p.b as u32, self.params.k);
-        let block = &words[p.a as usize..p.a as usize + 8];
-        let mut changed = false;
-        for (w, &m) in block.iter().zip(&mask) {
-            let cur = w.load(Relaxed);
-            if cur & m != m {
-                w.store(cur | m, Relaxed);
-                changed = true;
-            }
+        let cur = arch::load_block(block);
+        // One branch per item, not per word: whether a given word gains
+        // bits is a coin flip for a new item, and eight unpredictable
+        // branches cost more than the stores. An item already present writes
+        // nothing (so a mapped file's pages are not dirtied for it).
+        let missing = mask.iter().zip(&cur).fold(0, |acc, (m, c)| acc | (m & !c));
+        if missing == 0 {
+            return false;
         }
-        changed
+        for ((w, m), c) in block.iter().zip(&mask).zip(&cur) {
+            w.store(c | m, Relaxed);
+        }
+        true
     }
 
     #[inline(always)]
