@@ -158,7 +158,7 @@ fn main() {
             .unwrap_or_default();
         let label = if thp {
             format!(
-                "{gib} GiB buffer, MADV_HUGEPAGE ({})",
+                "{gib} GiB buffer, MADV_HUGEPAGE, as the engine allocates filters of 4 MiB and more (AnonHugePages {})",
                 huge.split_whitespace()
                     .skip(1)
                     .collect::<Vec<_>>()
@@ -166,7 +166,7 @@ fn main() {
             )
         } else {
             format!(
-                "{gib} GiB buffer, 4 KiB pages (as the engine allocates today; {})",
+                "{gib} GiB buffer, no MADV_HUGEPAGE (4 KiB pages unless THP is `always`; AnonHugePages {})",
                 huge.split_whitespace()
                     .skip(1)
                     .collect::<Vec<_>>()
