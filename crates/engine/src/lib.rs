@@ -12,7 +12,7 @@
 //! derived from that hash with 64-bit arithmetic and multiply-shift range
 //! reduction, so filters beyond 2³² bits work. Insertion is lock-free
 //! (atomic OR) and may run on every core at once. Filters are stored in a
-//! memory-mappable file format ([`format`], `docs/file-format.md`).
+//! memory-mappable file format ([`format`](mod@format), `docs/file-format.md`).
 //!
 //! The sizing formulas and their sources are in [`math`].
 //!
