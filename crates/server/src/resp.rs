@@ -1676,6 +1676,34 @@ mod tests {
         }
     }
 
+    /// A long command dripped in small pieces is parsed a few times, not
+    /// once per piece (each real parse recomputes `need`; a skipped one
+    /// leaves it alone), and is parsed completely once its last byte is in.
+    #[test]
+    fn dripped_command_is_parsed_a_few_times_not_per_read() {
+        let mut cmd = b"*1000\r\n".to_vec();
+        for i in 0..1000 {
+            let item = format!("item-{i}");
+            cmd.extend_from_slice(format!("${}\r\n{item}\r\n", item.len()).as_bytes());
+        }
+        let limits = crate::Limits::default();
+        let mut batch = super::Parsed::default();
+        let mut parses = 0;
+        let mut last_need = usize::MAX;
+        for end in (0..cmd.len()).step_by(7) {
+            assert_eq!(batch.parse(&cmd[..end], &limits), None);
+            assert!(batch.cmds.is_empty());
+            if batch.need != last_need {
+                parses += 1;
+                last_need = batch.need;
+            }
+        }
+        assert!(parses < 40, "{parses} parses for {} reads", cmd.len() / 7);
+        assert_eq!(batch.parse(&cmd, &limits), None);
+        assert_eq!(batch.cmds.len(), 1);
+        assert_eq!(batch.cmds[0].0.len(), 1000);
+    }
+
     #[test]
     fn command_size_is_bounded_in_all() {
         let caps = Caps {
