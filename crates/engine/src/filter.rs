@@ -137,6 +137,52 @@ pub struct Prepared {
     b: u64,
 }
 
+/// What a blocked lookup reads, held in locals (see `Filter::blocked_view`).
+#[derive(Copy, Clone)]
+struct BlockedView<'a> {
+    blocks: &'a [Block],
+    seed: u64,
+    k: u32,
+}
+
+impl BlockedView<'_> {
+    /// The block `item` lives in and its 32-bit in-block hash (odd).
+    #[inline(always)]
+    fn locate(&self, item: &[u8]) -> (usize, u32) {
+        let h = hash_item(self.seed, item);
+        (
+            reduce(h.hi, self.blocks.len() as u64) as usize,
+            h.lo as u32 | 1,
+        )
+    }
+
+    #[inline(always)]
+    fn contains(&self, kernel: Kernel, item: &[u8]) -> bool {
+        let (block, h) = self.locate(item);
+        arch::block_contains(kernel, &self.blocks[block], h, self.k)
+    }
+
+    /// The rolling-window pipeline of [`Filter::contains_batch`]; `out` has
+    /// one slot per item.
+    #[inline(always)]
+    fn contains_batch<T: AsRef<[u8]>>(&self, kernel: Kernel, items: &[T], out: &mut [bool]) {
+        let mut ring = [(0usize, 0u32); PIPELINE];
+        for (slot, item) in ring.iter_mut().zip(items) {
+            *slot = self.locate(item.as_ref());
+            arch::prefetch(self.blocks.as_ptr().wrapping_add(slot.0));
+        }
+        for (i, answer) in out.iter_mut().enumerate() {
+            let slot = &mut ring[i % PIPELINE];
+            let (block, h) = *slot;
+            if let Some(next) = items.get(i + PIPELINE) {
+                *slot = self.locate(next.as_ref());
+                arch::prefetch(self.blocks.as_ptr().wrapping_add(slot.0));
+            }
+            *answer = arch::block_contains(kernel, &self.blocks[block], h, self.k);
+        }
+    }
+}
+
 /// A Bloom filter of either layout.
 pub struct Filter {
     pub(crate) params: Params,
@@ -515,11 +561,37 @@ impl Filter {
     /// True if `item` is (probably) in the set. Never false for an inserted item.
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
-        arch::dispatch(
-            self.kernel,
-            #[inline(always)]
-            |kernel| self.contains_prepared_with(kernel, &self.prepare(item)),
-        )
+        match self.params.layout {
+            Layout::Blocked => {
+                let view = self.blocked_view();
+                arch::dispatch(
+                    self.kernel,
+                    #[inline(always)]
+                    |kernel| view.contains(kernel, item),
+                )
+            }
+            Layout::Classic => arch::dispatch(
+                self.kernel,
+                #[inline(always)]
+                |kernel| self.contains_prepared_with(kernel, &self.prepare(item)),
+            ),
+        }
+    }
+
+    /// The blocked layout's lookup state, copied out of `self`.
+    ///
+    /// `Filter` holds atomics (interior mutability), so the compiler must
+    /// assume any store in a loop may change its fields and reloads them on
+    /// every iteration; the hot loops read these locals instead. (Together
+    /// with one layout test per call instead of three, this took a lookup
+    /// from ~184 to ~120 instructions.)
+    #[inline(always)]
+    fn blocked_view(&self) -> BlockedView<'_> {
+        BlockedView {
+            blocks: self.bits.blocks(),
+            seed: self.params.seed,
+            k: self.params.k,
+        }
     }
 
     /// Adds `item`. Returns true if it was not (probably) present before.
@@ -539,6 +611,15 @@ impl Filter {
     /// gaps between them, of hashing a whole group and then probing it.
     pub fn contains_batch<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
         out.clear();
+        if self.params.layout == Layout::Blocked {
+            out.resize(items.len(), false);
+            let view = self.blocked_view();
+            return arch::dispatch(
+                self.kernel,
+                #[inline(always)]
+                |kernel| view.contains_batch(kernel, items, out),
+            );
+        }
         out.reserve(items.len());
         arch::dispatch(
             self.kernel,

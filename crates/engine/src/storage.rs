@@ -102,6 +102,13 @@ impl Bits {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
     }
 
+    /// The words grouped in 512-bit blocks (the blocked layout's unit; the
+    /// word count is always a multiple of 8).
+    #[inline(always)]
+    pub(crate) fn blocks(&self) -> &[crate::arch::Block] {
+        self.words().as_chunks::<8>().0
+    }
+
     /// The words as plain bytes (for checksums and writing), read through a
     /// shared view. Callers must not race writers if they need a stable snapshot.
     pub(crate) fn bytes(&self) -> &[u8] {

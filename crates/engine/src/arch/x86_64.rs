@@ -48,6 +48,10 @@ pub(super) unsafe fn run_avx2<R>(f: impl FnOnce(Kernel) -> R) -> R {
     f(Kernel(super::Isa::Avx2))
 }
 
+/// Eight 1s then eight 0s: a window of eight starting at `8 − live` has
+/// `live` leading 1s (one load instead of building the lane mask from `k`).
+static WANT: [i32; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+
 /// AVX2 twin of [`super::scalar::block_contains`]: eight probes per round.
 ///
 /// Each round multiplies `h` by eight powers of `G` at once (`vpmulld`), takes
@@ -74,17 +78,15 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
             options(nostack, preserves_flags, readonly),
         );
     }
-    let k = k.min(64) as i32;
+    let k = k.min(64) as usize;
     let hv = _mm256_set1_epi32(h as i32);
     let low5 = _mm256_set1_epi32(31);
-    let ones = _mm256_set1_epi32(1);
-    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let mut missing = _mm256_setzero_si256();
     let mut i = 0;
     while i < k {
         // SAFETY: POWERS has 64 entries and here 0 ≤ i ≤ 56 (k ≤ 64, i steps
         // by 8), so the unaligned 32-byte load reads POWERS[i..i+8], in bounds.
-        let mults = unsafe { _mm256_loadu_si256(POWERS.as_ptr().add(i as usize).cast()) };
+        let mults = unsafe { _mm256_loadu_si256(POWERS.as_ptr().add(i).cast()) };
         let x = _mm256_mullo_epi32(hv, mults);
         let word = _mm256_srli_epi32::<28>(x);
         let from_lo = _mm256_permutevar8x32_epi32(lo, word);
@@ -98,9 +100,10 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
         ));
         let bit = _mm256_and_si256(_mm256_srli_epi32::<23>(x), low5);
         let got = _mm256_srlv_epi32(probed, bit);
-        // Lanes i+j with j < k − i are probes; the rest are ignored.
-        let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(k - i), lane);
-        let want = _mm256_and_si256(live, ones);
+        // Lanes i+j with j < k − i are probes (want bit 0), the rest are
+        // ignored: eight words of WANT starting at 8 − min(k − i, 8).
+        // SAFETY: that start is in 0..8, so WANT[start..start+8] is in bounds.
+        let want = unsafe { _mm256_loadu_si256(WANT.as_ptr().add(8 - (k - i).min(8)).cast()) };
         missing = _mm256_or_si256(missing, _mm256_andnot_si256(got, want));
         i += 8;
     }
