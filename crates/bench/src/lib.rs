@@ -130,11 +130,26 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
-/// A zeroed, 64-byte-aligned heap buffer (large ones come from `mmap`, so
-/// pages are only materialised when touched, like the engine's filters).
+/// Size and alignment of a transparent huge page on x86-64 and most arm64 kernels.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Where an [`AlignedBuf`]'s memory came from (decides how it is freed).
+enum Backing {
+    /// The global allocator, with this layout.
+    Heap(Layout),
+    /// An anonymous mapping of `map_len` bytes starting at the buffer's pointer.
+    Mmap { map_len: usize },
+}
+
+/// A zeroed, aligned buffer: either from the global allocator (64-byte
+/// aligned, see [`AlignedBuf::zeroed`]) or from an anonymous mapping that is
+/// 2 MiB aligned and advised `MADV_HUGEPAGE` before its first touch (see
+/// [`AlignedBuf::zeroed_huge`]).
 pub struct AlignedBuf {
     ptr: *mut u8,
-    layout: Layout,
+    len: usize,
+    backing: Backing,
+    huge_advised: bool,
 }
 
 // SAFETY: plain owned memory.
@@ -144,12 +159,87 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// `bytes` zeroed bytes aligned to 64 (panics on allocation failure).
+    ///
+    /// std's `alloc_zeroed` serves alignments above 16 with an aligned
+    /// `malloc` plus `memset`, so every page is touched here, with 4 KiB
+    /// pages: a later `madvise(MADV_HUGEPAGE)` on this buffer does not make it
+    /// huge-page backed (use [`AlignedBuf::zeroed_huge`] for that).
     pub fn zeroed(bytes: usize) -> AlignedBuf {
         let layout = Layout::from_size_align(bytes.max(64), 64).unwrap();
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null(), "allocation of {bytes} bytes failed");
-        AlignedBuf { ptr, layout }
+        AlignedBuf {
+            ptr,
+            len: layout.size(),
+            backing: Backing::Heap(layout),
+            huge_advised: false,
+        }
+    }
+
+    /// `bytes` zeroed bytes in a private anonymous mapping whose start is
+    /// aligned to [`HUGE_PAGE`] and whose length is rounded up to a multiple
+    /// of it, advised `MADV_HUGEPAGE` before anything touches it, so that
+    /// (memory permitting) every fault maps a 2 MiB page. Panics if the
+    /// mapping fails, like [`AlignedBuf::zeroed`]; a failed `madvise` is
+    /// only reported by [`AlignedBuf::huge_advised`].
+    pub fn zeroed_huge(bytes: usize) -> AlignedBuf {
+        let map_len = bytes.max(64).div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        // Over-map by one huge page so an aligned start exists inside.
+        let total = map_len
+            .checked_add(HUGE_PAGE)
+            .expect("buffer size overflows usize");
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // affected, and the result is checked against MAP_FAILED.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            raw != libc::MAP_FAILED,
+            "mapping of {bytes} bytes failed: {}",
+            std::io::Error::last_os_error()
+        );
+        let raw = raw as usize;
+        let start = raw.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        let head = start - raw;
+        let tail = total - head - map_len;
+        // SAFETY: both ranges lie inside the mapping created above, are page
+        // aligned (mmap returns page-aligned memory and HUGE_PAGE is a
+        // multiple of the page size) and are outside [start, start+map_len),
+        // which is all this buffer keeps; nothing else refers to them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + map_len) as *mut libc::c_void, tail);
+            }
+        }
+        let ptr = start as *mut u8;
+        // SAFETY: madvise on the live, untouched mapping owned by this buffer
+        // only changes its paging policy.
+        let huge_advised =
+            unsafe { libc::madvise(ptr as *mut libc::c_void, map_len, libc::MADV_HUGEPAGE) == 0 };
+        AlignedBuf {
+            ptr,
+            len: bytes.max(64),
+            backing: Backing::Mmap { map_len },
+            huge_advised,
+        }
+    }
+
+    /// Whether this buffer was advised `MADV_HUGEPAGE` before its first
+    /// touch (only [`AlignedBuf::zeroed_huge`] does that, and only if the
+    /// kernel accepted the advice).
+    pub fn huge_advised(&self) -> bool {
+        self.huge_advised
     }
     /// Start of the buffer.
     pub fn as_ptr(&self) -> *const u8 {
@@ -161,7 +251,7 @@ impl AlignedBuf {
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.layout.size()
+        self.len
     }
     /// True if empty (never: the minimum is 64 bytes).
     pub fn is_empty(&self) -> bool {
@@ -169,21 +259,55 @@ impl AlignedBuf {
     }
     /// The buffer as u64 words.
     pub fn words(&self) -> &[u64] {
-        // SAFETY: 64-byte aligned, initialised (zeroed), owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u64, self.len() / 8) }
+        // SAFETY: at least 64-byte aligned, `len` bytes initialised (zeroed
+        // by the allocator or the kernel), owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u64, self.len / 8) }
     }
     /// The buffer as u64 words, writable.
     pub fn words_mut(&mut self) -> &mut [u64] {
         // SAFETY: as above, exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u64, self.len() / 8) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u64, self.len / 8) }
     }
 }
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated with this layout in `zeroed`.
-        unsafe { dealloc(self.ptr, self.layout) }
+        match self.backing {
+            // SAFETY: allocated with this layout in `zeroed`.
+            Backing::Heap(layout) => unsafe { dealloc(self.ptr, layout) },
+            // SAFETY: `[ptr, ptr+map_len)` is exactly what `zeroed_huge` kept
+            // mapped, and no reference into it outlives `self`.
+            Backing::Mmap { map_len } => unsafe {
+                libc::munmap(self.ptr as *mut libc::c_void, map_len);
+            },
+        }
     }
+}
+
+/// Bytes of `[ptr, ptr+len)` backed by transparent huge pages, from the
+/// `AnonHugePages` of the `/proc/self/smaps` mappings overlapping the range
+/// (each mapping's count capped at its overlap with the range, so a larger
+/// merged mapping cannot inflate it). `None` if smaps cannot be read.
+pub fn anon_huge_bytes(ptr: *const u8, len: usize) -> Option<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let (lo, hi) = (ptr as usize, ptr as usize + len);
+    let mut total = 0usize;
+    let mut overlap = 0usize;
+    for line in smaps.lines() {
+        let mut it = line.split_whitespace();
+        let first = it.next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                overlap = hi.min(b).saturating_sub(lo.max(a));
+                continue;
+            }
+        }
+        if first == "AnonHugePages:" && overlap > 0 {
+            let kb: usize = it.next()?.parse().ok()?;
+            total += (kb * 1024).min(overlap);
+        }
+    }
+    Some(total)
 }
 
 /// Asks the kernel to back `[ptr, ptr+len)` with transparent huge pages
@@ -258,6 +382,18 @@ mod tests {
             let k = key(i);
             assert!(k.starts_with(b"http://host"));
             assert!(set.insert(k));
+        }
+    }
+
+    #[test]
+    fn huge_buffer_is_aligned_zeroed_and_writable() {
+        for bytes in [1usize, 100, HUGE_PAGE + 8, 5 << 20] {
+            let mut b = AlignedBuf::zeroed_huge(bytes);
+            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
+            assert_eq!(b.len(), bytes.max(64));
+            assert!(b.words().iter().all(|&w| w == 0));
+            b.words_mut().iter_mut().for_each(|w| *w = !0);
+            assert!(anon_huge_bytes(b.as_ptr(), b.len()).is_some_and(|h| h <= b.len()));
         }
     }
 

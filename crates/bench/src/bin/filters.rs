@@ -32,6 +32,9 @@ const SEED: u64 = 0x5EED_B100_u64;
 /// Prefetch pipeline depth used by the harness's own batched loops (sbbf-rs),
 /// the same as the engine's BATCH.
 const PIPE: usize = 32;
+/// sbbf-rs buffers from this size on get huge pages, the engine's threshold
+/// for its own filters (`HUGE_PAGE_MIN` in the engine's storage module).
+const SBBF_HUGE_MIN: usize = 4 << 20;
 
 // ---------------------------------------------------------------------------
 // The subjects
@@ -340,6 +343,8 @@ impl Subject for BloomFilterCrate {
 
 /// sbbf-rs: split-block (Parquet-style) filter over a caller-owned buffer;
 /// keys hashed with seeded xxh3-64, hashing included in every timing.
+/// Buffers of [`SBBF_HUGE_MIN`] and more get transparent huge pages like the
+/// engine's filters (2 MiB aligned, `MADV_HUGEPAGE` before the first touch).
 struct Sbbf {
     buf: AlignedBuf,
     buckets: usize,
@@ -355,8 +360,13 @@ impl Sbbf {
             buckets <= u32::MAX as usize,
             "sbbf-rs indexes buckets with 32 bits"
         );
+        let buf = if bytes >= SBBF_HUGE_MIN {
+            AlignedBuf::zeroed_huge(bytes)
+        } else {
+            AlignedBuf::zeroed(bytes)
+        };
         Sbbf {
-            buf: AlignedBuf::zeroed(bytes),
+            buf,
             buckets,
             ff: sbbf_rs::FilterFn::new(),
         }
@@ -1206,7 +1216,7 @@ fn main() {
         if full { "full" } else { "quick" }
     );
     println!(
-        "CPU: {} ({} logical CPUs), THP policy: {}, reps: {}, target p = {TARGET_FP:e}, keys: synthetic URLs `http://host<h>.example/path/<i>[?q=<x>]`; sbbf-rs and xorf get seeded xxh3-64 of the key (hashing inside the timing).",
+        "CPU: {} ({} logical CPUs), THP policy: {}, reps: {}, target p = {TARGET_FP:e}, keys: synthetic URLs `http://host<h>.example/path/<i>[?q=<x>]`; sbbf-rs and xorf get seeded xxh3-64 of the key (hashing inside the timing); sbbf-rs's buffer gets transparent huge pages (2 MiB aligned, MADV_HUGEPAGE before first touch) from 4 MiB on, like bloomgate's own filters.",
         cpu_model(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         thp_policy(),
