@@ -510,6 +510,12 @@ impl Filter {
     pub(crate) fn insert_prepared_unlogged(&self, p: &Prepared) -> bool {
         let changed = match self.params.layout {
             Layout::Blocked => {
+                // Start the block's cache miss before taking the lock: the
+                // lock is a locked instruction, a full barrier that later
+                // loads cannot pass, but a prefetch issued before it can
+                // (prefetches are not ordered by locked instructions), so
+                // successive inserts' misses overlap instead of queueing.
+                self.prefetch(p);
                 let _guard = self.regions.lock(self.regions.of_word(p.a));
                 self.or_block_locked(p)
             }
