@@ -589,8 +589,8 @@ impl Filter {
     /// `Filter` holds atomics (interior mutability), so the compiler must
     /// assume any store in a loop may change its fields and reloads them on
     /// every iteration; the hot loops read these locals instead. (Together
-    /// with one layout test per call instead of three, this took a lookup
-    /// from ~184 to ~120 instructions.)
+    /// with one layout test per call instead of three: on a 2 GiB filter,
+    /// single lookups 100–115 → 85–95 ns, batched 33 → 29 ns.)
     #[inline(always)]
     fn blocked_view(&self) -> BlockedView<'_> {
         BlockedView {
