@@ -263,6 +263,20 @@ impl AlignedBuf {
         // by the allocator or the kernel), owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u64, self.len / 8) }
     }
+    /// The buffer as 512-bit blocks of atomic words, the engine's layout
+    /// (for harnesses that drive the engine's kernels on their own memory).
+    pub fn blocks(&self) -> &[bloomgate_engine::arch::Block] {
+        // SAFETY: at least 64-byte aligned and `len` bytes initialised, as
+        // above; `[AtomicU64; 8]` has the size and alignment of `[u64; 8]`
+        // (AtomicU64 has u64's layout), and every access goes through the
+        // atomics, so shared references are sound.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr as *const bloomgate_engine::arch::Block,
+                self.len / 64,
+            )
+        }
+    }
     /// The buffer as u64 words, writable.
     pub fn words_mut(&mut self) -> &mut [u64] {
         // SAFETY: as above, exclusive.

@@ -1,0 +1,194 @@
+//! Where the time of a batched lookup on a DRAM-resident filter goes.
+//!
+//! One 2 GiB block array on huge pages (the engine's layout, driven with the
+//! engine's own kernels), the same keys, one thread; each row adds one piece
+//! of a lookup to the bare memory loop:
+//!
+//! 1. prefetch 16 ahead + probe, block addresses computed beforehand;
+//! 2. the same + XXH3-128 of a key that is in cache (hashing work only);
+//! 3. the same + XXH3-128 of the lookup's own key (hashing + key traffic);
+//! 4. the full lookup (hash → prefetch 16 ahead → probe), as `Filter::contains_batch` does it;
+//! 5. sbbf-rs (xxh3-64, 32-byte buckets) behind the `filters` harness's
+//!    hash-32-then-probe-32 pipeline, on its own 2 GiB huge-page buffer.
+//!
+//! Rows 4 and 5 run twice, alternating, so drift on a shared machine shows.
+//!
+//! ```text
+//! cargo run --release -p bloomgate-bench --bin lookup_breakdown -- [--gib 2] [--keys 2000000] [--reps 5]
+//! ```
+
+use std::time::Instant;
+
+use bloomgate_bench::{anon_huge_bytes, cpu_model, median, AlignedBuf, Keys};
+use bloomgate_engine::arch::{self, Block, Kernel};
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
+
+const SEED: u64 = 0x5EED;
+const K: u32 = 12;
+const AHEAD: usize = 16;
+
+/// Block index and 32-bit in-block hash, exactly as the engine derives them.
+#[inline(always)]
+fn locate(blocks: usize, key: &[u8]) -> (usize, u32) {
+    let h = xxh3_128_with_seed(key, SEED);
+    (
+        (((h >> 64) as u64 as u128 * blocks as u128) >> 64) as usize,
+        h as u32 | 1,
+    )
+}
+
+fn ns_per(reps: usize, n: usize, mut f: impl FnMut() -> u64) -> (f64, u64) {
+    // One untimed run first: the first pass over a freshly filled buffer
+    // measured up to 1.5× slower here (the host still settling its pages).
+    let mut answer = std::hint::black_box(f());
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        answer = std::hint::black_box(f());
+        v.push(t.elapsed().as_nanos() as f64 / n as f64);
+    }
+    (median(&v), answer)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |name: &str, d: f64| -> f64 {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse().expect("number"))
+            .unwrap_or(d)
+    };
+    let bytes = (get("--gib", 2.0) * (1u64 << 30) as f64) as usize / 64 * 64;
+    let n = get("--keys", 2_000_000.0) as usize;
+    let reps = get("--reps", 5.0) as usize;
+
+    let buf = AlignedBuf::zeroed_huge(bytes);
+    let mem: &[Block] = buf.blocks();
+    let keys = Keys::from_ids(0..n as u64);
+    let ks = keys.slices();
+    let kernel = Kernel::best();
+    // Every key inserted, so all rows answer "yes" for every key.
+    for k in &ks {
+        let (b, h) = locate(mem.len(), k);
+        for (w, m) in mem[b].iter().zip(arch::block_mask(h, K)) {
+            w.fetch_or(m, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let pre: Vec<(usize, u32)> = ks.iter().map(|k| locate(mem.len(), k)).collect();
+    let mut sb = AlignedBuf::zeroed_huge(bytes);
+    let buckets = bytes / sbbf_rs::BUCKET_SIZE;
+    let sbbf = sbbf_rs::FilterFn::new();
+    for k in &ks {
+        // SAFETY: 64-byte aligned buffer of `buckets` buckets.
+        unsafe { sbbf.insert(sb.as_mut_ptr(), buckets, xxh3_64_with_seed(k, SEED)) };
+    }
+    let sb_ptr = sb.as_ptr();
+
+    println!("## lookup breakdown: {} MiB per filter, {n} keys (mean {:.1} bytes), kernel {kernel}, {reps} reps", bytes >> 20, keys.mean_len());
+    println!("CPU: {}", cpu_model());
+    for (name, b) in [("bloomgate blocks", &buf), ("sbbf-rs buffer", &sb)] {
+        let huge = anon_huge_bytes(b.as_ptr(), b.len()).unwrap_or(0);
+        let pct = 100.0 * huge as f64 / b.len() as f64;
+        println!("{name}: {:.0} % on huge pages", pct);
+        if pct < 90.0 {
+            println!("**WARNING: {name} is not on huge pages; its row is not comparable**");
+        }
+    }
+    println!();
+    println!("| loop | ns per lookup (median) |");
+    println!("|---|---:|");
+    let row = |name: &str, (ns, answer): (f64, u64)| {
+        assert_eq!(answer, n as u64, "{name}: every key was inserted");
+        println!("| {name} | {ns:.1} |");
+    };
+    let probe = |i: usize, kernel: Kernel| {
+        if let Some(&(b, _)) = pre.get(i + AHEAD) {
+            arch::prefetch(mem.as_ptr().wrapping_add(b));
+        }
+        let (b, h) = pre[i];
+        arch::block_contains(kernel, &mem[b], h, K) as u64
+    };
+    row(
+        "1. prefetch + probe, addresses known (no hashing)",
+        ns_per(reps, n, || {
+            arch::dispatch(kernel, |kk| (0..n).map(|i| probe(i, kk)).sum())
+        }),
+    );
+    row(
+        "2. 1 + XXH3-128 of an in-cache key",
+        ns_per(reps, n, || {
+            arch::dispatch(kernel, |kk| {
+                let mut x = 0u64;
+                let hits = (0..n)
+                    .map(|i| {
+                        x ^= xxh3_128_with_seed(ks[i % 1024], SEED) as u64;
+                        probe(i, kk)
+                    })
+                    .sum();
+                std::hint::black_box(x);
+                hits
+            })
+        }),
+    );
+    row(
+        "3. 1 + XXH3-128 of the lookup's own key",
+        ns_per(reps, n, || {
+            arch::dispatch(kernel, |kk| {
+                let mut x = 0u64;
+                let hits = (0..n)
+                    .map(|i| {
+                        x ^= xxh3_128_with_seed(ks[i], SEED) as u64;
+                        probe(i, kk)
+                    })
+                    .sum();
+                std::hint::black_box(x);
+                hits
+            })
+        }),
+    );
+    for _ in 0..2 {
+        row(
+            "4. full lookup: hash → prefetch 16 ahead → probe",
+            ns_per(reps, n, || {
+                arch::dispatch(kernel, |kk| {
+                    let mut ring = [(0usize, 0u32); AHEAD];
+                    for (slot, k) in ring.iter_mut().zip(&ks) {
+                        *slot = locate(mem.len(), k);
+                        arch::prefetch(mem.as_ptr().wrapping_add(slot.0));
+                    }
+                    let mut hits = 0;
+                    for i in 0..n {
+                        let (b, h) = ring[i % AHEAD];
+                        if let Some(k) = ks.get(i + AHEAD) {
+                            ring[i % AHEAD] = locate(mem.len(), k);
+                            arch::prefetch(mem.as_ptr().wrapping_add(ring[i % AHEAD].0));
+                        }
+                        hits += arch::block_contains(kk, &mem[b], h, K) as u64;
+                    }
+                    hits
+                })
+            }),
+        );
+        row(
+            "5. sbbf-rs: xxh3-64 + prefetch 32, then probe 32",
+            ns_per(reps, n, || {
+                let mut hits = 0;
+                let mut hs = [0u64; 32];
+                for chunk in ks.chunks(32) {
+                    for (h, k) in hs.iter_mut().zip(chunk) {
+                        *h = xxh3_64_with_seed(k, SEED);
+                        let idx =
+                            ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
+                        arch::prefetch(sb_ptr.wrapping_add(idx * sbbf_rs::BUCKET_SIZE));
+                    }
+                    for &h in &hs[..chunk.len()] {
+                        // SAFETY: as above.
+                        hits += unsafe { sbbf.contains(sb_ptr, buckets, h) } as u64;
+                    }
+                }
+                hits
+            }),
+        );
+    }
+}
