@@ -188,7 +188,6 @@ pub struct Filter {
     pub(crate) params: Params,
     pub(crate) bits: Bits,
     pub(crate) items: AtomicU64,
-    blocks: u64,
     regions: Regions,
     kernel: Kernel,
     pub(crate) file: Option<FileState>,
@@ -346,7 +345,6 @@ impl Filter {
             params,
             bits,
             items: AtomicU64::new(items),
-            blocks,
             regions: Regions::new(blocks),
             kernel: Kernel::best(),
             file,
@@ -386,13 +384,18 @@ impl Filter {
     /// Hashes `item` and resolves where it lives.
     #[inline]
     pub fn prepare(&self, item: &[u8]) -> Prepared {
-        let h = hash_item(self.params.seed, item);
         match self.params.layout {
-            Layout::Blocked => Prepared {
-                a: reduce(h.hi, self.blocks) * 8,
-                b: (h.lo as u32 | 1) as u64,
-            },
-            Layout::Classic => Prepared { a: h.hi, b: h.lo },
+            Layout::Blocked => {
+                let (block, h) = self.blocked_view().locate(item);
+                Prepared {
+                    a: block as u64 * 8,
+                    b: h as u64,
+                }
+            }
+            Layout::Classic => {
+                let h = hash_item(self.params.seed, item);
+                Prepared { a: h.hi, b: h.lo }
+            }
         }
     }
 
