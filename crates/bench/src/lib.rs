@@ -349,6 +349,18 @@ pub fn time_reps(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
         .collect()
 }
 
+/// The number after `--name` on the command line (`args` without the
+/// program name), if present; panics with a clear message if it is not a number.
+pub fn num_arg(args: &[String], name: &str) -> Option<f64> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} needs a number, got {v:?}"))
+        })
+}
+
 /// Median of a non-empty sample.
 pub fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();

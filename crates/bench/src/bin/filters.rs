@@ -18,7 +18,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{
-    advise_hugepages, cpu_model, median, mix64, push_key, sample_ids, thp_policy, AlignedBuf, Keys,
+    advise_hugepages, cpu_model, median, mix64, num_arg, push_key, sample_ids, thp_policy,
+    AlignedBuf, Keys,
 };
 use bloomgate_engine::arch::{self, Kernel};
 use bloomgate_engine::hash::{hash_item, reduce};
@@ -1175,22 +1176,12 @@ fn kernel_dram(bytes: u64, reps: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(|a| a == "kernel-dram").unwrap_or(false) {
-        let mib = args
-            .iter()
-            .position(|a| a == "--dram-mib")
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse::<u64>().unwrap())
-            .unwrap_or(2048);
+        let mib = num_arg(&args, "--dram-mib").map_or(2048, |m| m as u64);
         kernel_dram(mib << 20, 5);
         return;
     }
     let full = args.iter().any(|a| a == "full");
-    let get = |name: &str| -> Option<f64> {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse().expect("number"))
-    };
+    let get = |name: &str| num_arg(&args, name);
     let cfg = Cfg {
         reps: get("--reps").map(|x| x as usize).unwrap_or(5),
         dram_bytes: (get("--dram-mib").unwrap_or(if full { 2048.0 } else { 64.0 })

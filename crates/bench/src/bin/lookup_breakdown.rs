@@ -19,7 +19,7 @@
 
 use std::time::Instant;
 
-use bloomgate_bench::{anon_huge_bytes, cpu_model, median, AlignedBuf, Keys};
+use bloomgate_bench::{anon_huge_bytes, cpu_model, median, num_arg, AlignedBuf, Keys};
 use bloomgate_engine::arch::{self, Block, Kernel};
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
@@ -52,13 +52,7 @@ fn ns_per(reps: usize, n: usize, mut f: impl FnMut() -> u64) -> (f64, u64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str, d: f64| -> f64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse().expect("number"))
-            .unwrap_or(d)
-    };
+    let get = |name: &str, d: f64| num_arg(&args, name).unwrap_or(d);
     let bytes = (get("--gib", 2.0) * (1u64 << 30) as f64) as usize / 64 * 64;
     let n = get("--keys", 2_000_000.0) as usize;
     let reps = get("--reps", 5.0) as usize;

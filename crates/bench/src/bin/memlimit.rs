@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use bloomgate_bench::{anon_huge_bytes, cpu_model, median, mix64, thp_policy, AlignedBuf};
+use bloomgate_bench::{anon_huge_bytes, cpu_model, median, mix64, num_arg, thp_policy, AlignedBuf};
 use bloomgate_engine::arch::prefetch;
 use rayon::prelude::*;
 
@@ -114,13 +114,7 @@ fn run(label: &str, buf: &AlignedBuf, reads: usize, reps: usize) -> (f64, f64, f
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str, d: f64| -> f64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse().expect("number"))
-            .unwrap_or(d)
-    };
+    let get = |name: &str, d: f64| num_arg(&args, name).unwrap_or(d);
     let gib = get("--gib", 4.0);
     let reps = get("--reps", 5.0) as usize;
     let reads = get("--reads", 20_000_000.0) as usize;
