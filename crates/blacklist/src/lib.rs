@@ -37,6 +37,10 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod datadir;
+pub mod journal;
+pub mod layers;
+pub mod log;
 pub mod whitelist;
 
 /// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
@@ -48,14 +52,18 @@ pub struct CheckScratch {
     ends: Vec<usize>,
     spans: Vec<Result<(usize, usize), KeyError>>,
     found: Vec<bool>,
+    layer: Vec<bool>,
 }
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use bloomgate_engine::{math, Access, Filter};
+use bloomgate_engine::{math, Access, Filter, Params};
 use bloomgate_url::{entry_key, max_lookups, query_keys, KeyError, KeyKind, MatchMode};
 
+use datadir::{DirLock, ReplayStats};
+use layers::{layer_path, GrowLimits, Growth, Layers};
 pub use whitelist::Whitelist;
 
 /// Errors of this crate.
@@ -78,6 +86,38 @@ pub enum Error {
         /// Match mode code found.
         mode: u8,
     },
+    /// The layers of a filter do not fit together.
+    #[error("{path}: {problem}")]
+    Layers {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A scaling filter cannot append another layer.
+    #[error("filter cannot grow further ({0})")]
+    CannotGrow(String),
+    /// Another process holds the data directory (see [`datadir::DirLock`]).
+    #[error(
+        "{0}: a running bloomgate serve (or another bloomgate writing to it) holds this data directory; change the filter through the server (BF.ADD, or the HTTP API in docs/http-api.md), or stop the server first: a direct change would be overwritten by its next snapshot"
+    )]
+    DirBusy(PathBuf),
+    /// The data directory kept changing while it was read.
+    #[error("{0}: the data directory kept changing while it was read (a server is snapshotting or reloading it); try again")]
+    Changing(PathBuf),
+    /// The log holds bulk-loaded bits an in-place update cannot fold in.
+    #[error(
+        "{0}: the write-ahead log holds BF.LOADCHUNK data not yet in the filter files; start bloomgate serve on this directory once (it folds the log in at startup), then retry"
+    )]
+    PendingChunks(PathBuf),
+    /// A file of the data directory failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
 }
 
 /// The answer to one query.
@@ -92,76 +132,232 @@ pub struct Verdict {
     pub matched: Option<String>,
 }
 
-/// A filter plus its key rules and whitelist.
+/// Whether a read-only open includes the live adds of a served data directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogMode {
+    /// Re-insert the journal's and the log's acknowledged adds (the default:
+    /// the filter as the server would answer).
+    Replay,
+    /// The files alone: the last snapshot, lacking adds made since.
+    SnapshotOnly,
+}
+
+/// What opening a filter found around its files.
+#[derive(Clone, Debug, Default)]
+pub struct Opened {
+    /// The data directory of a served filter (`.bloomgate-wal/` or
+    /// `NAME.live` beside it).
+    pub data_dir: Option<PathBuf>,
+    /// A process held the data directory's lock when it was opened.
+    pub served: bool,
+    /// What re-inserting the journal's and the log's adds did (`None`
+    /// outside a data directory, or with [`LogMode::SnapshotOnly`]).
+    pub replay: Option<ReplayStats>,
+    /// Damaged journal or log tails that were skipped (one line each).
+    pub damaged: Vec<String>,
+}
+
+/// How many times a read-only open retries while a server changes the files.
+const OPEN_TRIES: usize = 8;
+
+/// A filter (all its layers) plus its key rules and whitelist.
 #[derive(Debug)]
 pub struct Blacklist {
-    filter: Filter,
-    kind: KeyKind,
-    mode: MatchMode,
+    layers: Layers,
     whitelist: Whitelist,
+    base: Option<PathBuf>,
+    opened: Opened,
+    /// For an in-place update: layers that existed when it began (later
+    /// ones are new files, persisted at commit), and the directory lock.
+    update: Option<(usize, Option<DirLock>)>,
 }
 
 impl Blacklist {
-    /// Opens the filter file at `path` (memory-mapped) and its whitelist, if any.
+    /// Opens the filter whose first layer is the file at `path`: every
+    /// layer, memory-mapped, and its whitelist.
+    ///
+    /// * [`Access::ReadOnly`]: as [`Blacklist::open_read`] with
+    ///   [`LogMode::Replay`]. Nothing is written.
+    /// * [`Access::ReadWrite`]: as [`Blacklist::open_for_update`].
     pub fn open(path: impl AsRef<Path>, access: Access) -> Result<Blacklist, Error> {
+        match access {
+            Access::ReadOnly => Blacklist::open_read(path, LogMode::Replay),
+            Access::ReadWrite => Blacklist::open_for_update(path),
+        }
+    }
+
+    /// Opens a filter for reading. Inside a served data directory, with
+    /// [`LogMode::Replay`], the acknowledged adds that the files lack (in
+    /// the journal and the write-ahead log, see [`datadir`]) are
+    /// re-inserted into this process's copy-on-write mapping, so it answers
+    /// as the server does; the files are not changed.
+    pub fn open_read(path: impl AsRef<Path>, log: LogMode) -> Result<Blacklist, Error> {
         let path = path.as_ref();
-        let filter = Filter::open(path, access)?;
-        let whitelist = Whitelist::load(&Whitelist::path_for(path))?;
-        Blacklist::with_whitelist(filter, whitelist)
-    }
-
-    /// Wraps a filter with an empty whitelist; the key kind and mode come
-    /// from the filter's parameters.
-    pub fn from_filter(filter: Filter) -> Result<Blacklist, Error> {
-        Blacklist::with_whitelist(filter, Whitelist::default())
-    }
-
-    fn with_whitelist(filter: Filter, whitelist: Whitelist) -> Result<Blacklist, Error> {
-        let p = filter.params();
-        let (kind, mode) = match (
-            KeyKind::from_u8(p.key_kind),
-            MatchMode::from_u8(p.match_mode),
-        ) {
-            (Some(k), Some(m)) => (k, m),
-            _ => {
-                return Err(Error::UnknownKind {
-                    path: filter.path().map(Path::to_path_buf).unwrap_or_default(),
-                    kind: p.key_kind,
-                    mode: p.match_mode,
-                })
+        let located = datadir::locate(path);
+        let mut tries = 0;
+        loop {
+            let layers = Layers::open(path, Access::ReadOnly)?;
+            let whitelist = Whitelist::load(&Whitelist::path_for(path))?;
+            let mut opened = Opened::default();
+            let Some((dir, name)) = &located else {
+                return Ok(Blacklist::assemble(layers, whitelist, path, opened));
+            };
+            opened.data_dir = Some(dir.clone());
+            opened.served = datadir::served(dir);
+            if log == LogMode::SnapshotOnly {
+                return Ok(Blacklist::assemble(layers, whitelist, path, opened));
             }
+            let pending = datadir::read_pending(dir, name, layers.lineage())?;
+            let (layers, stats) = datadir::replay(layers, &pending)?;
+            if pending.still_current(dir, name) {
+                opened.replay = Some(stats);
+                opened.damaged = pending.damaged;
+                return Ok(Blacklist::assemble(layers, whitelist, path, opened));
+            }
+            tries += 1;
+            if tries >= OPEN_TRIES {
+                return Err(Error::Changing(dir.clone()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20 << tries.min(5)));
+        }
+    }
+
+    /// Opens a filter for an in-place update: every layer mapped writable,
+    /// each marked dirty ([`Filter::begin_update`]) until
+    /// [`Blacklist::commit`].
+    ///
+    /// Inside a data directory it takes the directory's lock, so it fails
+    /// with [`Error::DirBusy`] while a server runs there (the server's next
+    /// snapshot would overwrite the change), and first inserts the
+    /// acknowledged adds that the files lack (a server that was killed
+    /// before its snapshot), so that the files hold them too.
+    pub fn open_for_update(path: impl AsRef<Path>) -> Result<Blacklist, Error> {
+        let path = path.as_ref();
+        let located = datadir::locate(path);
+        let lock = match &located {
+            Some((dir, _)) => Some(DirLock::acquire(dir)?),
+            None => None,
         };
+        let mut layers = Layers::open(path, Access::ReadWrite)?;
+        for f in &mut layers.layers {
+            Arc::get_mut(f)
+                .expect("freshly opened layers are not shared")
+                .begin_update()?;
+        }
+        let whitelist = Whitelist::load(&Whitelist::path_for(path))?;
+        let existing = layers.layers.len();
+        let mut opened = Opened::default();
+        let pending = match &located {
+            Some((dir, name)) => {
+                opened.data_dir = Some(dir.clone());
+                Some(datadir::read_pending(dir, name, layers.lineage())?)
+            }
+            None => None,
+        };
+        let mut list = Blacklist::assemble(layers, whitelist, path, opened);
+        list.update = Some((existing, lock));
+        if let Some(pending) = pending {
+            // Bulk-loaded bits must be in the files already: OR-ing them in
+            // here would bypass the update's checksum log, and they are rare.
+            for (layer, offset, data) in &pending.chunks {
+                let have = list.layers.layers.get(*layer as usize).and_then(|f| {
+                    f.as_bytes()
+                        .get(*offset as usize..*offset as usize + data.len())
+                });
+                let covered = have.is_some_and(|h| h.iter().zip(data).all(|(&h, &d)| h & d == d));
+                if !covered && have.is_some() {
+                    return Err(Error::PendingChunks(path.to_path_buf()));
+                }
+            }
+            let mut stats = ReplayStats::default();
+            let (kind, mode) = (list.layers.kind, list.layers.mode);
+            let mut keys = Vec::new();
+            for (seed, key) in &pending.adds {
+                stats.adds += 1;
+                let same = pending
+                    .lineage
+                    .iter()
+                    .find(|l| l.seed == *seed)
+                    .is_none_or(|l| l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8());
+                if same {
+                    keys.push(Cow::Borrowed(key.as_slice()));
+                } else {
+                    match entry_key(kind, mode, key) {
+                        Ok(k) => keys.push(k),
+                        Err(_) => stats.unconvertible += 1,
+                    }
+                }
+            }
+            let keys: Vec<Vec<u8>> = keys.into_iter().map(Cow::into_owned).collect();
+            stats.new = list.update_keys(&keys, true)?;
+            list.opened.replay = Some(stats);
+            list.opened.damaged = pending.damaged;
+        }
+        Ok(list)
+    }
+
+    /// Wraps an in-memory (or freshly created) filter as a single fixed
+    /// layer with an empty whitelist; the key kind and mode come from the
+    /// filter's parameters.
+    pub fn from_filter(filter: Filter) -> Result<Blacklist, Error> {
+        let base = filter.path().map(Path::to_path_buf);
+        let layers = Layers::single(filter)?;
         Ok(Blacklist {
-            filter,
-            kind,
-            mode,
-            whitelist,
+            layers,
+            whitelist: Whitelist::default(),
+            base,
+            opened: Opened::default(),
+            update: None,
         })
     }
 
-    /// The filter.
+    fn assemble(layers: Layers, whitelist: Whitelist, path: &Path, opened: Opened) -> Blacklist {
+        Blacklist {
+            layers,
+            whitelist,
+            base: Some(path.to_path_buf()),
+            opened,
+            update: None,
+        }
+    }
+
+    /// All layers of the filter, with its key rules and growth settings.
+    pub fn layers(&self) -> &Layers {
+        &self.layers
+    }
+
+    /// The first layer (the only one unless the filter grew).
     pub fn filter(&self) -> &Filter {
-        &self.filter
+        &self.layers.layers[0]
     }
 
-    /// The filter, mutably (for in-place file updates).
-    pub fn filter_mut(&mut self) -> &mut Filter {
-        &mut self.filter
+    /// The first layer, mutably (for a single-layer filter nobody else holds).
+    pub fn filter_mut(&mut self) -> Option<&mut Filter> {
+        Arc::get_mut(&mut self.layers.layers[0])
     }
 
-    /// Unwraps the filter.
-    pub fn into_filter(self) -> Filter {
-        self.filter
+    /// Unwraps the first layer of a single-layer filter nobody else holds.
+    pub fn into_filter(self) -> Option<Filter> {
+        let mut layers = self.layers.layers;
+        if layers.len() != 1 {
+            return None;
+        }
+        Arc::try_unwrap(layers.pop()?).ok()
+    }
+
+    /// What opening found around the files (data directory, replayed adds).
+    pub fn opened(&self) -> &Opened {
+        &self.opened
     }
 
     /// What the entries are.
     pub fn kind(&self) -> KeyKind {
-        self.kind
+        self.layers.kind
     }
 
     /// How queries are matched.
     pub fn mode(&self) -> MatchMode {
-        self.mode
+        self.layers.mode
     }
 
     /// The whitelist.
@@ -171,24 +367,78 @@ impl Blacklist {
 
     /// Normalizes one entry as this blacklist's key kind requires.
     pub fn entry_key<'a>(&self, entry: &'a [u8]) -> Result<Cow<'a, [u8]>, KeyError> {
-        entry_key(self.kind, self.mode, entry)
+        entry_key(self.layers.kind, self.layers.mode, entry)
     }
 
-    /// Adds one entry. Returns true if it was not (probably) present.
+    /// Adds one entry to the newest layer, without growing (see
+    /// [`Blacklist::update_keys`] for a growing filter's rules). Returns true
+    /// if it was not (probably) present.
     pub fn add(&self, entry: &[u8]) -> Result<bool, KeyError> {
-        Ok(self.filter.insert(&self.entry_key(entry)?))
+        let key = self.entry_key(entry)?;
+        Ok(!self.layers.contains(&key) && self.layers.layers.last().expect("a layer").insert(&key))
+    }
+
+    /// Inserts normalized keys during an in-place update
+    /// ([`Blacklist::open_for_update`]). A fixed filter takes them through
+    /// the engine's logged batch ([`Filter::update_batch`]); a scaling one
+    /// by its growth rules, appending new layer files when the newest is
+    /// full (`force`: even past a non-scaling filter's capacity — for adds
+    /// that were acknowledged already). Returns how many were new.
+    pub fn update_keys<T: AsRef<[u8]>>(&mut self, keys: &[T], force: bool) -> Result<u64, Error> {
+        let Some((_, _)) = &self.update else {
+            return Err(Error::Engine(bloomgate_engine::Error::NotWritable(
+                "update_keys needs a filter opened with open_for_update",
+            )));
+        };
+        if self.layers.growth == Growth::Fixed {
+            return Ok(self.layers.layers[0].update_batch(keys)?);
+        }
+        let base = self.base.clone().expect("opened from a file");
+        let mut new = 0;
+        for key in keys {
+            let n = self.layers.layers.len();
+            let mut new_file =
+                |p: Params| Filter::create_file(layer_path(&base, n), p).map_err(Error::from);
+            let (added, grown) =
+                self.layers
+                    .insert(key.as_ref(), force, GrowLimits::default(), &mut new_file)?;
+            if let Some(g) = grown {
+                self.layers = g;
+            }
+            new += (added == layers::Added::New) as u64;
+        }
+        Ok(new)
+    }
+
+    /// Finishes an in-place update: reseals every layer that existed
+    /// ([`Filter::commit_update`]) and moves new layer files into place.
+    pub fn commit(&mut self) -> Result<(), Error> {
+        let Some((existing, _lock)) = self.update.take() else {
+            return Ok(());
+        };
+        for (i, f) in self.layers.layers.iter_mut().enumerate() {
+            let f = Arc::get_mut(f).ok_or(Error::Engine(bloomgate_engine::Error::NotWritable(
+                "a layer is still shared at commit",
+            )))?;
+            if i < existing {
+                f.commit_update()?;
+            } else {
+                f.persist()?;
+            }
+        }
+        Ok(())
     }
 
     /// Answers one query. `scratch` holds the lookup keys between calls so a
     /// loop allocates nothing once warm.
     pub fn check(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError> {
-        query_keys(self.kind, self.mode, query, scratch)?;
+        query_keys(self.layers.kind, self.layers.mode, query, scratch)?;
         Ok(self.verdict(scratch))
     }
 
     /// The verdict for lookup keys already computed by [`bloomgate_url::query_keys`].
     pub fn verdict(&self, keys: &[Vec<u8>]) -> Verdict {
-        verdict_with(|k| self.filter.contains(k), &self.whitelist, keys)
+        verdict_with(|k| self.layers.contains(k), &self.whitelist, keys)
     }
 
     /// Answers many queries at once, one result per query in `out` (cleared
@@ -211,19 +461,22 @@ impl Blacklist {
             ends,
             spans,
             found,
+            layer,
         } = scratch;
         arena.clear();
         ends.clear();
         spans.clear();
         for query in queries {
-            spans.push(query_keys(self.kind, self.mode, query, keys).map(|()| {
-                let first = ends.len();
-                for key in keys.iter() {
-                    arena.extend_from_slice(key);
-                    ends.push(arena.len());
-                }
-                (first, ends.len())
-            }));
+            spans.push(
+                query_keys(self.layers.kind, self.layers.mode, query, keys).map(|()| {
+                    let first = ends.len();
+                    for key in keys.iter() {
+                        arena.extend_from_slice(key);
+                        ends.push(arena.len());
+                    }
+                    (first, ends.len())
+                }),
+            );
         }
         let mut start = 0;
         let slices: Vec<&[u8]> = ends
@@ -234,7 +487,7 @@ impl Blacklist {
                 key
             })
             .collect();
-        self.filter.contains_batch(&slices, found);
+        self.layers.contains_batch(&slices, found, layer);
         out.clear();
         out.extend(spans.drain(..).map(|span| {
             span.map(|(a, b)| {
@@ -255,10 +508,10 @@ impl Blacklist {
     /// should warn about it.
     pub fn whitelist_add(&mut self, item: &[u8]) -> Result<bool, KeyError> {
         let key = self.entry_key(item)?.into_owned();
-        let was_hit = self.filter.contains(&key) || {
+        let was_hit = self.layers.contains(&key) || {
             let mut scratch = Vec::new();
-            query_keys(self.kind, self.mode, item, &mut scratch)
-                .map(|_| scratch.iter().any(|k| self.filter.contains(k)))
+            query_keys(self.layers.kind, self.layers.mode, item, &mut scratch)
+                .map(|_| scratch.iter().any(|k| self.layers.contains(k)))
                 .unwrap_or(false)
         };
         self.whitelist.insert(key);
@@ -274,8 +527,8 @@ impl Blacklist {
     /// Writes the whitelist beside the filter file, atomically.
     pub fn save_whitelist(&self) -> Result<(), Error> {
         let path = self
-            .filter
-            .path()
+            .base
+            .as_deref()
             .ok_or(bloomgate_engine::Error::NotWritable(
                 "the filter has no file to store its whitelist beside",
             ))?;

@@ -236,6 +236,11 @@ pub struct CheckArgs {
     /// Check the filter's data checksum before answering.
     #[arg(long)]
     pub verify: bool,
+    /// Answer from the filter files alone (the last snapshot), without the
+    /// live adds that a served data directory's journal and write-ahead log
+    /// hold (by default they are re-inserted in memory; nothing is written).
+    #[arg(long)]
+    pub snapshot_only: bool,
 }
 
 /// `bloomgate add`.
@@ -265,6 +270,11 @@ pub struct InfoArgs {
     /// Read the whole file and check its data checksum.
     #[arg(long)]
     pub verify: bool,
+    /// Answer from the filter files alone (the last snapshot), without the
+    /// live adds that a served data directory's journal and write-ahead log
+    /// hold (by default they are re-inserted in memory; nothing is written).
+    #[arg(long)]
+    pub snapshot_only: bool,
 }
 
 /// `bloomgate union`.

@@ -42,6 +42,30 @@
 //!
 //! The planner chooses the smallest whole number of 512-bit blocks for which
 //! some `k` meets the target, and then the `k` with the lowest predicted rate.
+//!
+//! # Scaling filters (Almeida, Baquero, Preguiça & Hutchison, "Scalable Bloom
+//! Filters", IPL 101(6), 2007; RedisBloom's `BF.RESERVE` without `NONSCALING`)
+//!
+//! A filter that must take more items than it was planned for grows by
+//! appending *layers*: layer `i` is planned for `n₀ · r^i` items (`r` is the
+//! expansion) at the rate `pᵢ = p · 2^{−(i+1)}` ([`scaling_layer_rate`]). A
+//! query is a false positive if any layer answers falsely, so with `L`
+//! layers, each at or below its planned load,
+//!
+//! ```text
+//! FP_chain = 1 − Π_{i<L} (1 − pᵢ)  ≤  Σ_{i<L} pᵢ  =  p · (1 − 2^{−L})  <  p
+//! ```
+//!
+//! (the union bound), whatever the number of layers: the first layer is
+//! planned for half the requested rate so that the geometric series of all
+//! later ones stays below `p`. Only the newest layer takes new items, and it
+//! is replaced by a fresh one when it holds its planned count, so every layer
+//! is at or below its planned load. A non-scaling filter has one layer,
+//! planned at `p` itself (RedisBloom does the same: its tightening ratio is
+//! 0.5, and 1 for `NONSCALING`). The price of growth is memory: halving the
+//! rate costs `1/ln 2 ≈ 1.44` bits per item per layer for the classic
+//! optimum, so layer `i` needs about `1.44 · (i + 1)` bits per item more than a
+//! filter planned at `p`.
 
 /// Bits in one block of the blocked layout: one 64-byte cache line.
 pub const BLOCK_BITS: u64 = 512;
@@ -381,6 +405,19 @@ pub fn per_lookup_rate(per_query: f64, lookups: u32) -> f64 {
     -((-per_query).ln_1p() / lookups as f64).exp_m1()
 }
 
+/// The rate layer `i` (0 = first) of a scaling filter for the overall rate
+/// `p` is planned for: `p · 2^{−(i+1)}` (see the module docs: the compound
+/// rate of any number of layers then stays below `p`).
+pub fn scaling_layer_rate(p: f64, layer: u32) -> f64 {
+    p * 0.5f64.powi(layer.saturating_add(1).min(1074) as i32)
+}
+
+/// The compound false-positive rate of independent layers with per-layer
+/// rates `rates`: `1 − Π (1 − pᵢ)`.
+pub fn compound_fp(rates: impl IntoIterator<Item = f64>) -> f64 {
+    1.0 - rates.into_iter().map(|p| 1.0 - p).product::<f64>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,5 +498,21 @@ mod tests {
         let r = per_lookup_rate(1e-4, 30);
         assert!((1.0 - (1.0 - r).powi(30) - 1e-4).abs() < 1e-12);
         assert_eq!(per_lookup_rate(1e-4, 1), 1e-4);
+    }
+
+    #[test]
+    fn scaling_series_stays_below_the_requested_rate() {
+        for p in [0.1, 0.01, 1e-4, 1e-9] {
+            assert_eq!(scaling_layer_rate(p, 0), p / 2.0);
+            assert_eq!(scaling_layer_rate(p, 3), p / 16.0);
+            let mut sum = 0.0;
+            for layers in 1..=64u32 {
+                sum += scaling_layer_rate(p, layers - 1);
+                let c = compound_fp((0..layers).map(|i| scaling_layer_rate(p, i)));
+                assert!(c <= sum && sum < p, "p {p} layers {layers}: {c} {sum}");
+            }
+        }
+        // Past the smallest f64 the rate is 0, never NaN.
+        assert_eq!(scaling_layer_rate(0.5, u32::MAX), 0.0);
     }
 }

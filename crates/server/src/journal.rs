@@ -1,236 +1,34 @@
-//! Per-filter journals of live adds: `DIR/NAME.live`.
-//!
-//! The write-ahead log ([`crate::wal`]) is trimmed by every snapshot, and the
-//! snapshot's copy of a filter is replaced wholesale by a reload. So that an
-//! acknowledged add is never lost, even when the filter file is swapped for
-//! a rebuilt one, every add record a snapshot trims from the log is first
-//! appended to the filter's journal, and a reload (HTTP, SIGHUP, startup)
-//! inserts the whole journal plus the not-yet-trimmed log records into the
-//! new file before it serves it.
-//!
-//! # Format
-//!
-//! A journal is a log segment: the magic `BGWAL001`, then records in the
-//! log's format (length, xxh3-64, payload), appended with `fdatasync`:
-//!
-//! * *lineage markers* (kind 3): "a file whose layer 0 has this seed is this
-//!   filter, and its keys were normalized with this key kind and match mode".
-//!   One is written when the filter is created, first served, or reloaded.
-//!   The seeds of a journal's markers are the filter's **lineage**: log
-//!   records carrying one of them belong to the filter, even across reloads
-//!   and restarts with a replaced file. A deleted or recreated filter starts
-//!   a new journal, so records of an older incarnation are not resurrected.
-//! * *adds* (kind 1), copied verbatim from the log: the normalized key and
-//!   the seed it was added under (whose marker gives its key kind and mode).
-//!
-//! Appending a record twice (a crash between journaling and trimming the
-//! log) is harmless: insertion is idempotent. A damaged tail (torn write,
-//! corruption) is cut off when the journal is read: the intact prefix is
-//! kept, the loss is reported on stderr and in
-//! `bloomgate_journal_damaged_total` / `bloomgate_journal_lost_bytes_total`.
+//! Per-filter journals of live adds, `DIR/NAME.live`: the format and its
+//! rules are [`bloomgate_blacklist::journal`] (re-exported here); this module
+//! adds the server's reporting of damaged journals.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
+pub use bloomgate_blacklist::journal::{
+    append, marker, path, remove, reset, Contents, Lineage, Loaded, Repair,
+};
+
 use crate::metrics::Metrics;
-use crate::wal::{self, Record, MAGIC};
 
-/// One lineage marker: a layer-0 seed and the key rules of that file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lineage {
-    /// Seed of the file's first layer.
-    pub seed: u64,
-    /// Key kind code.
-    pub key_kind: u8,
-    /// Match mode code.
-    pub match_mode: u8,
-}
-
-/// `DIR/NAME.live`.
-pub fn path(dir: &Path, name: &str) -> PathBuf {
-    dir.join(format!("{name}.live"))
-}
-
-/// A journal's contents.
-#[derive(Default)]
-pub struct Contents {
-    /// Lineage markers, oldest first.
-    pub lineage: Vec<Lineage>,
-    /// Journaled adds: (seed added under, normalized key).
-    pub adds: Vec<(u64, Vec<u8>)>,
-}
-
-/// Reads a journal (a missing one is empty). A damaged tail is cut off (the
-/// file is truncated to its intact prefix, so later appends stay readable)
-/// and reported.
+/// Reads a journal as its owner: a damaged tail is cut off the file and
+/// reported on stderr and in `bloomgate_journal_damaged_total` /
+/// `bloomgate_journal_lost_bytes_total`.
 pub fn load(path: &Path, metrics: &Metrics) -> std::io::Result<Contents> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Contents::default()),
-        Err(e) => return Err(e),
-    };
-    let mut c = Contents::default();
-    let rep = wal::read_bytes(&bytes, |rec| match rec {
-        Record::Add { seed, key, .. } => c.adds.push((seed, key)),
-        Record::Lineage {
-            seed,
-            key_kind,
-            match_mode,
-            ..
-        } => c.lineage.push(Lineage {
-            seed,
-            key_kind,
-            match_mode,
-        }),
-        Record::Chunk { .. } => {}
-    });
-    if let Some(problem) = &rep.problem {
+    let Loaded {
+        contents, report, ..
+    } = bloomgate_blacklist::journal::load(path, Repair::Truncate)?;
+    if let Some(problem) = &report.problem {
         eprintln!(
             "bloomgate serve: live-add journal {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
             path.display(),
-            rep.records,
-            rep.lost_bytes
+            report.records,
+            report.lost_bytes
         );
         metrics.journal_damaged.fetch_add(1, Relaxed);
         metrics
             .journal_lost_bytes
-            .fetch_add(rep.lost_bytes, Relaxed);
+            .fetch_add(report.lost_bytes, Relaxed);
     }
-    if rep.lost_bytes > 0 {
-        let keep = bytes.len() as u64 - rep.lost_bytes;
-        if keep < MAGIC.len() as u64 {
-            // Not even the magic is intact: nothing was kept; start over.
-            write_new(path, MAGIC)?;
-        } else {
-            let f = OpenOptions::new().write(true).open(path)?;
-            f.set_len(keep)?;
-            f.sync_all()?;
-        }
-    }
-    Ok(c)
-}
-
-/// Appends encoded records (fsynced). Creates the journal if missing. On a
-/// failed write the file is cut back to its previous length.
-pub fn append(path: &Path, records: &[u8]) -> std::io::Result<()> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    let len = f.metadata()?.len();
-    let mut buf = Vec::with_capacity(records.len() + MAGIC.len());
-    if len == 0 {
-        buf.extend_from_slice(MAGIC);
-    }
-    buf.extend_from_slice(records);
-    let res = f.write_all(&buf).and_then(|_| f.sync_data());
-    if let Err(e) = res {
-        let _ = f.set_len(len);
-        return Err(e);
-    }
-    if len == 0 {
-        sync_parent(path);
-    }
-    Ok(())
-}
-
-/// Atomically replaces the journal with one holding only `records`.
-pub fn reset(path: &Path, records: &[u8]) -> std::io::Result<()> {
-    let mut buf = MAGIC.to_vec();
-    buf.extend_from_slice(records);
-    write_new(path, &buf)
-}
-
-/// Removes the journal (durably).
-pub fn remove(path: &Path) {
-    if std::fs::remove_file(path).is_ok() {
-        sync_parent(path);
-    }
-}
-
-/// Encodes a lineage marker.
-pub fn marker(out: &mut Vec<u8>, name: &str, l: Lineage) {
-    wal::encode_lineage(out, name, l.seed, l.key_kind, l.match_mode);
-}
-
-fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let res = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res?;
-    sync_parent(path);
-    Ok(())
-}
-
-fn sync_parent(path: &Path) {
-    let d = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if let Ok(d) = File::open(d) {
-        let _ = d.sync_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn append_load_and_torn_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = path(dir.path(), "f");
-        let m = Metrics::default();
-        assert!(load(&p, &m).unwrap().adds.is_empty());
-        let l = Lineage {
-            seed: 7,
-            key_kind: 0,
-            match_mode: 0,
-        };
-        let mut b = Vec::new();
-        marker(&mut b, "f", l);
-        append(&p, &b).unwrap();
-        let mut b = Vec::new();
-        wal::encode_add(&mut b, "f", 7, b"one");
-        wal::encode_add(&mut b, "f", 7, b"two");
-        append(&p, &b).unwrap();
-        let c = load(&p, &m).unwrap();
-        assert_eq!(c.lineage, vec![l]);
-        assert_eq!(c.adds.len(), 2);
-        // Tear the last record: the prefix survives, the file is repaired,
-        // and later appends are readable.
-        let full = std::fs::read(&p).unwrap();
-        std::fs::write(&p, &full[..full.len() - 2]).unwrap();
-        let c = load(&p, &m).unwrap();
-        assert_eq!(c.adds, vec![(7, b"one".to_vec())]);
-        assert_eq!(m.journal_damaged.load(Relaxed), 1);
-        let mut b = Vec::new();
-        wal::encode_add(&mut b, "f", 7, b"three");
-        append(&p, &b).unwrap();
-        let c = load(&p, &m).unwrap();
-        assert_eq!(c.adds.len(), 2);
-        assert_eq!(m.journal_damaged.load(Relaxed), 1);
-        // Garbage magic: everything is lost, reported, and the file restarts.
-        std::fs::write(&p, b"garbage!garbage").unwrap();
-        let c = load(&p, &m).unwrap();
-        assert!(c.adds.is_empty());
-        assert_eq!(m.journal_damaged.load(Relaxed), 2);
-        append(&p, &b).unwrap();
-        assert_eq!(load(&p, &m).unwrap().adds.len(), 1);
-        reset(&p, &[]).unwrap();
-        assert!(load(&p, &m).unwrap().adds.is_empty());
-        remove(&p);
-        assert!(!p.exists());
-    }
+    Ok(contents)
 }

@@ -2,14 +2,16 @@
 //!
 //! # Files
 //!
+//! A filter's files (`NAME.bgf`, its further layers `NAME.bgf.layerN`, its
+//! growth settings `NAME.bgf.meta`, its whitelist) and how a scaling filter
+//! grows are [`bloomgate_blacklist::layers`], shared with the CLI so that
+//! both read the same filter the same way. The server adds:
+//!
 //! | file | what |
 //! |---|---|
-//! | `NAME.bgf` | the filter (first layer); every `*.bgf` is served as `NAME` |
-//! | `NAME.bgf.layer1`, `.layer2`, … | further layers of a scaling filter |
-//! | `NAME.bgf.meta` | JSON `{"expansion": 2, "nonscaling": false}` for filters created through the Redis protocol |
-//! | `NAME.bgf.whitelist` | the exact whitelist (`bloomgate-blacklist`'s format) |
 //! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
 //! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
+//! | `.bloomgate-wal/lock` | held (`flock`) while the server runs ([`DirLock`]) |
 //!
 //! # Live adds survive reloads
 //!
@@ -26,15 +28,11 @@
 //!
 //! # Growth
 //!
-//! A filter with a `.meta` file behaves like a RedisBloom scalable filter: it
-//! is a chain of layers; when the newest layer holds as many items as it was
-//! planned for, an add first appends a layer with `expansion` times the
-//! capacity and half the error rate (RedisBloom's tightening ratio, so the
-//! compound rate stays below twice the first layer's). Lookups consult every
-//! layer. `NONSCALING` filters refuse with `ERR non scaling filter is full`.
-//! Filters without a `.meta` (built with the CLI) are *fixed*: they accept
-//! adds past their planned size, with a rising false-positive rate that
-//! `info` reports.
+//! Filters with growth settings behave like RedisBloom's scalable filters
+//! ([`Layers::insert`]): `NONSCALING` filters refuse with `ERR non scaling
+//! filter is full`; filters built with the CLI are *fixed* and accept adds
+//! past their planned size, with a rising false-positive rate that `info`
+//! reports.
 //!
 //! # Concurrency
 //!
@@ -59,6 +57,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use bloomgate_blacklist::datadir::{self, DirLock, Replayed};
+use bloomgate_blacklist::layers::{first_layer_rate, layer_path, meta_path, Added, GrowLimits};
+pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
 use bloomgate_blacklist::{per_lookup_rate, Verdict, Whitelist};
 use bloomgate_engine::{plan, random_seed, Access, Filter, Layout, Params};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
@@ -101,73 +102,11 @@ impl From<bloomgate_engine::Error> for StoreError {
     }
 }
 
-/// Redis-style growth settings, stored in `NAME.bgf.meta`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Meta {
-    /// Capacity multiplier of each new layer.
-    pub expansion: u32,
-    /// Refuse adds when full instead of growing.
-    pub nonscaling: bool,
-}
-
-/// How a filter reacts when full.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Growth {
-    /// CLI-built: never grows, never refuses.
-    Fixed,
-    /// RedisBloom semantics.
-    Redis(Meta),
-}
-
-/// A filter's current layers and key rules (replaced as a whole on growth and reload).
-pub struct Layers {
-    /// Layer 0 first.
-    pub layers: Vec<Arc<Filter>>,
-    /// Key kind (from layer 0's header).
-    pub kind: KeyKind,
-    /// Match mode (from layer 0's header).
-    pub mode: MatchMode,
-    /// Growth behaviour.
-    pub growth: Growth,
-}
-
-impl Layers {
-    /// True if any layer (probably) contains the key.
-    #[inline]
-    pub fn contains(&self, key: &[u8]) -> bool {
-        match self.layers.as_slice() {
-            [one] => one.contains(key),
-            many => many.iter().rev().any(|f| f.contains(key)),
-        }
-    }
-
-    /// Items counted over all layers.
-    pub fn items(&self) -> u64 {
-        self.layers.iter().map(|f| f.items()).sum()
-    }
-
-    /// Sum of planned items over all layers (RedisBloom's "Capacity").
-    pub fn capacity(&self) -> u64 {
-        self.layers.iter().map(|f| f.params().planned_items).sum()
-    }
-
-    /// Bytes of bit arrays.
-    pub fn bytes(&self) -> u64 {
-        self.layers.iter().map(|f| f.params().bits / 8).sum()
-    }
-
-    /// Seed of layer 0: identifies this file of the filter in the log.
-    pub fn seed(&self) -> u64 {
-        self.layers[0].params().seed
-    }
-
-    /// The lineage marker of these layers (layer-0 seed and key rules).
-    pub fn lineage(&self) -> Lineage {
-        let p = self.layers[0].params();
-        Lineage {
-            seed: p.seed,
-            key_kind: p.key_kind,
-            match_mode: p.match_mode,
+impl From<bloomgate_blacklist::Error> for StoreError {
+    fn from(e: bloomgate_blacklist::Error) -> Self {
+        match e {
+            bloomgate_blacklist::Error::CannotGrow(_) => StoreError::Invalid(e.to_string()),
+            other => StoreError::Io(other.to_string()),
         }
     }
 }
@@ -253,7 +192,8 @@ pub struct Info {
     pub fill_ratio: f64,
     /// Predicted false-positive rate per lookup at the current item count.
     pub predicted_fp: f64,
-    /// The false-positive rate layer 0 was planned for.
+    /// The false-positive rate layer 0 was planned for (for a scaling filter,
+    /// half the rate asked for: see `bloomgate_blacklist::layers`).
     pub target_fp: f64,
     /// Number of layers.
     pub layers: usize,
@@ -389,21 +329,8 @@ impl Named {
             }
             return;
         }
-        let hits = &mut scratch.hits;
-        match st.layers.as_slice() {
-            [one] => one.contains_batch(queries, hits),
-            many => {
-                hits.clear();
-                hits.resize(queries.len(), false);
-                for f in many.iter().rev() {
-                    f.contains_batch(queries, &mut scratch.layer);
-                    for (h, &l) in hits.iter_mut().zip(&scratch.layer) {
-                        *h |= l;
-                    }
-                }
-            }
-        }
-        for (q, &hit) in queries.iter().zip(hits.iter()) {
+        st.contains_batch(queries, &mut scratch.hits, &mut scratch.layer);
+        for (q, &hit) in queries.iter().zip(scratch.hits.iter()) {
             each(if q.is_empty() {
                 Err(KeyError::Empty)
             } else {
@@ -514,7 +441,9 @@ pub struct CreateSpec {
     /// Items to plan for (first layer's capacity).
     pub items: u64,
     /// False-positive rate: per query for `Fixed` filters of url/host kinds
-    /// (converted per lookup like the CLI does), per layer for Redis filters.
+    /// (converted per lookup like the CLI does); for Redis filters the rate
+    /// of the whole chain, however far it grows (the first layer is planned
+    /// for half of it if it scales, see [`first_layer_rate`]).
     pub fp: f64,
     /// Key kind.
     pub kind: KeyKind,
@@ -586,6 +515,8 @@ pub struct Store {
     limits: Limits,
     metrics: Arc<Metrics>,
     snapshot_lock: Mutex<()>,
+    /// Held while the store is open: no second server, and no CLI writer.
+    _dir_lock: DirLock,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -595,21 +526,6 @@ fn valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
-}
-
-fn layer_path(base: &Path, i: usize) -> PathBuf {
-    if i == 0 {
-        return base.to_path_buf();
-    }
-    let mut s = base.as_os_str().to_os_string();
-    s.push(format!(".layer{i}"));
-    PathBuf::from(s)
-}
-
-fn meta_path(base: &Path) -> PathBuf {
-    let mut s = base.as_os_str().to_os_string();
-    s.push(".meta");
-    PathBuf::from(s)
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -643,62 +559,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Loads a filter's layers, meta and whitelist from `base` (`NAME.bgf`).
 fn load_layers(base: &Path) -> Result<(Layers, Whitelist), StoreError> {
-    let l0 = Filter::open(base, Access::ReadOnly)?;
-    let p = l0.params().clone();
-    let (kind, mode) = match (
-        KeyKind::from_u8(p.key_kind),
-        MatchMode::from_u8(p.match_mode),
-    ) {
-        (Some(k), Some(m)) => (k, m),
-        _ => {
-            return Err(StoreError::Io(format!(
-                "{}: unknown key kind code {} or match mode code {}",
-                base.display(),
-                p.key_kind,
-                p.match_mode
-            )))
-        }
-    };
-    let growth = match std::fs::read(meta_path(base)) {
-        Ok(b) => Growth::Redis(
-            serde_json::from_slice(&b)
-                .map_err(|e| StoreError::Io(format!("{}: {e}", meta_path(base).display())))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Growth::Fixed,
-        Err(e) => {
-            return Err(StoreError::Io(format!(
-                "{}: {e}",
-                meta_path(base).display()
-            )))
-        }
-    };
-    let mut layers = vec![Arc::new(l0)];
-    if matches!(growth, Growth::Redis(_)) {
-        for i in 1.. {
-            let path = layer_path(base, i);
-            if !path.exists() {
-                break;
-            }
-            let f = Filter::open(&path, Access::ReadOnly)?;
-            layers.push(Arc::new(f));
-        }
-    }
+    let layers = Layers::open(base, Access::ReadOnly)?;
     let whitelist =
         Whitelist::load(&Whitelist::path_for(base)).map_err(|e| StoreError::Io(e.to_string()))?;
-    Ok((
-        Layers {
-            layers,
-            kind,
-            mode,
-            growth,
-        },
-        whitelist,
-    ))
+    Ok((layers, whitelist))
 }
 
 impl Store {
     /// Opens every `*.bgf` in `dir`, replays the log and snapshots what it replayed.
     pub fn open(dir: &Path, limits: Limits, metrics: Arc<Metrics>) -> Result<Store, StoreError> {
+        if !dir.is_dir() {
+            return Err(StoreError::Io(format!(
+                "{}: cannot read data directory: not a directory",
+                dir.display()
+            )));
+        }
+        let dir_lock =
+            DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2)).map_err(|e| match e {
+                bloomgate_blacklist::Error::DirBusy(d) => StoreError::Io(format!(
+                    "{}: another bloomgate serve, or a bloomgate add or whitelist change, is using this data directory",
+                    d.display()
+                )),
+                e => StoreError::from(e),
+            })?;
         let rd = std::fs::read_dir(dir).map_err(|e| {
             StoreError::Io(format!(
                 "{}: cannot read data directory: {e}",
@@ -798,6 +681,7 @@ impl Store {
             limits,
             metrics,
             snapshot_lock: Mutex::new(()),
+            _dir_lock: dir_lock,
         };
         let any_dirty = store.all().iter().any(|n| n.dirty.load(Relaxed));
         if !old.is_empty() || any_dirty {
@@ -890,7 +774,7 @@ impl Store {
         }
         let per_lookup = match spec.growth {
             Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
-            Growth::Redis(_) => spec.fp,
+            Growth::Redis(_) => first_layer_rate(&spec.growth, spec.fp),
         };
         let plan = plan(spec.layout, spec.items, per_lookup)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
@@ -1544,76 +1428,36 @@ fn remove_files(base: &Path) {
     }
 }
 
-/// RedisBloom's add: present anywhere → exists; full newest layer → grow (or
-/// refuse if non-scaling); insert into the newest layer.
+/// RedisBloom's add ([`Layers::insert`]) on a filter's published state: a
+/// grown chain is published before the add returns.
 fn add_key(named: &Named, key: &[u8], limits: &Limits) -> Result<AddOutcome, StoreError> {
-    insert_key(&named.state, key, limits, false)
-}
-
-/// [`add_key`] on a filter's state. With `force` (re-inserting an add that
-/// was acknowledged earlier) it never refuses: a full non-scaling filter, or
-/// one that cannot grow further, takes the key into its newest layer anyway.
-fn insert_key(
-    state: &ArcSwap<Layers>,
-    key: &[u8],
-    limits: &Limits,
-    force: bool,
-) -> Result<AddOutcome, StoreError> {
-    let st = state.load_full();
-    if st.contains(key) {
-        return Ok(AddOutcome::Exists);
+    let st = named.state.load_full();
+    let (added, grown) = st.insert(key, false, grow_limits(limits), &mut in_memory_layer)?;
+    if let Some(g) = grown {
+        named.state.store(Arc::new(g));
     }
-    let last = st.layers.last().expect("at least one layer");
-    let full = last.items() >= last.params().planned_items;
-    let target = match &st.growth {
-        Growth::Redis(m) if full && m.nonscaling && !force => return Ok(AddOutcome::Full),
-        Growth::Redis(m) if full && !m.nonscaling => 'grow: {
-            let p = last.params();
-            let cap = p.planned_items.saturating_mul(m.expansion.max(1) as u64);
-            let fp = (p.target_fp * 0.5).max(1e-15);
-            let plan = match plan(p.layout, cap, fp) {
-                Ok(plan) => plan,
-                Err(_) if force => break 'grow last.clone(),
-                Err(e) => return Err(StoreError::Invalid(e.to_string())),
-            };
-            if st.bytes().saturating_add(plan.bytes()) > limits.max_filter_bytes
-                || st.layers.len() >= 64
-            {
-                if force {
-                    break 'grow last.clone();
-                }
-                return Err(StoreError::Invalid(
-                    "filter cannot grow further (size limit reached)".into(),
-                ));
-            }
-            let mut params = Params::from_plan(&plan, random_seed());
-            params.key_kind = p.key_kind;
-            params.match_mode = p.match_mode;
-            let layer = Arc::new(Filter::new(params)?);
-            let mut layers = st.layers.clone();
-            layers.push(layer.clone());
-            state.store(Arc::new(Layers {
-                layers,
-                kind: st.kind,
-                mode: st.mode,
-                growth: st.growth.clone(),
-            }));
-            layer
-        }
-        _ => last.clone(),
-    };
-    Ok(if target.insert(key) {
-        AddOutcome::New
-    } else {
-        AddOutcome::Exists
+    Ok(match added {
+        Added::New => AddOutcome::New,
+        Added::Exists => AddOutcome::Exists,
+        Added::Full => AddOutcome::Full,
     })
 }
 
+fn grow_limits(limits: &Limits) -> GrowLimits {
+    GrowLimits {
+        max_bytes: limits.max_filter_bytes,
+    }
+}
+
+/// New layers of served filters live in memory until a snapshot saves them.
+fn in_memory_layer(p: Params) -> Result<Filter, bloomgate_blacklist::Error> {
+    Ok(Filter::new(p)?)
+}
+
 /// Re-inserts an acknowledged add (from a journal or the log) made under
-/// `seed` into `state`. A key normalized under other key rules than the
-/// state's (the file was rebuilt with another key kind or match mode) is
-/// normalized again with the state's rules; if that fails the key cannot be
-/// expressed in the new filter and is reported. Returns whether it was new.
+/// `seed` into `state` ([`datadir::replay_key`]: converted to the state's key
+/// rules if they changed; never refused for lack of room). Returns whether
+/// it was new.
 fn replay_key(
     state: &ArcSwap<Layers>,
     lineage: &[Lineage],
@@ -1621,30 +1465,31 @@ fn replay_key(
     key: &[u8],
     limits: &Limits,
 ) -> Result<bool, StoreError> {
-    let st = state.load();
-    let (kind, mode) = (st.kind, st.mode);
-    drop(st);
-    let same = match lineage.iter().find(|l| l.seed == seed) {
-        Some(l) => l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8(),
-        None => true,
-    };
-    let key: std::borrow::Cow<[u8]> = if same {
-        key.into()
-    } else {
-        match entry_key(kind, mode, key) {
-            Ok(k) => k,
-            Err(e) => {
-                eprintln!(
-                    "bloomgate serve: a journaled live add cannot be converted to the new file's key rules ({} {}): {e}: {:?}",
-                    kind.as_str(),
-                    mode.as_str(),
-                    String::from_utf8_lossy(key)
-                );
-                return Ok(false);
-            }
+    let st = state.load_full();
+    let (r, grown) = datadir::replay_key(
+        &st,
+        lineage,
+        seed,
+        key,
+        grow_limits(limits),
+        &mut in_memory_layer,
+    )?;
+    if let Some(g) = grown {
+        state.store(Arc::new(g));
+    }
+    Ok(match r {
+        Replayed::New => true,
+        Replayed::Present => false,
+        Replayed::Unconvertible(e) => {
+            eprintln!(
+                "bloomgate serve: a journaled live add cannot be converted to the new file's key rules ({} {}): {e}: {:?}",
+                st.kind.as_str(),
+                st.mode.as_str(),
+                String::from_utf8_lossy(key)
+            );
+            false
         }
-    };
-    Ok(insert_key(state, &key, limits, true)? == AddOutcome::New)
+    })
 }
 
 fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
@@ -1806,8 +1651,10 @@ mod tests {
             .unwrap();
         rx.blocking_recv().unwrap().unwrap();
         s.whitelist(&n, &[b"http://bad.example/ok"], true).unwrap();
-        // Crash: no snapshot, no shutdown.
-        std::mem::forget(s);
+        // Crash after the adds were acknowledged: the log thread stops, no
+        // snapshot is taken (the lock is released as a dead process's is).
+        s.shutdown();
+        drop(s);
         let s = store(dir.path());
         let n = s.get("urls").unwrap();
         let bl = Blacklist::open(dir.path().join("urls.bgf"), Access::ReadOnly).unwrap();

@@ -5,9 +5,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
+use std::sync::Arc;
+
+use bloomgate_blacklist::layers::Growth;
 use bloomgate_blacklist::{per_lookup_rate, Blacklist};
-use bloomgate_engine::{math, random_seed, Access, Filter, Params};
-use bloomgate_url::{KeyKind, MatchMode};
+use bloomgate_engine::{math, random_seed, Filter, Params};
+use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
 use crate::args::{AddArgs, BuildArgs};
 use crate::input::{self, Progress};
@@ -32,25 +35,36 @@ struct ChunkOut {
     invalid: Vec<(u64, String)>,
     /// The filter refused the write (only in-place updates can fail).
     failed: Option<String>,
+    /// Normalized keys left for the sequential writer ([`Sink::Growing`]).
+    keys: Vec<Vec<u8>>,
 }
 
 /// How the entries are written into the filter.
-#[derive(Clone, Copy, PartialEq)]
-enum WriteMode {
+enum Sink<'a> {
     /// A new filter: batches from all cores at once.
-    Build,
-    /// An in-place update: through the engine's page log, so that only the
-    /// checksum pages that change are rehashed at the end.
-    Update,
+    Build(Arc<Filter>),
+    /// An in-place update of a fixed filter: batches from all cores through
+    /// the engine's page log, so that only the checksum pages that change
+    /// are rehashed at the end.
+    Update(Arc<Filter>),
+    /// An in-place update of a scaling filter: in input order, one key at
+    /// a time, by its growth rules (new layers appear as needed).
+    Growing(&'a mut Blacklist),
 }
 
-/// Inserts every line of `inputs` into `list`, reporting invalid entries on stderr.
+/// Inserts every line of `inputs` into the filter through `sink`, reporting
+/// invalid entries on stderr.
 fn insert_inputs(
-    list: &Blacklist,
+    (kind, mode): (KeyKind, MatchMode),
     inputs: &[String],
     strict: bool,
-    write: WriteMode,
+    sink: Sink<'_>,
 ) -> Result<Stats> {
+    let (parallel, mut growing) = match sink {
+        Sink::Build(f) => (Some((f, false)), None),
+        Sink::Update(f) => (Some((f, true)), None),
+        Sink::Growing(list) => (None, Some(list)),
+    };
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(inputs), &progress);
     let mut stats = Stats::default();
@@ -65,24 +79,32 @@ fn insert_inputs(
                 new: 0,
                 invalid: Vec::new(),
                 failed: None,
+                keys: Vec::new(),
             };
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
-                match line.map(|l| list.entry_key(l).map_err(|e| e.to_string())) {
+                match line.map(|l| entry_key(kind, mode, l).map_err(|e| e.to_string())) {
                     Ok(Ok(k)) => keys.push(k),
                     Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
                 }
             });
-            match write {
-                WriteMode::Build => out.new = list.filter().insert_batch(&keys),
-                WriteMode::Update => match list.filter().update_batch(&keys) {
+            match &parallel {
+                Some((f, false)) => out.new = f.insert_batch(&keys),
+                Some((f, true)) => match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
                 },
+                None => out.keys = keys.into_iter().map(Cow::into_owned).collect(),
             }
             out
         },
-        |chunk, out| {
+        |chunk, mut out| {
+            if let Some(list) = growing.as_deref_mut() {
+                match list.update_keys(&out.keys, false) {
+                    Ok(new) => out.new = new,
+                    Err(e) => out.failed = Some(e.to_string()),
+                }
+            }
             if let Some(e) = out.failed {
                 bail!("{}: {e}", names[chunk.input]);
             }
@@ -93,9 +115,8 @@ fn insert_inputs(
             for (line, reason) in invalid {
                 stats.invalid += 1;
                 let msg = format!(
-                    "{}:{line}: invalid {} entry: {reason}",
+                    "{}:{line}: invalid {kind} entry: {reason}",
                     names[chunk.input],
-                    list.kind()
                 );
                 if strict {
                     stats.first_invalid = Some(msg);
@@ -125,27 +146,32 @@ fn insert_inputs(
 }
 
 fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Instant) {
-    let f = list.filter();
+    let layers = list.layers();
     let secs = started.elapsed().as_secs_f64();
-    let p = f.params();
+    let target = list.filter().params().target_fp;
+    let (items, planned, predicted) = (layers.items(), layers.capacity(), layers.predicted_fp());
     eprintln!(
-        "{verb} {path}: {} lines, {} new items ({} in filter), {} invalid, {}, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
+        "{verb} {path}: {} lines, {} new items ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
         thousands(stats.lines),
         thousands(stats.new),
-        thousands(f.items()),
+        thousands(items),
+        match layers.layers.len() {
+            1 => String::new(),
+            n => format!(", {n} layers"),
+        },
         thousands(stats.invalid),
-        bytes(p.bits / 8),
+        bytes(layers.bytes()),
         thousands((stats.lines as f64 / secs.max(1e-9)) as u64),
-        f.predicted_fp(),
-        p.target_fp,
+        predicted,
+        target,
     );
-    if f.items() > p.planned_items {
+    if layers.growth == Growth::Fixed && items > planned {
         eprintln!(
             "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
-            thousands(f.items()),
-            thousands(p.planned_items),
-            f.predicted_fp(),
-            p.target_fp
+            thousands(items),
+            thousands(planned),
+            predicted,
+            target
         );
     }
 }
@@ -168,10 +194,14 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     params.key_kind = kind.as_u8();
     params.match_mode = mode.as_u8();
     // The engine's error already names the (temporary) file and the failure.
-    let filter = Filter::create_file(&a.output, params)?;
-    let list = Blacklist::from_filter(filter)?;
-    let stats = insert_inputs(&list, &a.inputs, a.strict, WriteMode::Build)?;
-    let mut filter = list.into_filter();
+    let filter = Arc::new(Filter::create_file(&a.output, params)?);
+    let stats = insert_inputs(
+        (kind, mode),
+        &a.inputs,
+        a.strict,
+        Sink::Build(filter.clone()),
+    )?;
+    let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     filter.persist()?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
@@ -180,13 +210,21 @@ pub fn build(a: BuildArgs) -> Result<i32> {
 
 pub fn add(a: AddArgs) -> Result<i32> {
     let started = Instant::now();
-    let mut list = Blacklist::open(&a.filter, Access::ReadWrite)?;
+    // All layers, writable; in a data directory also its lock (refused
+    // while a server runs there) and the live adds its files lack.
+    let mut list = Blacklist::open_for_update(&a.filter)?;
+    crate::cmd::report_opened(&a.filter, &list, false);
     crate::cmd::check_kind(&a.filter, &list, a.keys, None)?;
-    list.filter_mut().begin_update()?;
-    let result = insert_inputs(&list, &a.inputs, a.strict, WriteMode::Update);
-    // Reseal the file whatever happened: bits already set stay set (never a
-    // false negative), and the checksum must describe them.
-    list.filter_mut().commit_update()?;
+    let rules = (list.kind(), list.mode());
+    let result = if list.layers().growth == Growth::Fixed {
+        let layer = list.layers().layers[0].clone();
+        insert_inputs(rules, &a.inputs, a.strict, Sink::Update(layer))
+    } else {
+        insert_inputs(rules, &a.inputs, a.strict, Sink::Growing(&mut list))
+    };
+    // Reseal the files whatever happened: bits already set stay set (never
+    // a false negative), and the checksums must describe them.
+    list.commit()?;
     let stats = result.context("some entries before the failure may have been added")?;
     summary("added to", &a.filter, &list, &stats, started);
     Ok(0)

@@ -5,8 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
-use bloomgate_blacklist::{Blacklist, CheckScratch};
-use bloomgate_engine::Access;
+use bloomgate_blacklist::CheckScratch;
 
 use crate::args::CheckArgs;
 use crate::input::{self, Progress};
@@ -25,11 +24,11 @@ struct ChunkOut {
 }
 
 pub fn run(a: CheckArgs) -> Result<i32> {
-    let list = Blacklist::open(&a.filter, Access::ReadOnly)?;
-    crate::cmd::check_kind(&a.filter, &list, a.keys, a.match_mode)?;
     if a.verify {
-        list.filter().verify()?;
+        crate::cmd::verify_files(&a.filter)?;
     }
+    let list = crate::cmd::open_read(&a.filter, a.snapshot_only)?;
+    crate::cmd::check_kind(&a.filter, &list, a.keys, a.match_mode)?;
     let output = if a.count {
         Output::Count
     } else if a.json {

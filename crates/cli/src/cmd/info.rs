@@ -5,8 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
-use bloomgate_blacklist::Blacklist;
-use bloomgate_engine::Access;
+use bloomgate_blacklist::layers::Growth;
 
 use crate::args::InfoArgs;
 use crate::report::{bytes, thousands};
@@ -14,36 +13,89 @@ use crate::report::{bytes, thousands};
 pub fn run(a: InfoArgs) -> Result<i32> {
     let stdout = std::io::stdout();
     let mut o = stdout.lock();
-    let list = Blacklist::open(&a.filter, Access::ReadOnly)?;
-    let f = list.filter();
     if a.verify {
-        f.verify()?;
+        crate::cmd::verify_files(&a.filter)?;
     }
+    let list = crate::cmd::open_read(&a.filter, a.snapshot_only)?;
+    let layers = list.layers();
+    let f = list.filter();
     let h = f.header().expect("opened from a file");
     let p = f.params();
-    let ones = f.count_ones();
-    let fill = ones as f64 / p.bits as f64;
-    let estimated = bloomgate_engine::math::estimate_items(p.bits, p.k, ones);
+    // Per layer: (set bits, estimated items).
+    let per_layer: Vec<(u64, f64)> = layers
+        .layers
+        .iter()
+        .map(|l| {
+            let ones = l.count_ones();
+            let lp = l.params();
+            (
+                ones,
+                bloomgate_engine::math::estimate_items(lp.bits, lp.k, ones),
+            )
+        })
+        .collect();
+    let bits = layers.bits();
+    let ones: u64 = per_layer.iter().map(|(o, _)| o).sum();
+    let fill = ones as f64 / bits as f64;
+    let estimated: f64 = per_layer.iter().map(|(_, e)| e).sum();
+    let items = layers.items();
+    let planned = layers.capacity();
+    let predicted_fp = layers.predicted_fp();
+    let fp_at_fill =
+        bloomgate_engine::math::compound_fp(layers.layers.iter().map(|l| l.fp_at_fill()));
+    let (growth, expansion) = match &layers.growth {
+        Growth::Fixed => ("fixed", None),
+        Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
+        Growth::Redis(m) => ("scaling", Some(m.expansion)),
+    };
+    let opened = list.opened();
+    let live_adds = opened.replay.as_ref().map(|r| r.new);
+    let layer_json: Vec<_> = layers
+        .layers
+        .iter()
+        .zip(&per_layer)
+        .map(|(l, (ones, _))| {
+            let lp = l.params();
+            json!({
+                "bits": lp.bits,
+                "k": lp.k,
+                "seed": format!("{:#018x}", lp.seed),
+                "items": l.items(),
+                "planned_items": lp.planned_items,
+                "target_fp": lp.target_fp,
+                "fill_ratio": *ones as f64 / lp.bits as f64,
+                "predicted_fp": l.predicted_fp(),
+            })
+        })
+        .collect();
     let v = json!({
         "path": a.filter,
         "format_version": h.version,
         "layout": p.layout.name(),
-        "bits": p.bits,
-        "bytes": p.bits / 8,
+        "bits": bits,
+        "bytes": bits / 8,
         "k": p.k,
         "block_bits": h.block_bits(),
         "hash": "xxh3-128",
         "seed": format!("{:#018x}", p.seed),
         "key_kind": list.kind().to_string(),
         "match_mode": list.mode().to_string(),
-        "items": f.items(),
-        "planned_items": p.planned_items,
+        "items": items,
+        "planned_items": planned,
         "target_fp": p.target_fp,
-        "bits_per_item": p.bits as f64 / p.planned_items.max(1) as f64,
+        "bits_per_item": bits as f64 / planned.max(1) as f64,
         "fill_ratio": fill,
         "estimated_items": if estimated.is_finite() { json!(estimated.round()) } else { json!(null) },
-        "predicted_fp": f.predicted_fp(),
-        "fp_at_fill": f.fp_at_fill(),
+        "predicted_fp": predicted_fp,
+        "fp_at_fill": fp_at_fill,
+        "growth": growth,
+        "expansion": expansion,
+        "layers": layer_json.len(),
+        "layer_details": layer_json,
+        "data_dir": opened.data_dir.as_ref().map(|d| d.display().to_string()),
+        "served": opened.served,
+        "live_adds_included": live_adds,
+        "snapshot_only": a.snapshot_only,
         "data_checksum": format!("{:#018x}", h.data_checksum),
         "dirty": h.is_dirty(),
         "whitelist_items": list.whitelist().len(),
@@ -69,9 +121,32 @@ pub fn run(a: InfoArgs) -> Result<i32> {
     writeln!(
         o,
         "size            {} bits = {}",
-        thousands(p.bits),
-        bytes(p.bits / 8)
+        thousands(bits),
+        bytes(bits / 8)
     )?;
+    if layers.layers.len() > 1 || growth != "fixed" {
+        writeln!(
+            o,
+            "growth          {growth}{}, {} layer(s)",
+            expansion
+                .map(|e| format!(" (expansion {e})"))
+                .unwrap_or_default(),
+            layers.layers.len()
+        )?;
+        for (i, (l, (lones, _))) in layers.layers.iter().zip(&per_layer).enumerate() {
+            let lp = l.params();
+            writeln!(
+                o,
+                "  layer {i:<2}      {} bits, k = {}, {} of {} items, fill {:.4}, target {:.3e}",
+                thousands(lp.bits),
+                lp.k,
+                thousands(l.items()),
+                thousands(lp.planned_items),
+                *lones as f64 / lp.bits as f64,
+                lp.target_fp
+            )?;
+        }
+    }
     writeln!(
         o,
         "keys            {} ({} matching)",
@@ -82,23 +157,42 @@ pub fn run(a: InfoArgs) -> Result<i32> {
     writeln!(
         o,
         "items           {} inserted, ~{} estimated from fill, {} planned",
-        thousands(f.items()),
+        thousands(items),
         if estimated.is_finite() {
             thousands(estimated.round() as u64)
         } else {
             "∞".into()
         },
-        thousands(p.planned_items)
+        thousands(planned)
     )?;
     writeln!(o, "fill ratio      {:.4}", fill)?;
     writeln!(
         o,
         "false positives {:.3e} predicted at {} items, {:.3e} from the fill (target {:.3e})",
-        f.predicted_fp(),
-        thousands(f.items()),
-        f.fp_at_fill(),
+        predicted_fp,
+        thousands(items),
+        fp_at_fill,
         p.target_fp
     )?;
+    if let Some(dir) = &opened.data_dir {
+        writeln!(
+            o,
+            "data directory  {}{}; {}",
+            dir.display(),
+            if opened.served {
+                " (served by a running bloomgate serve)"
+            } else {
+                ""
+            },
+            match live_adds {
+                Some(n) => format!(
+                    "{} live add(s) from its journal and log included",
+                    thousands(n)
+                ),
+                None => "live adds not included (--snapshot-only)".into(),
+            }
+        )?;
+    }
     writeln!(o, "whitelist       {} items", list.whitelist().len())?;
     writeln!(
         o,

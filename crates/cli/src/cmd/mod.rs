@@ -42,6 +42,73 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
 }
 
+/// Opens a filter for reading, as every read-only command does: all its
+/// layers and, in a served data directory, the live adds of its journal and
+/// write-ahead log (unless `snapshot_only`). Says on stderr what it replayed
+/// and what it skipped, so a user is never left guessing which state
+/// answered.
+pub fn open_read(path: &str, snapshot_only: bool) -> Result<bloomgate_blacklist::Blacklist> {
+    use bloomgate_blacklist::{Blacklist, LogMode};
+    let mode = if snapshot_only {
+        LogMode::SnapshotOnly
+    } else {
+        LogMode::Replay
+    };
+    let list = Blacklist::open_read(path, mode)?;
+    report_opened(path, &list, snapshot_only);
+    Ok(list)
+}
+
+/// Reads every layer file of a filter whole and checks its data checksum
+/// (on the files as they are: before any live adds are re-inserted).
+pub fn verify_files(path: &str) -> Result<()> {
+    let files = bloomgate_blacklist::Blacklist::open_read(
+        path,
+        bloomgate_blacklist::LogMode::SnapshotOnly,
+    )?;
+    for f in &files.layers().layers {
+        f.verify()?;
+    }
+    Ok(())
+}
+
+/// The stderr notes of [`open_read`] and of in-place updates.
+pub fn report_opened(path: &str, list: &bloomgate_blacklist::Blacklist, snapshot_only: bool) {
+    let o = list.opened();
+    for d in &o.damaged {
+        eprintln!("bloomgate: warning: {d}");
+    }
+    if let Some(r) = &o.replay {
+        if r.new > 0 || r.chunks > 0 {
+            eprintln!(
+                "bloomgate: {path}: included {} live add(s){} from the data directory's journal and write-ahead log that the filter files do not hold yet{}",
+                r.new,
+                if r.chunks > 0 {
+                    format!(" and {} loaded chunk(s)", r.chunks)
+                } else {
+                    String::new()
+                },
+                if o.served {
+                    " (a server is running: this is the state as of now)"
+                } else {
+                    ""
+                }
+            );
+        }
+        if r.unconvertible > 0 {
+            eprintln!(
+                "bloomgate: warning: {path}: {} live add(s) were made under other key rules and cannot be expressed in this filter's",
+                r.unconvertible
+            );
+        }
+    }
+    if snapshot_only && o.data_dir.is_some() {
+        eprintln!(
+            "bloomgate: {path}: --snapshot-only: answering from the filter files alone; live adds since the last snapshot are not included"
+        );
+    }
+}
+
 /// Fails with a usage error if `given` is set and differs from the filter's kind/mode.
 pub fn check_kind(
     path: &str,

@@ -1,9 +1,9 @@
 //! `bloomgate union A B -o C`.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use bloomgate_blacklist::Whitelist;
-use bloomgate_engine::{Access, Filter};
+use bloomgate_engine::Filter;
 
 use crate::args::UnionArgs;
 use crate::report::thousands;
@@ -16,14 +16,25 @@ pub fn run(a: UnionArgs) -> Result<i32> {
         ))
         .into());
     }
-    let fa = Filter::open(&a.a, Access::ReadOnly)?;
-    let fb = Filter::open(&a.b, Access::ReadOnly)?;
-    fa.check_compatible(&fb)
+    // Each input as a whole: every layer, and in a served data directory the
+    // live adds its files lack (re-inserted in memory).
+    let la = crate::cmd::open_read(&a.a, false)?;
+    let lb = crate::cmd::open_read(&a.b, false)?;
+    for (path, list) in [(&a.a, &la), (&a.b, &lb)] {
+        let n = list.layers().layers.len();
+        if n > 1 {
+            bail!(
+                "{path} has grown to {n} layers; union combines single-layer filters of the same size and seed: rebuild it with `bloomgate build --seed`"
+            );
+        }
+    }
+    let (fa, fb) = (la.filter(), lb.filter());
+    fa.check_compatible(fb)
         .with_context(|| format!("cannot combine {} and {}", a.a, a.b))?;
     let mut out = Filter::create_file(&a.output, fa.params().clone())?;
     out.or_bytes_at(0, fa.as_bytes())?;
     out.set_items(fa.items());
-    out.union_with(&fb)?;
+    out.union_with(fb)?;
     out.persist()?;
     // Whitelists are not merged: an item exempted in A may be a real entry of
     // B, and a union must never let a blacklisted item through.

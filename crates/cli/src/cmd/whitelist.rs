@@ -4,15 +4,27 @@ use std::io::Write;
 
 use anyhow::Result;
 
+use bloomgate_blacklist::datadir::{self, DirLock};
 use bloomgate_blacklist::Blacklist;
-use bloomgate_engine::Access;
 
 use crate::args::WhitelistCmd;
+
+/// Opens a filter to edit its whitelist: in a data directory under its lock
+/// (a running server keeps its own copy of the whitelist and would write it
+/// back over this change), with every layer and live add so that "is it a
+/// hit?" is answered as the server would.
+fn open_for_edit(filter: &str) -> Result<(Blacklist, Option<DirLock>)> {
+    let lock = match datadir::locate(filter.as_ref()) {
+        Some((dir, _)) => Some(DirLock::acquire(&dir)?),
+        None => None,
+    };
+    Ok((crate::cmd::open_read(filter, false)?, lock))
+}
 
 pub fn run(c: WhitelistCmd) -> Result<i32> {
     match c {
         WhitelistCmd::Add { filter, items } => {
-            let mut list = Blacklist::open(&filter, Access::ReadOnly)?;
+            let (mut list, _lock) = open_for_edit(&filter)?;
             for item in &items {
                 match list.whitelist_add(item.as_bytes()) {
                     Ok(true) => {}
@@ -26,7 +38,7 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
             eprintln!("{filter}: whitelist has {} items", list.whitelist().len());
         }
         WhitelistCmd::Remove { filter, items } => {
-            let mut list = Blacklist::open(&filter, Access::ReadOnly)?;
+            let (mut list, _lock) = open_for_edit(&filter)?;
             for item in &items {
                 match list.whitelist_remove(item.as_bytes()) {
                     Ok(true) => {}
@@ -38,7 +50,7 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
             eprintln!("{filter}: whitelist has {} items", list.whitelist().len());
         }
         WhitelistCmd::List { filter } => {
-            let list = Blacklist::open(&filter, Access::ReadOnly)?;
+            let list = crate::cmd::open_read(&filter, false)?;
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
             for key in list.whitelist().iter() {

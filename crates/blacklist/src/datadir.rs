@@ -1,0 +1,357 @@
+//! A filter inside a data directory served by `bloomgate serve`.
+//!
+//! The server acknowledges a live add once it is in the write-ahead log
+//! (`DIR/.bloomgate-wal/`); a snapshot later writes it into `NAME.bgf` and
+//! moves the log records into the filter's journal `NAME.live`. Between the
+//! two — while the server runs, or after it was killed — the filter files
+//! alone lack acknowledged adds. A reader that answered from the files
+//! would give false negatives, so every reader does what the server does at
+//! startup: it reads the journal and the log (never changing them) and
+//! re-inserts their adds into its own copy of the filter ([`read_pending`],
+//! [`replay`]). Read-only opens map the files copy-on-write, so this costs
+//! memory only for the pages it touches and never writes a file.
+//!
+//! # Who owns a data directory
+//!
+//! A running server holds an exclusive lock on `.bloomgate-wal/lock`
+//! ([`DirLock`]) for as long as it runs. Tools that *write* filter files
+//! (`bloomgate add`, `bloomgate whitelist add|remove`) take the same lock,
+//! so they refuse to run beside a server — whose snapshots would overwrite
+//! their changes — and a server does not start while they run. Readers take
+//! no lock: they replay, and [`served`] tells them whether a server is
+//! running (the view is then as of the moment of reading).
+//!
+//! # Reading a consistent state
+//!
+//! A server's snapshot replaces `NAME.bgf`, appends the trimmed log records
+//! to `NAME.live` and only then deletes the log segments. A reader opens the
+//! files, then reads the journal, then the log; if the filter file or the
+//! journal changed meanwhile ([`Pending::still_current`]), a record may have
+//! moved from the log to the journal behind its back, and it reads again.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use bloomgate_engine::{Filter, Params};
+use bloomgate_url::{entry_key, KeyError};
+
+use crate::journal::{self, Lineage, Repair};
+use crate::layers::{GrowLimits, Layers};
+use crate::log::{self, Record, WAL_DIR};
+use crate::Error;
+
+/// The lock file inside the log directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// Where a filter file lives: its data directory and name, if it is in one
+/// (a `NAME.bgf` beside a `.bloomgate-wal/` directory or a `NAME.live`).
+pub fn locate(path: &Path) -> Option<(PathBuf, String)> {
+    if path.extension().and_then(|x| x.to_str()) != Some("bgf") {
+        return None;
+    }
+    let name = path.file_stem()?.to_str()?.to_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    (dir.join(WAL_DIR).is_dir() || journal::path(&dir, &name).exists()).then_some((dir, name))
+}
+
+/// True if a process (a running `bloomgate serve`, or a tool writing to
+/// its files) holds the data directory's lock right now.
+pub fn served(dir: &Path) -> bool {
+    let Ok(f) = File::open(dir.join(WAL_DIR).join(LOCK_FILE)) else {
+        return false;
+    };
+    match f.try_lock_shared() {
+        Ok(()) => {
+            let _ = f.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// The exclusive lock on a data directory, held while this value lives.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Takes the lock of data directory `dir`, creating the log directory
+    /// if needed. Fails with [`Error::DirBusy`] if another process holds it.
+    pub fn acquire(dir: &Path) -> Result<DirLock, Error> {
+        let wal = dir.join(WAL_DIR);
+        let io = |e: std::io::Error| Error::Io {
+            path: wal.clone(),
+            source: e,
+        };
+        std::fs::create_dir_all(&wal).map_err(io)?;
+        let path = wal.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::Io {
+                path: path.clone(),
+                source: e,
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(DirLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::DirBusy(dir.to_path_buf())),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::Io { path, source: e }),
+        }
+    }
+
+    /// [`DirLock::acquire`], retrying for up to `patience` while the lock is
+    /// busy (a reader's probe in [`served`] holds it for an instant).
+    pub fn acquire_waiting(dir: &Path, patience: std::time::Duration) -> Result<DirLock, Error> {
+        let start = std::time::Instant::now();
+        loop {
+            match DirLock::acquire(dir) {
+                Err(Error::DirBusy(_)) if start.elapsed() < patience => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The acknowledged adds of one filter that its files may lack.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// Seeds (with key rules) whose records belong to the filter: the
+    /// journal's markers plus the current file's.
+    pub lineage: Vec<Lineage>,
+    /// Adds from the journal, then from the log, in order: (seed the key
+    /// was added under, normalized key).
+    pub adds: Vec<(u64, Vec<u8>)>,
+    /// Bit chunks (`BF.LOADCHUNK`) from the log: (layer, byte offset, bytes).
+    pub chunks: Vec<(u32, u64, Vec<u8>)>,
+    /// Log records read (of all filters).
+    pub log_records: u64,
+    /// Damaged journal or log tails that were skipped (one line each).
+    pub damaged: Vec<String>,
+    fingerprint: Fingerprint,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Fingerprint {
+    base: Option<(u64, Option<std::time::SystemTime>, u64)>,
+    journal_len: u64,
+}
+
+fn file_id(path: &Path) -> Option<(u64, Option<std::time::SystemTime>, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((m.len(), m.modified().ok(), ino))
+}
+
+impl Pending {
+    /// True while the filter file and the journal are as they were when
+    /// [`read_pending`] started (see the module docs).
+    pub fn still_current(&self, dir: &Path, name: &str) -> bool {
+        let base = dir.join(format!("{name}.bgf"));
+        let journal_len = std::fs::metadata(journal::path(dir, name))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        self.fingerprint
+            == Fingerprint {
+                base: file_id(&base),
+                journal_len,
+            }
+    }
+}
+
+/// Reads (without changing anything) the journal and the log of filter
+/// `name` in data directory `dir`, whose current first layer has lineage
+/// marker `current`. Call it after opening the filter's files and check
+/// [`Pending::still_current`] after using it.
+pub fn read_pending(dir: &Path, name: &str, current: Lineage) -> Result<Pending, Error> {
+    let base = dir.join(format!("{name}.bgf"));
+    let jpath = journal::path(dir, name);
+    let base_id = file_id(&base);
+    let loaded = journal::load(&jpath, Repair::No).map_err(|e| Error::Io {
+        path: jpath.clone(),
+        source: e,
+    })?;
+    let mut p = Pending {
+        lineage: loaded.contents.lineage,
+        adds: loaded.contents.adds,
+        fingerprint: Fingerprint {
+            base: base_id,
+            journal_len: loaded.len,
+        },
+        ..Pending::default()
+    };
+    if let Some(problem) = &loaded.report.problem {
+        p.damaged.push(format!(
+            "{}: {problem}: {} byte(s) of damaged tail skipped",
+            jpath.display(),
+            loaded.report.lost_bytes
+        ));
+    }
+    if !p.lineage.iter().any(|l| l.seed == current.seed) {
+        p.lineage.push(current);
+    }
+    let wal_dir = dir.join(WAL_DIR);
+    let segments = match log::segments(&wal_dir) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(Error::Io {
+                path: wal_dir,
+                source: e,
+            })
+        }
+    };
+    for (_, seg) in &segments {
+        let rep = match log::read_segment(seg, |rec| {
+            p.log_records += 1;
+            match rec {
+                Record::Add { name: n, seed, key } => {
+                    if n == name && p.lineage.iter().any(|l| l.seed == seed) {
+                        p.adds.push((seed, key));
+                    }
+                }
+                Record::Chunk {
+                    name: n,
+                    seed,
+                    layer,
+                    offset,
+                    data,
+                } => {
+                    if n == name && seed == current.seed {
+                        p.chunks.push((layer, offset, data));
+                    }
+                }
+                Record::Lineage { .. } => {}
+            }
+        }) {
+            Ok(rep) => rep,
+            // Trimmed by a snapshot since it was listed: its records are in
+            // the journal now, which `still_current` notices.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(Error::Io {
+                    path: seg.clone(),
+                    source: e,
+                })
+            }
+        };
+        if let Some(problem) = &rep.problem {
+            p.damaged.push(format!(
+                "{}: {problem}: {} byte(s) of damaged tail skipped",
+                seg.display(),
+                rep.lost_bytes
+            ));
+        }
+    }
+    Ok(p)
+}
+
+/// What re-inserting one acknowledged add did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replayed {
+    /// The filter lacked it; now it has it.
+    New,
+    /// The filter already had it.
+    Present,
+    /// It was added under other key rules (the file was since rebuilt with
+    /// another key kind or match mode) and cannot be expressed in the new
+    /// ones.
+    Unconvertible(KeyError),
+}
+
+/// Re-inserts an acknowledged add made under `seed` into `layers`. A key
+/// normalized under other key rules than the layers' (per its lineage
+/// marker) is normalized again with the layers' rules. Never refuses for
+/// lack of room (see [`Layers::insert`]'s `force`); returns the grown chain
+/// if it grew.
+pub fn replay_key(
+    layers: &Layers,
+    lineage: &[Lineage],
+    seed: u64,
+    key: &[u8],
+    limits: GrowLimits,
+    new_layer: &mut dyn FnMut(Params) -> Result<Filter, Error>,
+) -> Result<(Replayed, Option<Layers>), Error> {
+    let (kind, mode) = (layers.kind, layers.mode);
+    let same = lineage
+        .iter()
+        .find(|l| l.seed == seed)
+        .is_none_or(|l| l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8());
+    let key: std::borrow::Cow<[u8]> = if same {
+        key.into()
+    } else {
+        match entry_key(kind, mode, key) {
+            Ok(k) => k,
+            Err(e) => return Ok((Replayed::Unconvertible(e), None)),
+        }
+    };
+    let (added, grown) = layers.insert(&key, true, limits, new_layer)?;
+    Ok((
+        if added == crate::layers::Added::New {
+            Replayed::New
+        } else {
+            Replayed::Present
+        },
+        grown,
+    ))
+}
+
+/// What [`replay`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Acknowledged adds read from the journal and the log.
+    pub adds: u64,
+    /// Of those, the ones the files lacked.
+    pub new: u64,
+    /// Adds that could not be expressed in the current key rules.
+    pub unconvertible: u64,
+    /// Bit chunks OR-ed in.
+    pub chunks: u64,
+}
+
+/// Re-inserts every pending add and chunk into `layers` (in memory: the
+/// layers must be mapped copy-on-write or in-memory) and returns the
+/// resulting chain. New layers of a growing filter are made in memory.
+pub fn replay(mut layers: Layers, pending: &Pending) -> Result<(Layers, ReplayStats), Error> {
+    let mut stats = ReplayStats::default();
+    let mut in_memory = |p: Params| Filter::new(p).map_err(Error::from);
+    for (seed, key) in &pending.adds {
+        stats.adds += 1;
+        let (r, grown) = replay_key(
+            &layers,
+            &pending.lineage,
+            *seed,
+            key,
+            GrowLimits::default(),
+            &mut in_memory,
+        )?;
+        match r {
+            Replayed::New => stats.new += 1,
+            Replayed::Present => {}
+            Replayed::Unconvertible(_) => stats.unconvertible += 1,
+        }
+        if let Some(g) = grown {
+            layers = g;
+        }
+    }
+    for (layer, offset, data) in &pending.chunks {
+        // As the server's startup replay: a chunk for a layer the filter
+        // does not have (or past its end) cannot be applied by it either.
+        if let Some(f) = layers.layers.get(*layer as usize) {
+            if f.or_bytes_at(*offset, data).is_ok() {
+                stats.chunks += 1;
+            }
+        }
+    }
+    Ok((layers, stats))
+}
