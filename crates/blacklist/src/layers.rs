@@ -58,6 +58,10 @@ pub struct Meta {
     pub expansion: u32,
     /// Refuse adds when full instead of growing.
     pub nonscaling: bool,
+    /// The false-positive rate asked for, for the whole chain (absent in
+    /// files written before it was recorded: layer 0's rate stands in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_rate: Option<f64>,
 }
 
 /// How a filter reacts when its newest layer is full.
@@ -268,6 +272,19 @@ impl Layers {
     /// Seed of layer 0: identifies this incarnation of the filter in the log.
     pub fn seed(&self) -> u64 {
         self.layers[0].params().seed
+    }
+
+    /// The false-positive rate the filter promises: the rate asked for at
+    /// creation for a filter with growth settings (see [`first_layer_rate`]),
+    /// else the rate its first layer was planned for.
+    pub fn target_fp(&self) -> f64 {
+        match &self.growth {
+            Growth::Redis(Meta {
+                error_rate: Some(p),
+                ..
+            }) => *p,
+            _ => self.layers[0].params().target_fp,
+        }
     }
 
     /// Predicted false-positive rate of one lookup at the current item

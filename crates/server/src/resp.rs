@@ -1382,6 +1382,7 @@ impl Conn {
             growth: Growth::Redis(Meta {
                 expansion: expansion.unwrap_or(2).min(u32::MAX as i64) as u32,
                 nonscaling,
+                error_rate: None,
             }),
             ..CreateSpec::redis_default()
         };
@@ -1458,6 +1459,7 @@ impl Conn {
         spec.growth = Growth::Redis(Meta {
             expansion: expansion.min(u32::MAX as i64) as u32,
             nonscaling,
+            error_rate: None,
         });
         let create = autocreate.then_some(spec);
         self.add(argv[1], &argv[items_at..], true, create, out)

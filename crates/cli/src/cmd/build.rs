@@ -148,7 +148,7 @@ fn insert_inputs(
 fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Instant) {
     let layers = list.layers();
     let secs = started.elapsed().as_secs_f64();
-    let target = list.filter().params().target_fp;
+    let target = layers.target_fp();
     let (items, planned, predicted) = (layers.items(), layers.capacity(), layers.predicted_fp());
     eprintln!(
         "{verb} {path}: {} lines, {} new items ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",

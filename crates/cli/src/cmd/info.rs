@@ -82,7 +82,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         "match_mode": list.mode().to_string(),
         "items": items,
         "planned_items": planned,
-        "target_fp": p.target_fp,
+        "target_fp": layers.target_fp(),
         "bits_per_item": bits as f64 / planned.max(1) as f64,
         "fill_ratio": fill,
         "estimated_items": if estimated.is_finite() { json!(estimated.round()) } else { json!(null) },
@@ -172,7 +172,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         predicted_fp,
         thousands(items),
         fp_at_fill,
-        p.target_fp
+        layers.target_fp()
     )?;
     if let Some(dir) = &opened.data_dir {
         writeln!(

@@ -1,0 +1,395 @@
+//! The CLI on a data directory that `bloomgate serve` writes to: grown
+//! filters, acknowledged adds still in the write-ahead log (server running,
+//! or killed), and the directory lock. Everything runs the real binary:
+//! `bloomgate serve` on loopback, fed by the real `redis-cli`, then
+//! `bloomgate check|info|add|union|whitelist` on the same files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bloomgate")
+}
+
+/// `redis-cli` if installed. Required (the test fails) when
+/// `BLOOMGATE_REQUIRE_CLIENTS` is set, as `scripts/test.sh` does.
+fn redis_cli() -> Option<&'static str> {
+    let ok = Command::new("redis-cli")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
+            "redis-cli is required (BLOOMGATE_REQUIRE_CLIENTS is set)"
+        );
+        eprintln!("skipping: redis-cli is not installed");
+        return None;
+    }
+    Some("redis-cli")
+}
+
+struct Serve {
+    child: Child,
+    resp_port: u16,
+}
+
+impl Serve {
+    fn start(dir: &Path) -> Serve {
+        let ready = dir.join("ready.json");
+        let _ = std::fs::remove_file(&ready);
+        let child = Command::new(bin())
+            .args(["serve", "--data-dir"])
+            .arg(dir)
+            .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn bloomgate serve");
+        let t = Instant::now();
+        loop {
+            if let Ok(b) = std::fs::read(&ready) {
+                if let Ok(v) = serde_json::from_slice::<Value>(&b) {
+                    let _ = std::fs::remove_file(&ready);
+                    let resp: std::net::SocketAddr = v["resp"].as_str().unwrap().parse().unwrap();
+                    return Serve {
+                        child,
+                        resp_port: resp.port(),
+                    };
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One command through `redis-cli`; its stdout lines.
+    fn cli(&self, redis_cli: &str, args: &[String]) -> Vec<String> {
+        let out = Command::new(redis_cli)
+            .args(["-p", &self.resp_port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn term(mut self) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `BF.MADD` of `items` in batches of 1000; every reply must be 1 (new) or 0
+/// (a false positive of the filter: acknowledged too, and logged).
+fn madd(serve: &Serve, redis_cli: &str, name: &str, items: &[String]) {
+    for batch in items.chunks(1000) {
+        let mut args = vec!["BF.MADD".to_string(), name.to_string()];
+        args.extend(batch.iter().cloned());
+        let replies = serve.cli(redis_cli, &args);
+        assert_eq!(replies.len(), batch.len(), "{replies:?}");
+        assert!(replies.iter().all(|r| r == "1" || r == "0"), "{replies:?}");
+    }
+}
+
+fn items(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i:06}")).collect()
+}
+
+fn write_items(dir: &Path, name: &str, items: &[String]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, items.join("\n") + "\n").unwrap();
+    p
+}
+
+/// `check` prints exactly the hits: every acknowledged item must be among them.
+fn assert_all_hits(filter: &Path, input: &Path, items: &[String]) {
+    let out = run(&["check", filter.to_str().unwrap(), input.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let hits: std::collections::HashSet<&str> =
+        std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    let missing: Vec<&String> = items
+        .iter()
+        .filter(|i| !hits.contains(i.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged item(s) missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    let count = run(&[
+        "check",
+        "--count",
+        filter.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&count.stdout).trim(),
+        items.len().to_string()
+    );
+}
+
+fn info(filter: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["info", "--json"];
+    args.extend_from_slice(extra);
+    args.push(filter.to_str().unwrap());
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn grown_filter_is_read_whole_by_every_command() {
+    let Some(rc) = redis_cli() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let serve = Serve::start(&dir);
+    assert_eq!(
+        serve.cli(
+            rc,
+            &[
+                "BF.RESERVE".into(),
+                "seen".into(),
+                "0.001".into(),
+                "1000".into()
+            ]
+        ),
+        ["OK"]
+    );
+    let added = items("seen", 5000);
+    madd(&serve, rc, "seen", &added);
+    let filter = dir.join("seen.bgf");
+    let input = write_items(tmp.path(), "items.txt", &added);
+
+    // While the server runs: its live adds are in the log, and its grown
+    // layers only in its memory; the CLI replays them.
+    assert_all_hits(&filter, &input, &added);
+    let v = info(&filter, &[]);
+    assert_eq!(v["served"], true);
+    assert!(v["layers"].as_u64().unwrap() >= 3, "{v}");
+    // A writer is refused while the server owns the directory.
+    let out = run(&["add", filter.to_str().unwrap(), input.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("running bloomgate serve"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["whitelist", "add", filter.to_str().unwrap(), "seen-000001"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("running bloomgate serve"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!Path::new(&format!("{}.whitelist", filter.display())).exists());
+
+    serve.term();
+    // After a clean stop every layer is a file: the CLI reads them all.
+    assert!(dir.join("seen.bgf.layer1").exists() && dir.join("seen.bgf.layer2").exists());
+    assert_all_hits(&filter, &input, &added);
+    let v = info(&filter, &[]);
+    assert_eq!(v["served"], false);
+    // RedisBloom's sub-filter count for capacity 1000, expansion 2, 5000
+    // items: 1000 + 2000 + 4000 ≥ 5000 > 1000 + 2000.
+    assert_eq!(v["layers"], 3, "{v}");
+    assert_eq!(v["growth"], "scaling");
+    assert_eq!(v["target_fp"], 0.001);
+    let per_layer: u64 = v["layer_details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["items"].as_u64().unwrap())
+        .sum();
+    assert_eq!(v["items"].as_u64().unwrap(), per_layer);
+    assert!(v["predicted_fp"].as_f64().unwrap() < 0.001, "{v}");
+    let out = run(&["info", "--verify", filter.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // `add` follows the growth rules: 5000 more items need a fourth layer
+    // (capacity 8000), written as a file, seen by the next server.
+    let more = items("more", 5000);
+    let more_input = write_items(tmp.path(), "more.txt", &more);
+    let out = run(&[
+        "add",
+        filter.to_str().unwrap(),
+        more_input.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(dir.join("seen.bgf.layer3").exists());
+    assert_all_hits(&filter, &more_input, &more);
+    assert_all_hits(&filter, &input, &added);
+    let serve = Serve::start(&dir);
+    for probe in ["seen-004999", "more-004999", "more-000000"] {
+        assert_eq!(
+            serve.cli(rc, &["BF.EXISTS".into(), "seen".into(), probe.into()]),
+            ["1"],
+            "{probe}"
+        );
+    }
+    serve.term();
+
+    // Whitelisting answers "was it a hit" over every layer.
+    let out = run(&["whitelist", "add", filter.to_str().unwrap(), "more-004999"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("not a hit"), "{}", stderr(&out));
+
+    // union combines single-layer filters only, and says why not otherwise.
+    let out = run(&[
+        "union",
+        filter.to_str().unwrap(),
+        filter.to_str().unwrap(),
+        "-o",
+        tmp.path().join("u.bgf").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("has grown to 4 layers"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!tmp.path().join("u.bgf").exists());
+}
+
+#[test]
+fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
+    let Some(rc) = redis_cli() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let serve = Serve::start(&dir);
+    assert_eq!(
+        serve.cli(
+            rc,
+            &[
+                "BF.RESERVE".into(),
+                "seen".into(),
+                "0.001".into(),
+                "100000".into(),
+                "NONSCALING".into()
+            ]
+        ),
+        ["OK"]
+    );
+    let added = items("crash", 5000);
+    madd(&serve, rc, "seen", &added);
+    serve.kill9();
+    let filter = dir.join("seen.bgf");
+    let input = write_items(tmp.path(), "items.txt", &added);
+
+    // The files alone hold none of them; the CLI answers from files + log.
+    assert_all_hits(&filter, &input, &added);
+    let out = run(&["check", filter.to_str().unwrap(), input.to_str().unwrap()]);
+    assert!(
+        stderr(&out).contains("included 5000 live add(s)"),
+        "{}",
+        stderr(&out)
+    );
+    let v = info(&filter, &[]);
+    assert_eq!(v["live_adds_included"], 5000);
+    assert_eq!(v["items"], 5000);
+    // Asked for explicitly, the last snapshot alone (and said so).
+    let out = run(&[
+        "check",
+        "--count",
+        "--snapshot-only",
+        filter.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    assert!(stderr(&out).contains("--snapshot-only"), "{}", stderr(&out));
+    let v = info(&filter, &["--snapshot-only"]);
+    assert_eq!(v["items"], 0);
+    assert_eq!(v["live_adds_included"], Value::Null);
+    // Nothing was written by the readers: the log is still there, whole.
+    let wal: Vec<_> = std::fs::read_dir(dir.join(".bloomgate-wal"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .collect();
+    assert!(!wal.is_empty());
+
+    // An in-place add (no server now) folds the logged adds into the file
+    // too, so the file alone holds every acknowledged add afterwards.
+    let extra = tmp.path().join("extra.txt");
+    std::fs::write(&extra, "crash-extra\n").unwrap();
+    let out = run(&["add", filter.to_str().unwrap(), extra.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&[
+        "check",
+        "--count",
+        "--snapshot-only",
+        filter.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5000");
+    let out = run(&["info", "--verify", filter.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // And the server, restarted, agrees (it replays the same log again).
+    let serve = Serve::start(&dir);
+    for probe in ["crash-000000", "crash-004999", "crash-extra"] {
+        assert_eq!(
+            serve.cli(rc, &["BF.EXISTS".into(), "seen".into(), probe.into()]),
+            ["1"],
+            "{probe}"
+        );
+    }
+    serve.term();
+    assert_all_hits(&filter, &input, &added);
+}
+
+#[test]
+fn server_refuses_a_directory_another_process_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _lock = bloomgate_blacklist::datadir::DirLock::acquire(tmp.path()).unwrap();
+    let out = Command::new(bin())
+        .args(["serve", "--data-dir"])
+        .arg(tmp.path())
+        .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is using this data directory"),
+        "{}",
+        stderr(&out)
+    );
+}
