@@ -38,6 +38,7 @@ struct Serve {
 }
 
 impl Serve {
+    #[allow(clippy::zombie_processes)] // waited for in Drop, term and kill9
     fn start(dir: &Path) -> Serve {
         let ready = dir.join("ready.json");
         let _ = std::fs::remove_file(&ready);
