@@ -355,3 +355,93 @@ pub fn replay(mut layers: Layers, pending: &Pending) -> Result<(Layers, ReplaySt
     }
     Ok((layers, stats))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::Growth;
+    use bloomgate_engine::{plan, Layout};
+
+    fn filter_file(path: &Path, seed: u64) -> Lineage {
+        let mut p = Params::from_plan(&plan(Layout::Blocked, 1000, 1e-4).unwrap(), seed);
+        p.key_kind = bloomgate_url::KeyKind::Raw.as_u8();
+        let mut f = Filter::create_file(path, p).unwrap();
+        f.insert(b"in-the-file");
+        f.persist().unwrap();
+        Lineage {
+            seed,
+            key_kind: 0,
+            match_mode: 0,
+        }
+    }
+
+    #[test]
+    fn pending_adds_come_from_journal_and_log_of_this_lineage_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("f.bgf");
+        let current = filter_file(&base, 7);
+        assert!(locate(&base).is_none(), "no journal, no log: a plain file");
+        // Journal: a marker of an older file (seed 5) and an add under it.
+        let mut j = Vec::new();
+        journal::marker(&mut j, "f", Lineage { seed: 5, ..current });
+        log::encode_add(&mut j, "f", 5, b"journaled");
+        journal::append(&journal::path(dir.path(), "f"), &j).unwrap();
+        // Log: this filter's add, another filter's, and one of a seed that
+        // is not in the lineage (a deleted namesake).
+        let wal = dir.path().join(WAL_DIR);
+        std::fs::create_dir(&wal).unwrap();
+        let mut seg = log::MAGIC.to_vec();
+        log::encode_add(&mut seg, "f", 7, b"logged");
+        log::encode_add(&mut seg, "g", 7, b"other filter");
+        log::encode_add(&mut seg, "f", 99, b"stale namesake");
+        std::fs::write(log::segment_path(&wal, 1), &seg).unwrap();
+        assert_eq!(locate(&base), Some((dir.path().to_path_buf(), "f".into())));
+        assert!(!served(dir.path()));
+
+        let layers = Layers::open(&base, bloomgate_engine::Access::ReadOnly).unwrap();
+        assert_eq!(layers.growth, Growth::Fixed);
+        let p = read_pending(dir.path(), "f", current).unwrap();
+        assert_eq!(
+            p.adds,
+            vec![(5, b"journaled".to_vec()), (7, b"logged".to_vec())]
+        );
+        assert_eq!(p.log_records, 3);
+        assert!(p.still_current(dir.path(), "f"));
+        let (layers, stats) = replay(layers, &p).unwrap();
+        assert_eq!((stats.adds, stats.new), (2, 2));
+        for k in [&b"in-the-file"[..], b"journaled", b"logged"] {
+            assert!(layers.contains(k), "{k:?}");
+        }
+        assert!(!layers.contains(b"stale namesake"));
+        // Replay wrote nothing: the file alone still lacks the live adds.
+        let files = Layers::open(&base, bloomgate_engine::Access::ReadOnly).unwrap();
+        assert!(!files.contains(b"logged"));
+        files.layers[0].verify().unwrap();
+
+        // A snapshot that moves records into the journal, or replaces the
+        // file, while a reader works makes its reading stale.
+        let mut more = Vec::new();
+        log::encode_add(&mut more, "f", 7, b"moved");
+        journal::append(&journal::path(dir.path(), "f"), &more).unwrap();
+        assert!(!p.still_current(dir.path(), "f"));
+        let p = read_pending(dir.path(), "f", current).unwrap();
+        assert!(p.still_current(dir.path(), "f"));
+        std::fs::remove_file(&base).unwrap();
+        filter_file(&base, 7);
+        assert!(!p.still_current(dir.path(), "f"));
+    }
+
+    #[test]
+    fn the_lock_excludes_writers_and_shows_readers_a_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DirLock::acquire(dir.path()).unwrap();
+        assert!(served(dir.path()));
+        assert!(matches!(
+            DirLock::acquire(dir.path()),
+            Err(Error::DirBusy(_))
+        ));
+        drop(lock);
+        assert!(!served(dir.path()));
+        let _again = DirLock::acquire(dir.path()).unwrap();
+    }
+}

@@ -427,3 +427,99 @@ pub(crate) fn key_rules(filter: &Filter, path: &Path) -> Result<(KeyKind, MatchM
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomgate_engine::Layout;
+
+    fn file(path: &Path, items: u64, fp: f64, key: &[u8]) {
+        let mut f = Filter::create_file(
+            path,
+            Params::from_plan(&plan(Layout::Blocked, items, fp).unwrap(), 3),
+        )
+        .unwrap();
+        f.insert(key);
+        f.persist().unwrap();
+    }
+
+    #[test]
+    fn every_layer_is_read_and_a_stray_layer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("f.bgf");
+        file(&base, 100, 0.005, b"zero");
+        file(&layer_path(&base, 1), 200, 0.0025, b"one");
+        // Layer files without growth settings: answering from layer 0 alone
+        // could miss items, so opening fails and says what to do.
+        let e = Layers::open(&base, Access::ReadOnly)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("growth settings are missing"), "{e}");
+        std::fs::write(meta_path(&base), br#"{"expansion":2,"nonscaling":false}"#).unwrap();
+        let l = Layers::open(&base, Access::ReadOnly).unwrap();
+        assert_eq!(l.layers.len(), 2);
+        assert!(l.contains(b"zero") && l.contains(b"one"));
+        // Without a recorded rate, layer 0's stands in.
+        assert_eq!(l.target_fp(), 0.005);
+        let mut out = Vec::new();
+        l.contains_batch(&[&b"one"[..], b"zero", b"none"], &mut out, &mut Vec::new());
+        assert_eq!(out, [true, true, false]);
+        // The next layer: expansion × capacity at half the newest's rate.
+        let next = l.next_layer().unwrap().unwrap();
+        assert_eq!(next.planned_items, 400);
+        assert_eq!(next.target_fp, 0.00125);
+    }
+
+    #[test]
+    fn nonscaling_refuses_unless_forced_and_growth_respects_limits() {
+        let mut p = Params::from_plan(&plan(Layout::Blocked, 2, 0.01).unwrap(), 1);
+        p.planned_items = 2;
+        let mut l = Layers::single(Filter::new(p).unwrap()).unwrap();
+        l.growth = Growth::Redis(Meta {
+            expansion: 2,
+            nonscaling: true,
+            error_rate: Some(0.01),
+        });
+        let mut mem = |p: Params| Filter::new(p).map_err(Error::from);
+        for k in [&b"a"[..], b"b"] {
+            assert_eq!(
+                l.insert(k, false, GrowLimits::default(), &mut mem)
+                    .unwrap()
+                    .0,
+                Added::New
+            );
+        }
+        let (a, grown) = l
+            .insert(b"c", false, GrowLimits::default(), &mut mem)
+            .unwrap();
+        assert_eq!((a, grown.is_none()), (Added::Full, true));
+        assert!(!l.contains(b"c"));
+        // An acknowledged add is never refused.
+        assert_eq!(
+            l.insert(b"c", true, GrowLimits::default(), &mut mem)
+                .unwrap()
+                .0,
+            Added::New
+        );
+        assert!(l.contains(b"c"));
+        // Scaling, but no room to grow: refused, or forced into the last layer.
+        l.growth = Growth::Redis(Meta {
+            expansion: 2,
+            nonscaling: false,
+            error_rate: None,
+        });
+        let tight = GrowLimits {
+            max_bytes: l.bytes(),
+        };
+        let e = l.insert(b"d", false, tight, &mut mem).unwrap_err();
+        assert!(matches!(e, Error::CannotGrow(_)), "{e}");
+        assert_eq!(l.insert(b"d", true, tight, &mut mem).unwrap().0, Added::New);
+        let (a, grown) = l
+            .insert(b"e", false, GrowLimits::default(), &mut mem)
+            .unwrap();
+        assert_eq!(a, Added::New);
+        let grown = grown.expect("grew");
+        assert_eq!(grown.layers.len(), 2);
+        assert!(grown.contains(b"e") && grown.contains(b"a"));
+    }
+}
