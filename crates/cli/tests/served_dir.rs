@@ -394,3 +394,95 @@ fn server_refuses_a_directory_another_process_holds() {
         stderr(&out)
     );
 }
+
+#[test]
+fn cli_sees_every_acknowledged_add_while_the_server_adds_and_snapshots() {
+    // Adds keep arriving and the server snapshots every second (moving log
+    // records into the journal and rewriting the file) while `check` reads
+    // the same directory: every add acknowledged before a check started
+    // must be a hit in it.
+    let Some(rc) = redis_cli() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let ready = dir.join("ready.json");
+    let child = Command::new(bin())
+        .args(["serve", "--data-dir"])
+        .arg(&dir)
+        .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+        .args(["--snapshot-secs", "1", "--ready-file"])
+        .arg(&ready)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let port = loop {
+        if let Some(v) = std::fs::read(&ready)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            let a: std::net::SocketAddr = v["resp"].as_str().unwrap().parse().unwrap();
+            break a.port();
+        }
+        assert!(t.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut serve = Serve {
+        child,
+        resp_port: port,
+    };
+    assert_eq!(
+        serve.cli(
+            rc,
+            &[
+                "BF.RESERVE".into(),
+                "live".into(),
+                "0.001".into(),
+                "500".into()
+            ]
+        ),
+        ["OK"]
+    );
+    let all = items("live", 12_000);
+    let acked = std::sync::atomic::AtomicUsize::new(0);
+    let filter = dir.join("live.bgf");
+    let mut checks = 0;
+    std::thread::scope(|scope| {
+        let serve = &serve;
+        let (all, acked) = (&all, &acked);
+        scope.spawn(move || {
+            for (i, batch) in all.chunks(300).enumerate() {
+                madd(serve, rc, "live", batch);
+                acked.store((i + 1) * 300, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(60));
+            }
+        });
+        while acked.load(std::sync::atomic::Ordering::SeqCst) < all.len() {
+            let n = acked.load(std::sync::atomic::Ordering::SeqCst);
+            if n == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            let input = write_items(tmp.path(), "acked.txt", &all[..n]);
+            let out = run(&[
+                "check",
+                "--count",
+                filter.to_str().unwrap(),
+                input.to_str().unwrap(),
+            ]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                n.to_string(),
+                "after {n} acknowledged adds: {}",
+                stderr(&out)
+            );
+            checks += 1;
+        }
+    });
+    assert!(checks >= 5, "only {checks} checks overlapped the adds");
+    // It grew, and snapshots ran meanwhile (layer files on disk).
+    assert!(dir.join("live.bgf.layer1").exists());
+    serve.term();
+}
