@@ -428,7 +428,7 @@ fn cli_sees_every_acknowledged_add_while_the_server_adds_and_snapshots() {
         assert!(t.elapsed() < Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(20));
     };
-    let mut serve = Serve {
+    let serve = Serve {
         child,
         resp_port: port,
     };
