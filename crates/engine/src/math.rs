@@ -413,9 +413,14 @@ pub fn scaling_layer_rate(p: f64, layer: u32) -> f64 {
 }
 
 /// The compound false-positive rate of independent layers with per-layer
-/// rates `rates`: `1 − Π (1 − pᵢ)`.
+/// rates `rates`: `1 − Π (1 − pᵢ)`, computed as `−expm1(Σ ln(1 − pᵢ))` so
+/// that tiny rates keep their precision.
 pub fn compound_fp(rates: impl IntoIterator<Item = f64>) -> f64 {
-    1.0 - rates.into_iter().map(|p| 1.0 - p).product::<f64>()
+    -rates
+        .into_iter()
+        .map(|p| (-p.min(1.0)).ln_1p())
+        .sum::<f64>()
+        .exp_m1()
 }
 
 #[cfg(test)]
@@ -509,9 +514,9 @@ mod tests {
             for layers in 1..=64u32 {
                 sum += scaling_layer_rate(p, layers - 1);
                 let c = compound_fp((0..layers).map(|i| scaling_layer_rate(p, i)));
-                // (up to rounding: 1 − (1 − x) need not be exactly x)
+                // Up to rounding; past 2^−53 the partial sums round to p.
                 assert!(
-                    c <= sum * (1.0 + 1e-12) && sum < p,
+                    c <= sum * (1.0 + 1e-12) && sum <= p && c < p,
                     "p {p} layers {layers}: {c} {sum}"
                 );
             }
