@@ -38,14 +38,19 @@ struct Serve {
 }
 
 impl Serve {
-    #[allow(clippy::zombie_processes)] // waited for in Drop, term and kill9
     fn start(dir: &Path) -> Serve {
+        Serve::start_with(dir, &[])
+    }
+
+    #[allow(clippy::zombie_processes)] // waited for in Drop, term and kill9
+    fn start_with(dir: &Path, extra: &[&str]) -> Serve {
         let ready = dir.join("ready.json");
         let _ = std::fs::remove_file(&ready);
         let child = Command::new(bin())
             .args(["serve", "--data-dir"])
             .arg(dir)
             .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+            .args(extra)
             .arg("--ready-file")
             .arg(&ready)
             .stdin(Stdio::null())
@@ -73,7 +78,7 @@ impl Serve {
     }
 
     /// One command through `redis-cli`; its stdout lines.
-    fn cli(&self, redis_cli: &str, args: &[String]) -> Vec<String> {
+    fn cli(&self, redis_cli: &str, args: &[&str]) -> Vec<String> {
         let out = Command::new(redis_cli)
             .args(["-p", &self.resp_port.to_string()])
             .args(args)
@@ -118,8 +123,8 @@ fn stderr(o: &Output) -> String {
 /// (a false positive of the filter: acknowledged too, and logged).
 fn madd(serve: &Serve, redis_cli: &str, name: &str, items: &[String]) {
     for batch in items.chunks(1000) {
-        let mut args = vec!["BF.MADD".to_string(), name.to_string()];
-        args.extend(batch.iter().cloned());
+        let mut args = vec!["BF.MADD", name];
+        args.extend(batch.iter().map(String::as_str));
         let replies = serve.cli(redis_cli, &args);
         assert_eq!(replies.len(), batch.len(), "{replies:?}");
         assert!(replies.iter().all(|r| r == "1" || r == "0"), "{replies:?}");
@@ -173,25 +178,23 @@ fn info(filter: &Path, extra: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-#[test]
-fn grown_filter_is_read_whole_by_every_command() {
-    let Some(rc) = redis_cli() else { return };
+/// A temporary data directory with a server on it, and a filter created by
+/// `reserve` (`BF.RESERVE` arguments).
+fn served(rc: &str, extra: &[&str], reserve: &[&str]) -> (tempfile::TempDir, PathBuf, Serve) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     std::fs::create_dir(&dir).unwrap();
-    let serve = Serve::start(&dir);
-    assert_eq!(
-        serve.cli(
-            rc,
-            &[
-                "BF.RESERVE".into(),
-                "seen".into(),
-                "0.001".into(),
-                "1000".into()
-            ]
-        ),
-        ["OK"]
-    );
+    let serve = Serve::start_with(&dir, extra);
+    let mut args = vec!["BF.RESERVE"];
+    args.extend_from_slice(reserve);
+    assert_eq!(serve.cli(rc, &args), ["OK"]);
+    (tmp, dir, serve)
+}
+
+#[test]
+fn grown_filter_is_read_whole_by_every_command() {
+    let Some(rc) = redis_cli() else { return };
+    let (tmp, dir, serve) = served(rc, &[], &["seen", "0.001", "1000"]);
     let added = items("seen", 5000);
     madd(&serve, rc, "seen", &added);
     let filter = dir.join("seen.bgf");
@@ -258,7 +261,7 @@ fn grown_filter_is_read_whole_by_every_command() {
     let serve = Serve::start(&dir);
     for probe in ["seen-004999", "more-004999", "more-000000"] {
         assert_eq!(
-            serve.cli(rc, &["BF.EXISTS".into(), "seen".into(), probe.into()]),
+            serve.cli(rc, &["BF.EXISTS", "seen", probe]),
             ["1"],
             "{probe}"
         );
@@ -290,23 +293,7 @@ fn grown_filter_is_read_whole_by_every_command() {
 #[test]
 fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
     let Some(rc) = redis_cli() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    std::fs::create_dir(&dir).unwrap();
-    let serve = Serve::start(&dir);
-    assert_eq!(
-        serve.cli(
-            rc,
-            &[
-                "BF.RESERVE".into(),
-                "seen".into(),
-                "0.001".into(),
-                "100000".into(),
-                "NONSCALING".into()
-            ]
-        ),
-        ["OK"]
-    );
+    let (tmp, dir, serve) = served(rc, &[], &["seen", "0.001", "100000", "NONSCALING"]);
     let added = items("crash", 5000);
     madd(&serve, rc, "seen", &added);
     serve.kill9();
@@ -367,7 +354,7 @@ fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
     let serve = Serve::start(&dir);
     for probe in ["crash-000000", "crash-004999", "crash-extra"] {
         assert_eq!(
-            serve.cli(rc, &["BF.EXISTS".into(), "seen".into(), probe.into()]),
+            serve.cli(rc, &["BF.EXISTS", "seen", probe]),
             ["1"],
             "{probe}"
         );
@@ -402,48 +389,7 @@ fn cli_sees_every_acknowledged_add_while_the_server_adds_and_snapshots() {
     // the same directory: every add acknowledged before a check started
     // must be a hit in it.
     let Some(rc) = redis_cli() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    std::fs::create_dir(&dir).unwrap();
-    let ready = dir.join("ready.json");
-    let child = Command::new(bin())
-        .args(["serve", "--data-dir"])
-        .arg(&dir)
-        .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
-        .args(["--snapshot-secs", "1", "--ready-file"])
-        .arg(&ready)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    let port = loop {
-        if let Some(v) = std::fs::read(&ready)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        {
-            let a: std::net::SocketAddr = v["resp"].as_str().unwrap().parse().unwrap();
-            break a.port();
-        }
-        assert!(t.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let serve = Serve {
-        child,
-        resp_port: port,
-    };
-    assert_eq!(
-        serve.cli(
-            rc,
-            &[
-                "BF.RESERVE".into(),
-                "live".into(),
-                "0.001".into(),
-                "500".into()
-            ]
-        ),
-        ["OK"]
-    );
+    let (tmp, dir, serve) = served(rc, &["--snapshot-secs", "1"], &["live", "0.001", "500"]);
     let all = items("live", 12_000);
     let acked = std::sync::atomic::AtomicUsize::new(0);
     let filter = dir.join("live.bgf");
