@@ -132,9 +132,9 @@ pub fn random_seed() -> u64 {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Prepared {
     /// Blocked: word index of the block. Classic: first double-hashing value.
-    a: u64,
+    pub(crate) a: u64,
     /// Blocked: the 32-bit in-block hash (odd). Classic: second value.
-    b: u64,
+    pub(crate) b: u64,
 }
 
 /// What a blocked lookup reads, held in locals (see `Filter::blocked_view`).

@@ -228,9 +228,17 @@ fn header_checksum(header: &[u8]) -> u64 {
 /// The data checksum: wrapping sum of `xxh3_64(page, seed = page index)` over
 /// 4096-byte pages (the last may be shorter). Parallel.
 pub fn data_checksum(data: &[u8]) -> u64 {
+    pages_checksum(data, 0)
+}
+
+/// The share of the data checksum of `data`, a run of whole pages starting
+/// at page `first_page` of the array (the last may be shorter if it ends
+/// the array): [`data_checksum`] of the array is the wrapping sum of these
+/// shares over any cut of it into page-aligned runs.
+pub fn pages_checksum(data: &[u8], first_page: u64) -> u64 {
     data.par_chunks(PAGE)
         .enumerate()
-        .map(|(i, page)| xxh3_64_with_seed(page, i as u64))
+        .map(|(i, page)| xxh3_64_with_seed(page, first_page + i as u64))
         .reduce(|| 0u64, u64::wrapping_add)
 }
 

@@ -14,7 +14,9 @@
 //! (atomic OR) and may run on every core at once. Filters are stored in a
 //! memory-mappable file format ([`format`](mod@format), `docs/file-format.md`).
 //!
-//! The sizing formulas and their sources are in [`math`].
+//! The sizing formulas and their sources are in [`math`]. A filter larger
+//! than the memory a build may use is built a slice at a time ([`slice`]),
+//! bit for bit as it would be in memory.
 //!
 //! ```
 //! use bloomgate_engine::{plan, Filter, Layout};
@@ -36,6 +38,7 @@ mod filter;
 pub mod format;
 pub mod hash;
 pub mod math;
+pub mod slice;
 mod storage;
 
 pub use error::{Error, FormatProblem, Result};
