@@ -42,6 +42,32 @@ pub enum Command {
     Serve(ServeArgs),
 }
 
+/// Parses a size in bytes: `12G`, `800M`, `64K`, `1.5GiB`, `4096` (binary
+/// multiples: 1K = 1024 bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(format!("{s:?}: unknown size unit (use K, M, G or T)")),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 12G, 800M)"))?;
+    let bytes = n * (1u64 << shift) as f64;
+    if !bytes.is_finite() || !(1.0..9.2e18).contains(&bytes) {
+        return Err(format!("{s:?} is not a usable size"));
+    }
+    Ok(bytes as u64)
+}
+
 /// Parses an item count: `10000000000`, `1e10`, `10_000_000`.
 pub fn parse_items(s: &str) -> Result<u64, String> {
     let clean: String = s.chars().filter(|&c| c != '_' && c != ',').collect();
@@ -208,6 +234,15 @@ pub struct BuildArgs {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Most memory the filter's bits may take while building (`12G`, `800M`;
+    /// default: 60 % of the memory available now). A larger filter is built
+    /// in slices, one pass over the inputs per slice.
+    #[arg(long, value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// Where standard input is spooled (compressed) when a sliced build
+    /// needs more than one pass over it (default: the output's directory).
+    #[arg(long)]
+    pub tmp_dir: Option<std::path::PathBuf>,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
     #[arg(default_value = "-")]
     pub inputs: Vec<String>,

@@ -269,6 +269,35 @@ where
     outcome
 }
 
+/// Copies standard input, zstd-compressed, into a temporary file in `dir`
+/// (named `*.zst`, so [`open`] decompresses it), for commands that read
+/// their input more than once. The file is removed when the returned value
+/// is dropped, also after an error.
+pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".bloomgate-stdin-")
+        .suffix(".zst")
+        .tempfile_in(dir)
+        .with_context(|| format!("{}: cannot create a file to spool standard input (--tmp-dir chooses another directory)", dir.display()))?;
+    let write = || -> io::Result<()> {
+        // Level 1: the spool is written once and read once per pass; speed
+        // matters more than the last few percent of size.
+        let mut enc = zstd::Encoder::new(io::BufWriter::new(tmp.as_file()), 1)?;
+        io::copy(&mut io::stdin().lock(), &mut enc)?;
+        enc.finish()?
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()
+    };
+    write().with_context(|| {
+        format!(
+            "{}: cannot spool standard input (is the disk full? --tmp-dir chooses another directory)",
+            tmp.path().display()
+        )
+    })?;
+    Ok(tmp)
+}
+
 /// Sum of the sizes of the inputs that are regular files (None if any is stdin).
 pub fn total_size(inputs: &[String]) -> Option<u64> {
     let mut total = 0;

@@ -53,23 +53,28 @@ pub fn bytes(n: u64) -> String {
 
 /// A progress bar on stderr when it is a terminal, tracking bytes read;
 /// `None` otherwise (no escape codes in logs and pipes).
+/// `label`, if any, stands before the bar (`pass 2/3`).
 pub fn progress_bar(
     total: Option<u64>,
     progress: &Progress,
+    label: Option<String>,
 ) -> Option<(ProgressBar, std::thread::JoinHandle<()>)> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
     let bar = match total {
         Some(t) => ProgressBar::new(t).with_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
+            ProgressStyle::with_template("{spinner} {msg}[{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         ),
         None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bytes} read ({bytes_per_sec})")
+            ProgressStyle::with_template("{spinner} {msg}[{elapsed_precise}] {bytes} read ({bytes_per_sec})")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         ),
     };
+    if let Some(l) = label {
+        bar.set_message(format!("{l} "));
+    }
     let b = bar.clone();
     let p = progress.clone();
     let handle = std::thread::spawn(move || {

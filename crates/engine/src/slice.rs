@@ -24,13 +24,17 @@
 //! its slice; with the classic layout an item's `k` bits may lie in `k`
 //! different slices.
 
+use std::fs::{File, OpenOptions};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::arch;
-use crate::error::{Error, Result};
+use crate::error::{io_err, Error, Result};
 use crate::filter::{Params, Prepared};
-use crate::hash::{hash_item, reduce};
+use crate::format::{sync_dir, temp_path, Header, FORMAT_VERSION, HEADER_LEN};
+use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{Layout, BLOCK_BITS};
 use crate::storage::Bits;
 
@@ -201,6 +205,108 @@ impl Slice {
     }
 }
 
+/// Writes a filter file slice by slice: a temporary file beside the target
+/// path, each [`Slice`] written at its place, then the header (with the
+/// data checksum summed from the slices'), fsync and an atomic rename.
+/// Dropped before [`SliceWriter::finish`] — an error, a full disk — the
+/// temporary is removed and nothing appears at the target path.
+#[derive(Debug)]
+pub struct SliceWriter {
+    path: PathBuf,
+    tmp: Option<PathBuf>,
+    file: File,
+    params: Params,
+    next_word: u64,
+    checksum: u64,
+    items: u64,
+}
+
+impl SliceWriter {
+    /// Creates the temporary file (sparse, at its final size).
+    pub fn create(path: impl AsRef<Path>, params: &Params) -> Result<SliceWriter> {
+        params.validate()?;
+        let path = path.as_ref().to_path_buf();
+        let tmp = temp_path(&path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err(&tmp, "create"))?;
+        let w = SliceWriter {
+            path,
+            tmp: Some(tmp.clone()),
+            file,
+            params: params.clone(),
+            next_word: 0,
+            checksum: 0,
+            items: 0,
+        };
+        // Sparse: the blocks are allocated as the slices are written, so a
+        // full disk shows up as a failed write (and the temporary goes).
+        w.file
+            .set_len(HEADER_LEN as u64 + params.bits / 8)
+            .map_err(io_err(&tmp, "size"))?;
+        Ok(w)
+    }
+
+    /// Writes the next slice (slices must come in order, without gaps) and
+    /// adds `new_items` to the item count.
+    pub fn write(&mut self, slice: &Slice, new_items: u64) -> Result<()> {
+        let tmp = self.tmp.clone().expect("not finished");
+        if slice.range.start != self.next_word || slice.params.bits != self.params.bits {
+            return Err(Error::InvalidParams(format!(
+                "slice {:?} written out of order (next word {})",
+                slice.range, self.next_word
+            )));
+        }
+        self.file
+            .write_all_at(slice.as_bytes(), HEADER_LEN as u64 + slice.range.start * 8)
+            .map_err(io_err(&tmp, "write"))?;
+        self.checksum = self.checksum.wrapping_add(slice.checksum());
+        self.items += new_items;
+        self.next_word = slice.range.end;
+        Ok(())
+    }
+
+    /// Writes the header, syncs and renames the file into place. Every slice
+    /// must have been written.
+    pub fn finish(mut self) -> Result<()> {
+        let tmp = self.tmp.clone().expect("not finished");
+        if self.next_word != self.params.words() {
+            return Err(Error::InvalidParams(format!(
+                "only {} of {} words were written",
+                self.next_word,
+                self.params.words()
+            )));
+        }
+        let header = Header {
+            version: FORMAT_VERSION,
+            params: self.params.clone(),
+            hash_id: HASH_XXH3_128,
+            flags: 0,
+            items: self.items,
+            data_len: self.params.bits / 8,
+            data_checksum: self.checksum,
+        };
+        self.file
+            .write_all_at(&header.encode(), 0)
+            .map_err(io_err(&tmp, "write"))?;
+        self.file.sync_all().map_err(io_err(&tmp, "fsync"))?;
+        std::fs::rename(&tmp, &self.path).map_err(io_err(&self.path, "rename into place"))?;
+        self.tmp = None;
+        sync_dir(&self.path)
+    }
+}
+
+impl Drop for SliceWriter {
+    fn drop(&mut self) {
+        if let Some(tmp) = &self.tmp {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,5 +385,54 @@ mod tests {
         assert!(Slice::new(&params, 0..w + PAGE_WORDS).is_err());
         assert!(Slice::new(&params, PAGE_WORDS..w).is_ok());
         assert_eq!(plan_slices(&params, 0).len() as u64, w.div_ceil(PAGE_WORDS));
+    }
+
+    #[test]
+    fn a_sliced_file_is_the_in_memory_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for layout in [Layout::Blocked, Layout::Classic] {
+            let params = Params::from_plan(&plan(layout, 30_000, 1e-4).unwrap(), 77);
+            let data = items(30_000, "f");
+            let whole_path = dir.path().join(format!("whole-{layout}.bgf"));
+            let mut whole = Filter::create_file(&whole_path, params.clone()).unwrap();
+            whole.insert_batch(&data);
+            whole.persist().unwrap();
+            let sliced_path = dir.path().join(format!("sliced-{layout}.bgf"));
+            let mut w = SliceWriter::create(&sliced_path, &params).unwrap();
+            for r in plan_slices(&params, 5 * 4096) {
+                let s = Slice::new(&params, r).unwrap();
+                let new = s.insert_batch(&data);
+                w.write(&s, new).unwrap();
+            }
+            w.finish().unwrap();
+            let (a, b) = (
+                std::fs::read(&whole_path).unwrap(),
+                std::fs::read(&sliced_path).unwrap(),
+            );
+            assert_eq!(a.len(), b.len());
+            assert!(a[HEADER_LEN..] == b[HEADER_LEN..], "{layout:?} data");
+            let f = Filter::open(&sliced_path, crate::Access::ReadOnly).unwrap();
+            f.verify().unwrap();
+            assert_eq!(f.params(), whole.params());
+            for item in &data {
+                assert!(f.contains(item));
+            }
+        }
+        // Unfinished (an error on the way): nothing at the path, no temporary.
+        let params = Params::from_plan(&plan(Layout::Blocked, 30_000, 1e-4).unwrap(), 1);
+        let target = dir.path().join("unfinished.bgf");
+        let mut w = SliceWriter::create(&target, &params).unwrap();
+        let first = plan_slices(&params, 4096)[0].clone();
+        let s = Slice::new(&params, first).unwrap();
+        w.write(&s, 0).unwrap();
+        // Out of order is refused.
+        assert!(w.write(&s, 0).is_err());
+        assert!(w.finish().is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("unfinished"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

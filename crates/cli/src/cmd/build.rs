@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bloomgate_blacklist::layers::Growth;
 use bloomgate_blacklist::{per_lookup_rate, Blacklist};
+use bloomgate_engine::slice::{self, Slice, SliceWriter};
 use bloomgate_engine::{math, random_seed, Filter, Params};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
@@ -43,6 +44,10 @@ struct ChunkOut {
 enum Sink<'a> {
     /// A new filter: batches from all cores at once.
     Build(Arc<Filter>),
+    /// One slice of a new filter too large for memory (see
+    /// `bloomgate_engine::slice`): batches from all cores, only the bits in
+    /// the slice are set.
+    Slice(&'a Slice),
     /// An in-place update of a fixed filter: batches from all cores through
     /// the engine's page log, so that only the checksum pages that change
     /// are rehashed at the end.
@@ -52,6 +57,18 @@ enum Sink<'a> {
     Growing(&'a mut Blacklist),
 }
 
+/// Which pass over the inputs this is, of how many (a sliced build reads
+/// them once per slice; only the first pass reports invalid entries).
+#[derive(Clone, Copy)]
+struct Pass {
+    index: usize,
+    of: usize,
+}
+
+impl Pass {
+    const ONLY: Pass = Pass { index: 0, of: 1 };
+}
+
 /// Inserts every line of `inputs` into the filter through `sink`, reporting
 /// invalid entries on stderr.
 fn insert_inputs(
@@ -59,14 +76,23 @@ fn insert_inputs(
     inputs: &[String],
     strict: bool,
     sink: Sink<'_>,
+    pass: Pass,
 ) -> Result<Stats> {
+    enum Par<'s> {
+        Insert(Arc<Filter>),
+        Update(Arc<Filter>),
+        Slice(&'s Slice),
+    }
     let (parallel, mut growing) = match sink {
-        Sink::Build(f) => (Some((f, false)), None),
-        Sink::Update(f) => (Some((f, true)), None),
+        Sink::Build(f) => (Some(Par::Insert(f)), None),
+        Sink::Slice(s) => (Some(Par::Slice(s)), None),
+        Sink::Update(f) => (Some(Par::Update(f)), None),
         Sink::Growing(list) => (None, Some(list)),
     };
+    let report_invalid = pass.index == 0;
     let progress = Progress::default();
-    let bar = report::progress_bar(input::total_size(inputs), &progress);
+    let label = (pass.of > 1).then(|| format!("pass {}/{}", pass.index + 1, pass.of));
+    let bar = report::progress_bar(input::total_size(inputs), &progress, label);
     let mut stats = Stats::default();
     let names = inputs.to_vec();
     let result = input::process(
@@ -89,8 +115,9 @@ fn insert_inputs(
                 }
             });
             match &parallel {
-                Some((f, false)) => out.new = f.insert_batch(&keys),
-                Some((f, true)) => match f.update_batch(&keys) {
+                Some(Par::Insert(f)) => out.new = f.insert_batch(&keys),
+                Some(Par::Slice(s)) => out.new = s.insert_batch(&keys),
+                Some(Par::Update(f)) => match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
                 },
@@ -122,7 +149,7 @@ fn insert_inputs(
                     stats.first_invalid = Some(msg);
                     bail!("stopping at the first invalid entry (--strict)");
                 }
-                if stats.shown < SHOW_INVALID {
+                if report_invalid && stats.shown < SHOW_INVALID {
                     eprintln!("bloomgate: {msg}");
                     stats.shown += 1;
                 }
@@ -135,7 +162,7 @@ fn insert_inputs(
         bail!("{msg}");
     }
     result?;
-    if stats.invalid > stats.shown as u64 {
+    if report_invalid && stats.invalid > stats.shown as u64 {
         eprintln!(
             "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
             thousands(stats.invalid - stats.shown as u64),
@@ -193,6 +220,16 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
     params.key_kind = kind.as_u8();
     params.match_mode = mode.as_u8();
+    let budget = match a.memory {
+        Some(m) => Budget {
+            bytes: m,
+            why: "--memory".into(),
+        },
+        None => Budget::default_share(),
+    };
+    if plan.bytes() > budget.bytes {
+        return build_sliced(&a, params, (kind, mode), &budget, started);
+    }
     // The engine's error already names the (temporary) file and the failure.
     let filter = Arc::new(Filter::create_file(&a.output, params)?);
     let stats = insert_inputs(
@@ -200,11 +237,152 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         &a.inputs,
         a.strict,
         Sink::Build(filter.clone()),
+        Pass::ONLY,
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     filter.persist()?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
+    Ok(0)
+}
+
+/// The memory a build may give the filter's bits.
+struct Budget {
+    bytes: u64,
+    /// Where the number came from, for the summary.
+    why: String,
+}
+
+impl Budget {
+    /// 60 % of the memory the kernel says is available now (`MemAvailable`):
+    /// the rest stays for the page cache that feeds the inputs, and for
+    /// whatever else runs on the machine.
+    fn default_share() -> Budget {
+        match mem_available() {
+            Some(avail) => Budget {
+                bytes: avail / 10 * 6,
+                why: format!("60 % of the {} available", bytes(avail)),
+            },
+            None => Budget {
+                bytes: 4 << 30,
+                why: "a fixed 4 GiB (available memory unknown)".into(),
+            },
+        }
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Peak resident memory of this process (`VmHWM`), in bytes.
+fn peak_rss() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Builds a filter larger than the budget one slice of its bit array at a
+/// time: one pass over the inputs per slice, each slice written to its
+/// place in the output file (`bloomgate_engine::slice`). The result is bit
+/// for bit the in-memory build.
+///
+/// Why passes rather than hashing once and spilling per-item records to
+/// disk sorted by slice: a record needs ~8 bytes (block index and in-block
+/// hash), 80 GB for 10¹⁰ items — more than this machine's free disk beside
+/// the 27 GB output — and the spill would be written and read back once
+/// each, which at disk speed (~1 GB/s) costs as much as hashing the input
+/// again on two cores (12 M lines/s/core). Passes need no disk beyond the
+/// output and scale with cores; a pass over files is re-read from the page
+/// cache when it fits, and from disk sequentially otherwise.
+fn build_sliced(
+    a: &BuildArgs,
+    params: Params,
+    rules: (KeyKind, MatchMode),
+    budget: &Budget,
+    started: Instant,
+) -> Result<i32> {
+    // The budget is for the bits; the input chunks in flight and their keys
+    // add a few dozen MiB on top (peak memory is reported at the end).
+    let ranges = slice::plan_slices(&params, budget.bytes);
+    eprintln!(
+        "bloomgate: the filter's {} exceed the memory budget of {} ({}): building it in {} slices, one pass over the inputs each",
+        bytes(params.bits / 8),
+        bytes(budget.bytes),
+        budget.why,
+        ranges.len()
+    );
+    let _spool;
+    let inputs = if a.inputs.iter().any(|i| i == "-") {
+        let dir = match &a.tmp_dir {
+            Some(d) => d.clone(),
+            None => std::path::Path::new(&a.output)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| ".".into(), |p| p.to_path_buf()),
+        };
+        let spool = crate::input::spool_stdin(&dir)?;
+        let inputs = a
+            .inputs
+            .iter()
+            .map(|i| {
+                if i == "-" {
+                    spool.path().to_string_lossy().into_owned()
+                } else {
+                    i.clone()
+                }
+            })
+            .collect::<Vec<_>>();
+        _spool = spool;
+        inputs
+    } else {
+        a.inputs.clone()
+    };
+    let mut writer = SliceWriter::create(&a.output, &params)?;
+    let mut stats = Stats::default();
+    let mut pass_secs = Vec::new();
+    for (i, range) in ranges.iter().enumerate() {
+        let t = Instant::now();
+        let s = Slice::new(&params, range.clone())?;
+        let pass = Pass {
+            index: i,
+            of: ranges.len(),
+        };
+        let st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass)?;
+        writer.write(&s, st.new)?;
+        if i == 0 {
+            stats = st;
+        } else {
+            stats.new += st.new;
+            if st.lines != stats.lines {
+                bail!(
+                    "the inputs changed between passes ({} lines, then {}): a sliced build reads them once per slice",
+                    stats.lines,
+                    st.lines
+                );
+            }
+        }
+        pass_secs.push(t.elapsed().as_secs_f64());
+    }
+    writer.finish()?;
+    let filter = Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)?;
+    let list = Blacklist::from_filter(filter)?;
+    summary("built", &a.output, &list, &stats, started);
+    pass_secs.sort_by(f64::total_cmp);
+    eprintln!(
+        "bloomgate: {} passes of {:.1} s (median; {:.1}–{:.1} s), peak memory {} (budget {})",
+        ranges.len(),
+        pass_secs[pass_secs.len() / 2],
+        pass_secs[0],
+        pass_secs[pass_secs.len() - 1],
+        peak_rss().map_or_else(|| "unknown".into(), bytes),
+        bytes(budget.bytes)
+    );
     Ok(0)
 }
 
@@ -218,9 +396,15 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let rules = (list.kind(), list.mode());
     let result = if list.layers().growth == Growth::Fixed {
         let layer = list.layers().layers[0].clone();
-        insert_inputs(rules, &a.inputs, a.strict, Sink::Update(layer))
+        insert_inputs(rules, &a.inputs, a.strict, Sink::Update(layer), Pass::ONLY)
     } else {
-        insert_inputs(rules, &a.inputs, a.strict, Sink::Growing(&mut list))
+        insert_inputs(
+            rules,
+            &a.inputs,
+            a.strict,
+            Sink::Growing(&mut list),
+            Pass::ONLY,
+        )
     };
     // Reseal the files whatever happened: bits already set stay set (never
     // a false negative), and the checksums must describe them.
