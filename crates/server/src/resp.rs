@@ -45,7 +45,7 @@
 //! # Commands
 //!
 //! `BF.RESERVE`, `BF.ADD`, `BF.MADD`, `BF.INSERT`, `BF.EXISTS`, `BF.MEXISTS`,
-//! `BF.INFO`, `BF.CARD`, `BF.SCANDUMP`, `BF.LOADCHUNK`, plus what clients
+//! `BF.INFO`, `BF.CARD`, `BF.DEBUG`, `BF.SCANDUMP`, `BF.LOADCHUNK`, plus what clients
 //! send on connect: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT …`,
 //! `INFO`, `COMMAND`, `CONFIG GET`, `QUIT`, `RESET`, `DEL`/`UNLINK`,
 //! `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `DBSIZE`. Replies and error strings
@@ -68,6 +68,29 @@ use crate::wal::AckRx;
 use crate::App;
 
 const MAX_INLINE: usize = 64 << 10;
+
+/// RedisBloom's default expansion of a scaling filter.
+const DEFAULT_EXPANSION: u32 = 2;
+/// The expansions RedisBloom accepts; 0 makes a non-scaling filter.
+const EXPANSION_RANGE: std::ops::RangeInclusive<i64> = 0..=32768;
+/// `BF.RESERVE`'s answer to an expansion outside [`EXPANSION_RANGE`].
+const EXPANSION_RANGE_ERROR: &str = "ERR expansion must be in the range [0, 32768]";
+/// `BF.RESERVE`'s answer to an error rate outside (0, 1).
+const ERROR_RATE_RANGE: &str = "ERR error rate must be in the range (0.000000, 1.000000)";
+/// `BF.RESERVE`'s answer to a capacity below 1. (RedisBloom also refuses
+/// capacities above 2^30 with it; bloomgate takes them, up to its filter
+/// size limit.)
+const CAPACITY_RANGE: &str = "ERR capacity must be in the range [1, 1073741824]";
+/// `BF.LOADCHUNK`'s answer to a chunk or header that cannot be loaded.
+const BAD_DATA: &str = "ERR received bad data";
+/// `BF.INFO`'s field names, in its order.
+const INFO_FIELDS: [&str; 5] = [
+    "Capacity",
+    "Size",
+    "Number of filters",
+    "Number of items inserted",
+    "Expansion rate",
+];
 
 /// A framing error: the client is told and disconnected.
 #[derive(Debug, PartialEq, Eq)]
@@ -829,8 +852,8 @@ impl Conn {
         };
         let (class, op) = match cmd {
             b"BF.EXISTS" | b"BF.MEXISTS" => (Class::Read, Op::Check),
-            b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"EXISTS" | b"TYPE" | b"KEYS" | b"SCAN"
-            | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
+            b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.DEBUG" | b"EXISTS" | b"TYPE"
+            | b"KEYS" | b"SCAN" | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
             b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" => (Class::Write, Op::Add),
             b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" => (Class::Write, Op::Admin),
             b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
@@ -1181,37 +1204,24 @@ impl Conn {
                 let Some(n) = self.named(argv[1]) else {
                     return out.error("ERR not found");
                 };
-                let Some(iter) = parse_i64(argv[2]).filter(|&i| i >= 0) else {
-                    return out.error("ERR Second argument must be numeric");
+                let Some(iter) = parse_i64(argv[2]) else {
+                    return out.error("Second argument must be numeric");
                 };
-                let (next, data) = self.app.store.scandump(&n, iter as u64);
+                // A negative iterator is past the end, as in RedisBloom.
+                let (next, data) = match u64::try_from(iter) {
+                    Ok(iter) => self.app.store.scandump(&n, iter),
+                    Err(_) => (0, Vec::new()),
+                };
                 out.array(2);
                 out.int(next as i64);
                 out.bulk(&data);
             }
-            b"BF.LOADCHUNK" if argc == 4 => {
-                let Some(iter) = parse_i64(argv[2]).filter(|&i| i > 0) else {
-                    return out.error("ERR Second argument must be numeric");
-                };
-                match self
-                    .app
-                    .store
-                    .loadchunk(&lossy(argv[1]), iter as u64, argv[3])
-                {
-                    Ok(rx) => {
-                        if rx.is_some() {
-                            self.pending = rx;
-                        }
-                        out.ok()
-                    }
-                    Err(e) => out.error(&store_err(&e)),
-                }
-            }
+            b"BF.LOADCHUNK" if argc == 4 => self.loadchunk(argv, out),
+            b"BF.DEBUG" if argc == 2 => self.debug(argv[1], out),
             b"ECHO" | b"SELECT" | b"CLIENT" | b"CONFIG" | b"KEYS" | b"SCAN" | b"EXISTS"
             | b"TYPE" | b"DEL" | b"UNLINK" | b"BF.ADD" | b"BF.MADD" | b"BF.EXISTS"
-            | b"BF.MEXISTS" | b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.LOADCHUNK" => {
-                Self::wrong_arity(out, argv[0])
-            }
+            | b"BF.MEXISTS" | b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.LOADCHUNK"
+            | b"BF.DEBUG" => Self::wrong_arity(out, argv[0]),
             _ => {
                 let mut msg = format!(
                     "ERR unknown command '{}', with args beginning with: ",
@@ -1334,6 +1344,36 @@ impl Conn {
         }
     }
 
+    /// `BF.LOADCHUNK key iter data`, with RedisBloom's error texts: a bad
+    /// header, a header for an existing filter, an iterator below 1 for an
+    /// existing filter, or a chunk that does not fit the iterator (or the
+    /// 8-byte alignment of bloomgate's bit arrays) is `ERR received bad
+    /// data`; a chunk that starts past the end is `ERR invalid offset - no
+    /// link found`; one that runs past the end of its layer is `ERR invalid
+    /// chunk - Too big for current filter`.
+    fn loadchunk(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Some(iter) = parse_i64(argv[2]) else {
+            return out.error("ERR Second argument must be numeric");
+        };
+        let name = lossy(argv[1]);
+        let exists = self.app.store.get(&name).is_some();
+        if iter < 1 || (iter == 1 && exists) {
+            // Only iteration 1 creates; a header cannot be loaded into a filter.
+            return out.error(if exists { BAD_DATA } else { "ERR not found" });
+        }
+        match self.app.store.loadchunk(&name, iter as u64, argv[3]) {
+            Ok(rx) => {
+                if rx.is_some() {
+                    self.pending = rx;
+                }
+                out.ok()
+            }
+            // Created meanwhile by another client.
+            Err(StoreError::Exists(_)) => out.error(BAD_DATA),
+            Err(e) => out.error(&store_err(&e)),
+        }
+    }
+
     fn reserve(&mut self, argv: &[&[u8]], out: &mut Out) {
         let argc = argv.len();
         if !(4..=7).contains(&argc) {
@@ -1343,16 +1383,16 @@ impl Conn {
             return out.error("ERR bad error rate");
         };
         if error <= 0.0 || error >= 1.0 {
-            return out.error("ERR (0 < error rate range < 1) ");
+            return out.error(ERROR_RATE_RANGE);
         }
         let Some(capacity) = parse_i64(argv[3]) else {
             return out.error("ERR bad capacity");
         };
         if capacity <= 0 {
-            return out.error("ERR (capacity should be larger than 0)");
+            return out.error(CAPACITY_RANGE);
         }
         let mut nonscaling = false;
-        let mut expansion: Option<i64> = None;
+        let mut expansion: Option<&[u8]> = None;
         let mut i = 4;
         while i < argc {
             match upper(argv[i]).as_slice() {
@@ -1364,23 +1404,36 @@ impl Conn {
                     let Some(v) = argv.get(i + 1) else {
                         return out.error("ERR no expansion");
                     };
-                    match parse_i64(v) {
-                        Some(e) if e >= 1 => expansion = Some(e),
-                        _ => return out.error("ERR expansion should be greater or equal to 1"),
-                    }
+                    expansion = Some(v);
                     i += 2;
                 }
                 _ => return out.error("ERR unknown argument received"),
             }
         }
-        if nonscaling && expansion.is_some() {
-            return out.error("Nonscaling filters cannot expand");
-        }
+        // RedisBloom's order: `EXPANSION 0` makes a non-scaling filter, any
+        // other expansion conflicts with `NONSCALING`, then the range.
+        let expansion = match expansion {
+            None => DEFAULT_EXPANSION,
+            Some(v) => {
+                let Some(e) = parse_i64(v) else {
+                    return out.error("ERR bad expansion");
+                };
+                if e == 0 {
+                    nonscaling = true;
+                } else if nonscaling {
+                    return out.error("Nonscaling filters cannot expand");
+                }
+                if !EXPANSION_RANGE.contains(&e) {
+                    return out.error(EXPANSION_RANGE_ERROR);
+                }
+                e as u32
+            }
+        };
         let spec = CreateSpec {
             items: capacity as u64,
             fp: error,
             growth: Growth::Redis(Meta {
-                expansion: expansion.unwrap_or(2).min(u32::MAX as i64) as u32,
+                expansion,
                 nonscaling,
                 error_rate: None,
             }),
@@ -1392,6 +1445,7 @@ impl Conn {
         }
     }
 
+    /// `BF.INSERT`. Its option errors carry no `ERR ` prefix, as in RedisBloom.
     fn insert(&mut self, argv: &[&[u8]], out: &mut Out) {
         let argc = argv.len();
         if argc < 4 {
@@ -1400,7 +1454,7 @@ impl Conn {
         let mut spec = CreateSpec::redis_default();
         let mut autocreate = true;
         let mut nonscaling = false;
-        let mut expansion = 2i64;
+        let mut expansion = DEFAULT_EXPANSION as i64;
         let mut items_at = None;
         let mut i = 2;
         while i < argc && items_at.is_none() {
@@ -1410,33 +1464,30 @@ impl Conn {
                     let Some(v) = argv.get(i + 1) else {
                         return Self::wrong_arity(out, argv[0]);
                     };
-                    let Some(e) = parse_f64(v) else {
-                        return out.error("ERR Bad error rate");
-                    };
-                    spec.fp = e;
+                    match parse_f64(v) {
+                        Some(e) if e > 0.0 && e < 1.0 => spec.fp = e,
+                        _ => return out.error("Bad error rate"),
+                    }
                     i += 2;
                 }
                 b"CAPACITY" => {
                     let Some(v) = argv.get(i + 1) else {
                         return Self::wrong_arity(out, argv[0]);
                     };
-                    let Some(c) = parse_i64(v) else {
-                        return out.error("ERR Bad capacity");
-                    };
-                    if c < 1 {
-                        return out.error("ERR Bad argument received");
+                    match parse_i64(v) {
+                        Some(c) if c >= 1 => spec.items = c as u64,
+                        _ => return out.error("Bad capacity"),
                     }
-                    spec.items = c as u64;
                     i += 2;
                 }
                 b"EXPANSION" => {
                     let Some(v) = argv.get(i + 1) else {
                         return Self::wrong_arity(out, argv[0]);
                     };
-                    let Some(e) = parse_i64(v) else {
-                        return out.error("ERR Bad expansion");
-                    };
-                    expansion = e;
+                    match parse_i64(v) {
+                        Some(e) if EXPANSION_RANGE.contains(&e) => expansion = e,
+                        _ => return out.error("Bad expansion"),
+                    }
                     i += 2;
                 }
                 b"NOCREATE" => {
@@ -1447,18 +1498,15 @@ impl Conn {
                     nonscaling = true;
                     i += 1;
                 }
-                _ => return out.error("ERR Unknown argument received"),
+                _ => return out.error("Unknown argument received"),
             }
         }
         let Some(items_at) = items_at.filter(|&k| k < argc) else {
             return Self::wrong_arity(out, argv[0]);
         };
-        if spec.fp <= 0.0 || spec.fp >= 1.0 || expansion < 1 {
-            return out.error("ERR Bad argument received");
-        }
         spec.growth = Growth::Redis(Meta {
-            expansion: expansion.min(u32::MAX as i64) as u32,
-            nonscaling,
+            expansion: expansion as u32,
+            nonscaling: nonscaling || expansion == 0,
             error_rate: None,
         });
         let create = autocreate.then_some(spec);
@@ -1563,6 +1611,9 @@ impl Conn {
         self.hits += hits;
     }
 
+    /// `BF.INFO key [field]`. `Size` is the bytes this filter uses (its bit
+    /// arrays plus 64 per layer), not RedisBloom's figure for the same
+    /// parameters: the layouts differ.
     fn info(&mut self, argv: &[&[u8]], out: &mut Out) {
         let Some(n) = self.named(argv[1]) else {
             return out.error("ERR not found");
@@ -1577,15 +1628,21 @@ impl Conn {
             _ => None,
         };
         if let Some(field) = argv.get(2) {
-            let v = match upper(field).as_slice() {
-                b"CAPACITY" => Some(capacity),
-                b"SIZE" => Some(size),
-                b"FILTERS" => Some(filters),
-                b"ITEMS" => Some(items),
-                b"EXPANSION" => expansion,
-                _ => return out.error("ERR Invalid information value"),
+            let (k, v) = match upper(field).as_slice() {
+                b"CAPACITY" => (0, Some(capacity)),
+                b"SIZE" => (1, Some(size)),
+                b"FILTERS" => (2, Some(filters)),
+                b"ITEMS" => (3, Some(items)),
+                b"EXPANSION" => (4, expansion),
+                _ => return out.error("Invalid information value"),
             };
-            out.array(1);
+            // One field: a one-entry map in RESP3, a one-element array in RESP2.
+            if out.proto >= 3 {
+                out.map(1);
+                out.simple(INFO_FIELDS[k]);
+            } else {
+                out.array(1);
+            }
             match v {
                 Some(v) => out.int(v),
                 None => out.null(),
@@ -1593,19 +1650,78 @@ impl Conn {
             return;
         }
         out.map(5);
-        for (k, v) in [
-            ("Capacity", Some(capacity)),
-            ("Size", Some(size)),
-            ("Number of filters", Some(filters)),
-            ("Number of items inserted", Some(items)),
-            ("Expansion rate", expansion),
-        ] {
+        for (k, v) in INFO_FIELDS.into_iter().zip([
+            Some(capacity),
+            Some(size),
+            Some(filters),
+            Some(items),
+            expansion,
+        ]) {
             out.simple(k);
             match v {
                 Some(v) => out.int(v),
                 None => out.null(),
             }
         }
+    }
+
+    /// `BF.DEBUG key`: RedisBloom's reply, an array of bulk strings: the
+    /// line `size:<items>`, then per layer (oldest first)
+    /// `bytes:<n> bits:<n> hashes:<k> hashwidth:<w> capacity:<n> size:<items> ratio:<fp>`.
+    ///
+    /// From bloomgate's layers: `bytes`/`bits` are the layer's bit array
+    /// (a multiple of 512 bits); `hashes` is the probes per item (in the
+    /// blocked layout of Redis-created filters all fall in one 512-bit
+    /// block); `hashwidth` is 128 (one XXH3-128 hash per item, where
+    /// RedisBloom says 64); `capacity` is the items the layer was planned
+    /// for; `size` the items it took; `ratio` the false-positive rate it was
+    /// planned for (as RedisBloom's: half the requested rate for the first
+    /// layer of a scaling filter), printed as C's `%g`.
+    fn debug(&self, key: &[u8], out: &mut Out) {
+        let Some(n) = self.named(key) else {
+            return out.error("ERR not found");
+        };
+        let st = n.layers();
+        out.array(1 + st.layers.len());
+        out.bulk(format!("size:{}", st.items()).as_bytes());
+        for f in &st.layers {
+            let p = f.params();
+            let line = format!(
+                "bytes:{} bits:{} hashes:{} hashwidth:128 capacity:{} size:{} ratio:{}",
+                f.as_bytes().len(),
+                p.bits,
+                p.k,
+                p.planned_items,
+                f.items(),
+                fmt_g(p.target_fp)
+            );
+            out.bulk(line.as_bytes());
+        }
+    }
+}
+
+/// `v` as C's `printf("%g")` prints it: six significant digits, trailing
+/// zeros dropped, exponent form below 1e-4 and from 1e6 on (`5e-07`).
+fn fmt_g(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    // Rounded to six significant digits first: that fixes the exponent.
+    let sci = format!("{v:.5e}");
+    let (mantissa, exp) = sci.split_once('e').expect("exponent form");
+    let exp: i32 = exp.parse().expect("integer exponent");
+    let trim = |s: &str| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        trim(&format!("{v:.*}", (5 - exp) as usize))
     }
 }
 
@@ -1739,6 +1855,27 @@ mod tests {
             parse_append(&ok, &caps, &mut args, &mut 0),
             Ok(Some(_))
         ));
+    }
+
+    #[test]
+    fn fmt_g_prints_like_c() {
+        for (v, want) in [
+            (0.01, "0.01"),
+            (0.0005, "0.0005"),
+            (0.000625, "0.000625"),
+            (5e-7, "5e-07"),
+            (1e-15, "1e-15"),
+            (0.1, "0.1"),
+            (0.00012345678, "0.000123457"),
+            (0.000099999999, "0.0001"),
+            (0.5, "0.5"),
+            (1.0, "1"),
+            (123456.0, "123456"),
+            (1234567.0, "1.23457e+06"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(fmt_g(v), want, "{v}");
+        }
     }
 
     #[test]

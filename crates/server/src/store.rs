@@ -1297,31 +1297,33 @@ impl Store {
     }
 
     /// `BF.LOADCHUNK`: iteration 1 creates the filter from a header; later
-    /// iterations OR data into it (logged like adds).
+    /// iterations OR data into it (logged like adds): a chunk of `n` bytes
+    /// covers bytes `iter - 1 - n .. iter - 1` of the layers laid end to end.
+    /// A bad header or chunk is refused with RedisBloom's texts (`received bad data`, `invalid offset
+    /// - no link found`, `invalid chunk - Too big for current filter`).
     pub fn loadchunk(
         &self,
         name: &str,
         iter: u64,
         data: &[u8],
     ) -> Result<Option<AckRx>, StoreError> {
+        let bad_data = || StoreError::Invalid("received bad data".into());
         if iter == 1 {
             if !valid_name(name) {
                 return Err(StoreError::BadName(name.into()));
             }
-            let json = data
+            let h: DumpHeader = data
                 .strip_prefix(DUMP_MAGIC)
-                .ok_or_else(|| StoreError::Invalid("not a bloomgate dump header".into()))?;
-            let h: DumpHeader = serde_json::from_slice(json)
-                .map_err(|e| StoreError::Invalid(format!("bad dump header: {e}")))?;
+                .and_then(|json| serde_json::from_slice(json).ok())
+                .ok_or_else(bad_data)?;
             if h.layers.is_empty() || h.layers.len() > 64 {
-                return Err(StoreError::Invalid("bad dump header: layer count".into()));
+                return Err(bad_data());
             }
             let mut specs = Vec::new();
             let mut total = 0u64;
             for l in &h.layers {
                 let p = Params {
-                    layout: Layout::from_code(l.layout)
-                        .ok_or_else(|| StoreError::Invalid("bad dump header: layout".into()))?,
+                    layout: Layout::from_code(l.layout).ok_or_else(bad_data)?,
                     bits: l.bits,
                     k: l.k,
                     seed: l.seed,
@@ -1330,7 +1332,7 @@ impl Store {
                     planned_items: l.planned_items,
                     target_fp: l.target_fp,
                 };
-                p.validate()?;
+                p.validate().map_err(|_| bad_data())?;
                 total = total.saturating_add(p.bits / 8);
                 specs.push((p, l.items));
             }
@@ -1353,17 +1355,22 @@ impl Store {
         let named = self.need(name)?;
         let _w = lock(&named.write);
         let st = named.state.load();
-        let end = iter
-            .checked_sub(1)
-            .ok_or_else(|| StoreError::Invalid("invalid iterator".into()))?;
-        let mut start = end
+        let no_link = || StoreError::Invalid("invalid offset - no link found".into());
+        let mut start = iter
             .checked_sub(data.len() as u64)
-            .ok_or_else(|| StoreError::Invalid("chunk does not match its iterator".into()))?;
+            .ok_or_else(bad_data)?
+            .checked_sub(1)
+            .ok_or_else(no_link)?;
         for (i, f) in st.layers.iter().enumerate() {
             let len = f.as_bytes().len() as u64;
             if start < len {
-                f.or_bytes_at(start, data)
-                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                if data.len() as u64 > len - start {
+                    return Err(StoreError::Invalid(
+                        "invalid chunk - Too big for current filter".into(),
+                    ));
+                }
+                // In range: only a misaligned chunk fails.
+                f.or_bytes_at(start, data).map_err(|_| bad_data())?;
                 let mut log = Vec::with_capacity(data.len() + 64);
                 wal::encode_chunk(&mut log, &named.name, st.seed(), i as u32, start, data);
                 named.dirty.store(true, Relaxed);
@@ -1371,9 +1378,7 @@ impl Store {
             }
             start -= len;
         }
-        Err(StoreError::Invalid(
-            "chunk is past the end of the filter".into(),
-        ))
+        Err(no_link())
     }
 
     /// Per-filter Prometheus gauges.

@@ -302,11 +302,11 @@ fn resp_commands_and_redisbloom_shapes() {
     );
     assert_eq!(
         c.cmd(&["BF.RESERVE", "x", "2", "100"]).err(),
-        "ERR (0 < error rate range < 1) "
+        "ERR error rate must be in the range (0.000000, 1.000000)"
     );
     assert_eq!(
         c.cmd(&["BF.RESERVE", "x", "0.1", "0"]).err(),
-        "ERR (capacity should be larger than 0)"
+        "ERR capacity must be in the range [1, 1073741824]"
     );
     assert_eq!(
         c.cmd(&["BF.RESERVE", "x", "abc", "10"]).err(),
@@ -343,7 +343,7 @@ fn resp_commands_and_redisbloom_shapes() {
     assert_eq!(c.cmd(&["BF.INFO", "missing"]).err(), "ERR not found");
     assert_eq!(
         c.cmd(&["BF.INFO", "r", "bogus"]).err(),
-        "ERR Invalid information value"
+        "Invalid information value"
     );
 
     // Growth: capacity 10, expansion 3.
@@ -389,7 +389,7 @@ fn resp_commands_and_redisbloom_shapes() {
     );
     assert_eq!(
         c.cmd(&["BF.INSERT", "nc", "BOGUS", "ITEMS", "a"]).err(),
-        "ERR Unknown argument received"
+        "Unknown argument received"
     );
 
     // Keys.
