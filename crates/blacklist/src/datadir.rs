@@ -269,11 +269,31 @@ pub enum Replayed {
     Unconvertible(KeyError),
 }
 
-/// Re-inserts an acknowledged add made under `seed` into `layers`. A key
-/// normalized under other key rules than the layers' (per its lineage
-/// marker) is normalized again with the layers' rules. Never refuses for
-/// lack of room (see [`Layers::insert`]'s `force`); returns the grown chain
-/// if it grew.
+/// An acknowledged add made under `seed`, as a key of `layers`' rules: as
+/// it was logged, or — if the file was since rebuilt with another key kind
+/// or match mode (per its lineage marker) — normalized again with the
+/// current rules, which can fail.
+pub fn converted_key<'k>(
+    layers: &Layers,
+    lineage: &[Lineage],
+    seed: u64,
+    key: &'k [u8],
+) -> Result<std::borrow::Cow<'k, [u8]>, KeyError> {
+    let (kind, mode) = (layers.kind, layers.mode);
+    let same = lineage
+        .iter()
+        .find(|l| l.seed == seed)
+        .is_none_or(|l| l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8());
+    if same {
+        Ok(key.into())
+    } else {
+        entry_key(kind, mode, key)
+    }
+}
+
+/// Re-inserts an acknowledged add made under `seed` into `layers`
+/// ([`converted_key`]). Never refuses for lack of room (see
+/// [`Layers::insert`]'s `force`); returns the grown chain if it grew.
 pub fn replay_key(
     layers: &Layers,
     lineage: &[Lineage],
@@ -282,18 +302,9 @@ pub fn replay_key(
     limits: GrowLimits,
     new_layer: &mut dyn FnMut(Params) -> Result<Filter, Error>,
 ) -> Result<(Replayed, Option<Layers>), Error> {
-    let (kind, mode) = (layers.kind, layers.mode);
-    let same = lineage
-        .iter()
-        .find(|l| l.seed == seed)
-        .is_none_or(|l| l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8());
-    let key: std::borrow::Cow<[u8]> = if same {
-        key.into()
-    } else {
-        match entry_key(kind, mode, key) {
-            Ok(k) => k,
-            Err(e) => return Ok((Replayed::Unconvertible(e), None)),
-        }
+    let key = match converted_key(layers, lineage, seed, key) {
+        Ok(k) => k,
+        Err(e) => return Ok((Replayed::Unconvertible(e), None)),
     };
     let (added, grown) = layers.insert(&key, true, limits, new_layer)?;
     Ok((
@@ -317,6 +328,10 @@ pub struct ReplayStats {
     pub unconvertible: u64,
     /// Bit chunks OR-ed in.
     pub chunks: u64,
+    /// The keys re-inserted (in the current key rules), for readers that
+    /// apply them elsewhere too (a check in slices applies them to every
+    /// slice it loads from the file).
+    pub keys: Vec<Vec<u8>>,
 }
 
 /// Re-inserts every pending add and chunk into `layers` (in memory: the
@@ -327,19 +342,13 @@ pub fn replay(mut layers: Layers, pending: &Pending) -> Result<(Layers, ReplaySt
     let mut in_memory = |p: Params| Filter::new(p).map_err(Error::from);
     for (seed, key) in &pending.adds {
         stats.adds += 1;
-        let (r, grown) = replay_key(
-            &layers,
-            &pending.lineage,
-            *seed,
-            key,
-            GrowLimits::default(),
-            &mut in_memory,
-        )?;
-        match r {
-            Replayed::New => stats.new += 1,
-            Replayed::Present => {}
-            Replayed::Unconvertible(_) => stats.unconvertible += 1,
-        }
+        let Ok(key) = converted_key(&layers, &pending.lineage, *seed, key) else {
+            stats.unconvertible += 1;
+            continue;
+        };
+        let (added, grown) = layers.insert(&key, true, GrowLimits::default(), &mut in_memory)?;
+        stats.new += (added == crate::layers::Added::New) as u64;
+        stats.keys.push(key.into_owned());
         if let Some(g) = grown {
             layers = g;
         }

@@ -270,26 +270,16 @@ impl Blacklist {
                 }
             }
             let mut stats = ReplayStats::default();
-            let (kind, mode) = (list.layers.kind, list.layers.mode);
             let mut keys = Vec::new();
             for (seed, key) in &pending.adds {
                 stats.adds += 1;
-                let same = pending
-                    .lineage
-                    .iter()
-                    .find(|l| l.seed == *seed)
-                    .is_none_or(|l| l.key_kind == kind.as_u8() && l.match_mode == mode.as_u8());
-                if same {
-                    keys.push(Cow::Borrowed(key.as_slice()));
-                } else {
-                    match entry_key(kind, mode, key) {
-                        Ok(k) => keys.push(k),
-                        Err(_) => stats.unconvertible += 1,
-                    }
+                match datadir::converted_key(&list.layers, &pending.lineage, *seed, key) {
+                    Ok(k) => keys.push(k.into_owned()),
+                    Err(_) => stats.unconvertible += 1,
                 }
             }
-            let keys: Vec<Vec<u8>> = keys.into_iter().map(Cow::into_owned).collect();
             stats.new = list.update_keys(&keys, true)?;
+            stats.keys = keys;
             list.opened.replay = Some(stats);
             list.opened.damaged = pending.damaged;
         }

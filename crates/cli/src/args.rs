@@ -271,6 +271,16 @@ pub struct CheckArgs {
     /// Check the filter's data checksum before answering.
     #[arg(long)]
     pub verify: bool,
+    /// Most memory the filter's bits may take (`12G`, `800M`). A larger
+    /// filter is checked in slices: one pass over the inputs per slice (plus
+    /// one bit of memory per lookup key), answering exactly as in memory.
+    /// Without it, the filter is memory-mapped whatever its size.
+    #[arg(long, value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// Where standard input is spooled (compressed) for a check in slices
+    /// (default: the system's temporary directory).
+    #[arg(long)]
+    pub tmp_dir: Option<std::path::PathBuf>,
     /// Answer from the filter files alone (the last snapshot), without the
     /// live adds that a served data directory's journal and write-ahead log
     /// hold (by default they are re-inserted in memory; nothing is written).

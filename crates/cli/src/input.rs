@@ -298,6 +298,25 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
+/// `inputs` with standard input (`-`) replaced by a spool of it in `dir`
+/// ([`spool_stdin`]), for commands that read their inputs more than once;
+/// keep the returned spool alive while the inputs are read.
+pub fn respoolable(
+    inputs: &[String],
+    dir: &std::path::Path,
+) -> Result<(Vec<String>, Option<tempfile::NamedTempFile>)> {
+    if !inputs.iter().any(|i| i == "-") {
+        return Ok((inputs.to_vec(), None));
+    }
+    let spool = spool_stdin(dir)?;
+    let name = spool.path().to_string_lossy().into_owned();
+    let inputs = inputs
+        .iter()
+        .map(|i| if i == "-" { name.clone() } else { i.clone() })
+        .collect();
+    Ok((inputs, Some(spool)))
+}
+
 /// Sum of the sizes of the inputs that are regular files (None if any is stdin).
 pub fn total_size(inputs: &[String]) -> Option<u64> {
     let mut total = 0;

@@ -273,6 +273,21 @@ fn grown_filter_is_read_whole_by_every_command() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("not a hit"), "{}", stderr(&out));
 
+    // A check in slices takes single-layer filters only, and says so.
+    let out = run(&[
+        "check",
+        "--memory",
+        "4K",
+        filter.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot be checked in slices"),
+        "{}",
+        stderr(&out)
+    );
+
     // union combines single-layer filters only, and says why not otherwise.
     let out = run(&[
         "union",
@@ -311,6 +326,21 @@ fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
     let v = info(&filter, &[]);
     assert_eq!(v["live_adds_included"], 5000);
     assert_eq!(v["items"], 5000);
+    // In slices too: the live adds are applied to every slice.
+    let out = run(&[
+        "check",
+        "--count",
+        "--memory",
+        "64K",
+        filter.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr(&out).contains("checking in 3 slices"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5000");
     // Asked for explicitly, the last snapshot alone (and said so).
     let out = run(&[
         "check",

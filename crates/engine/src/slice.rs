@@ -138,6 +138,42 @@ impl Slice {
         })
     }
 
+    /// Reads words `range` of a filter file into memory (with `pread`, not
+    /// through a mapping, so the bytes are this slice's alone and leave with
+    /// it). `filter` must be opened from a file.
+    pub fn load(filter: &crate::Filter, range: Range<u64>) -> Result<Slice> {
+        let path = filter
+            .path()
+            .ok_or(Error::NotWritable("Slice::load needs a file-backed filter"))?
+            .to_path_buf();
+        let mut s = Slice::new(filter.params(), range)?;
+        let file = File::open(&path).map_err(io_err(&path, "open"))?;
+        let at = HEADER_LEN as u64 + s.range.start * 8;
+        file.read_exact_at(s.bits.bytes_mut(), at)
+            .map_err(io_err(&path, "read"))?;
+        Ok(s)
+    }
+
+    /// Whether this slice rules the prepared item out: `None` if none of its
+    /// bits lie here, else `Some(true)` if one of those bits is unset (the
+    /// item is certainly absent), `Some(false)` if all are set. An item is
+    /// (probably) present in the whole filter exactly when no slice returns
+    /// `Some(true)`.
+    #[inline]
+    pub fn rules_out(&self, p: &Prepared) -> Option<bool> {
+        let words = self.bits.words();
+        let (start, end) = (self.range.start, self.range.end);
+        let mut seen = false;
+        let mut missing = false;
+        for_each_position(&self.params, p, |word, mask| {
+            if (start..end).contains(&word) {
+                seen = true;
+                missing |= words[(word - start) as usize].load(Relaxed) & mask != mask;
+            }
+        });
+        seen.then_some(missing)
+    }
+
     /// The words of the filter this slice holds.
     pub fn range(&self) -> Range<u64> {
         self.range.clone()
@@ -434,5 +470,40 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().contains("unfinished"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn loaded_slices_answer_as_the_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        for layout in [Layout::Blocked, Layout::Classic] {
+            let params = Params::from_plan(&plan(layout, 20_000, 1e-3).unwrap(), 5);
+            let path = dir.path().join(format!("{layout}.bgf"));
+            let mut f = Filter::create_file(&path, params.clone()).unwrap();
+            let data = items(20_000, "q");
+            f.insert_batch(&data);
+            f.persist().unwrap();
+            let f = Filter::open(&path, crate::Access::ReadOnly).unwrap();
+            let slices: Vec<Slice> = plan_slices(&params, 3 * 4096)
+                .into_iter()
+                .map(|r| Slice::load(&f, r).unwrap())
+                .collect();
+            let mut hits = 0;
+            for (i, q) in items(20_000, "q")
+                .into_iter()
+                .chain(items(20_000, "absent"))
+                .enumerate()
+            {
+                let p = position_of(&params, &q);
+                let verdicts: Vec<bool> = slices.iter().filter_map(|s| s.rules_out(&p)).collect();
+                assert!(!verdicts.is_empty());
+                if layout == Layout::Blocked {
+                    assert_eq!(verdicts.len(), 1, "a block lies in one slice");
+                }
+                let present = !verdicts.iter().any(|&out| out);
+                assert_eq!(present, f.contains(&q), "{layout:?} {i}");
+                hits += present as u32;
+            }
+            assert!((20_000..20_100).contains(&hits), "{hits}");
+        }
     }
 }

@@ -119,6 +119,15 @@ impl Bits {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr() as *const u8, self.words * 8) }
     }
 
+    /// The words as plain bytes to fill (e.g. from a file), with exclusive
+    /// access.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: same memory as `words()`, viewed as `8·words` bytes; `&mut
+        // self` guarantees no shared view (atomic or not) is alive, so this
+        // is the only reference to it for its lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr() as *mut u8, self.words * 8) }
+    }
+
     /// The mapping and the data offset in it, for file-backed storage.
     pub(crate) fn map(&self) -> Option<(&MmapMut, usize)> {
         match &self.owner {

@@ -317,32 +317,14 @@ fn build_sliced(
         budget.why,
         ranges.len()
     );
-    let _spool;
-    let inputs = if a.inputs.iter().any(|i| i == "-") {
-        let dir = match &a.tmp_dir {
-            Some(d) => d.clone(),
-            None => std::path::Path::new(&a.output)
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .map_or_else(|| ".".into(), |p| p.to_path_buf()),
-        };
-        let spool = crate::input::spool_stdin(&dir)?;
-        let inputs = a
-            .inputs
-            .iter()
-            .map(|i| {
-                if i == "-" {
-                    spool.path().to_string_lossy().into_owned()
-                } else {
-                    i.clone()
-                }
-            })
-            .collect::<Vec<_>>();
-        _spool = spool;
-        inputs
-    } else {
-        a.inputs.clone()
+    let dir = match &a.tmp_dir {
+        Some(d) => d.clone(),
+        None => std::path::Path::new(&a.output)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| ".".into(), |p| p.to_path_buf()),
     };
+    let (inputs, _spool) = input::respoolable(&a.inputs, &dir)?;
     let mut writer = SliceWriter::create(&a.output, &params)?;
     let mut stats = Stats::default();
     let mut pass_secs = Vec::new();

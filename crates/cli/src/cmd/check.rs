@@ -2,13 +2,16 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde_json::json;
 
-use bloomgate_blacklist::CheckScratch;
+use bloomgate_blacklist::{verdict_of, Blacklist, CheckScratch, Verdict};
+use bloomgate_engine::slice::{self, position_of, Slice};
+use bloomgate_url::{query_keys, KeyError};
 
 use crate::args::CheckArgs;
 use crate::input::{self, Progress};
+use crate::report::{self, bytes};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -17,10 +20,108 @@ enum Output {
     Json,
 }
 
+/// The answers to one chunk of input, formatted.
 struct ChunkOut {
     text: Vec<u8>,
     hits: u64,
     errors: Vec<(u64, String)>,
+}
+
+impl ChunkOut {
+    fn new() -> ChunkOut {
+        ChunkOut {
+            text: Vec::new(),
+            hits: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records the answer to one query line in the chosen output form.
+    fn answer(
+        &mut self,
+        output: Output,
+        line_no: u64,
+        line: &[u8],
+        verdict: Result<Verdict, KeyError>,
+    ) {
+        match verdict {
+            Ok(v) => {
+                self.hits += v.hit as u64;
+                match output {
+                    Output::Lines if v.hit => {
+                        self.text.extend_from_slice(line);
+                        self.text.push(b'\n');
+                    }
+                    Output::Json => {
+                        let j = json!({
+                            "item": String::from_utf8_lossy(line),
+                            "hit": v.hit,
+                            "whitelisted": v.whitelisted,
+                            "matched": v.matched,
+                        });
+                        self.text.extend_from_slice(j.to_string().as_bytes());
+                        self.text.push(b'\n');
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                if output == Output::Json {
+                    let j = json!({
+                        "item": String::from_utf8_lossy(line),
+                        "hit": false,
+                        "error": e.to_string(),
+                    });
+                    self.text.extend_from_slice(j.to_string().as_bytes());
+                    self.text.push(b'\n');
+                }
+                self.errors.push((line_no, e.to_string()));
+            }
+        }
+    }
+}
+
+/// What the answers add up to, in input order (the sink of both paths).
+struct Report<'a, W: Write> {
+    out: W,
+    hits: u64,
+    failed: u64,
+    names: &'a [String],
+    list: &'a Blacklist,
+}
+
+impl<W: Write> Report<'_, W> {
+    fn take(&mut self, chunk: &input::Chunk, r: ChunkOut) -> Result<()> {
+        self.hits += r.hits;
+        let mut errors = r.errors;
+        errors.sort_by_key(|(l, _)| *l);
+        for (line, reason) in errors {
+            self.failed += 1;
+            if self.failed <= 10 {
+                eprintln!(
+                    "bloomgate: {}:{line}: invalid {} query: {reason}",
+                    self.names[chunk.input],
+                    self.list.kind()
+                );
+            }
+        }
+        self.out.write_all(&r.text)?;
+        Ok(())
+    }
+
+    fn finish(mut self, output: Output) -> Result<i32> {
+        if output == Output::Count {
+            writeln!(self.out, "{}", self.hits)?;
+        }
+        self.out.flush()?;
+        if self.failed > 10 {
+            eprintln!(
+                "bloomgate: ... and {} more invalid queries",
+                self.failed - 10
+            );
+        }
+        Ok(if self.failed > 0 { 1 } else { 0 })
+    }
 }
 
 pub fn run(a: CheckArgs) -> Result<i32> {
@@ -37,94 +138,207 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         Output::Lines
     };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let mut hits = 0u64;
-    let mut failed = 0u64;
-    let names = a.inputs.clone();
-    input::process(
-        a.inputs.clone(),
-        Progress::default(),
-        |chunk| {
-            let mut r = ChunkOut {
-                text: Vec::new(),
-                hits: 0,
-                errors: Vec::new(),
-            };
-            let mut lines = Vec::new();
-            chunk.for_each_line(|line_no, line| match line {
-                Ok(l) => lines.push((line_no, l)),
-                Err(reason) => r.errors.push((line_no, reason)),
-            });
-            // All lookups of the chunk (~4 MiB of input) in one pipelined
-            // batch (see Blacklist::check_many), then the answers in order.
-            let mut verdicts = Vec::new();
-            list.check_many(
-                lines.iter().map(|&(_, l)| l),
-                &mut CheckScratch::default(),
-                &mut verdicts,
-            );
-            for (&(line_no, line), verdict) in lines.iter().zip(verdicts) {
-                match verdict {
-                    Ok(v) => {
-                        r.hits += v.hit as u64;
-                        match output {
-                            Output::Lines if v.hit => {
-                                r.text.extend_from_slice(line);
-                                r.text.push(b'\n');
-                            }
-                            Output::Json => {
-                                let j = json!({
-                                    "item": String::from_utf8_lossy(line),
-                                    "hit": v.hit,
-                                    "whitelisted": v.whitelisted,
-                                    "matched": v.matched,
-                                });
-                                r.text.extend_from_slice(j.to_string().as_bytes());
-                                r.text.push(b'\n');
-                            }
-                            _ => {}
-                        }
-                    }
-                    Err(e) => {
-                        if output == Output::Json {
-                            let j = json!({
-                                "item": String::from_utf8_lossy(line),
-                                "hit": false,
-                                "error": e.to_string(),
-                            });
-                            r.text.extend_from_slice(j.to_string().as_bytes());
-                            r.text.push(b'\n');
-                        }
-                        r.errors.push((line_no, e.to_string()));
-                    }
+    let mut report = Report {
+        out: std::io::BufWriter::with_capacity(1 << 16, stdout.lock()),
+        hits: 0,
+        failed: 0,
+        names: &a.inputs,
+        list: &list,
+    };
+    match a.memory {
+        Some(budget) if list.layers().bytes() > budget => {
+            check_sliced(&a, &list, budget, output, &mut report)?
+        }
+        _ => input::process(
+            a.inputs.clone(),
+            Progress::default(),
+            |chunk| {
+                let mut r = ChunkOut::new();
+                let mut lines = Vec::new();
+                chunk.for_each_line(|line_no, line| match line {
+                    Ok(l) => lines.push((line_no, l)),
+                    Err(reason) => r.errors.push((line_no, reason)),
+                });
+                // All lookups of the chunk (~4 MiB of input) in one pipelined
+                // batch (see Blacklist::check_many), then the answers in order.
+                let mut verdicts = Vec::new();
+                list.check_many(
+                    lines.iter().map(|&(_, l)| l),
+                    &mut CheckScratch::default(),
+                    &mut verdicts,
+                );
+                for (&(line_no, line), verdict) in lines.iter().zip(verdicts) {
+                    r.answer(output, line_no, line, verdict);
                 }
-            }
-            r
-        },
-        |chunk, r| {
-            hits += r.hits;
-            let mut errors = r.errors;
-            errors.sort_by_key(|(l, _)| *l);
-            for (line, reason) in errors {
-                failed += 1;
-                if failed <= 10 {
-                    eprintln!(
-                        "bloomgate: {}:{line}: invalid {} query: {reason}",
-                        names[chunk.input],
-                        list.kind()
-                    );
+                r
+            },
+            |chunk, r| report.take(chunk, r),
+        )?,
+    }
+    report.finish(output)
+}
+
+/// One chunk's share of a pass of [`check_sliced`].
+struct SlicePass {
+    /// Per lookup key, in input order: the slice rules it out.
+    ruled_out: Vec<bool>,
+    /// Last pass only: per valid-length line, its keys' range in
+    /// `ruled_out` and `keys` (or why the query is invalid).
+    spans: Vec<Result<(usize, usize), KeyError>>,
+    /// Last pass only: the lookup keys.
+    keys: Vec<Vec<u8>>,
+    /// Lines too long to be queries.
+    too_long: Vec<(u64, String)>,
+}
+
+/// Checks the inputs against a filter larger than the memory budget, one
+/// slice of its bit array at a time (`bloomgate_engine::slice`).
+///
+/// Each pass over the inputs loads one slice, and every lookup key with bits
+/// in it learns whether the slice rules it out; one bit per key is kept
+/// across passes. A key is (probably) present when no slice ruled it out —
+/// exactly the answer of a lookup in the whole filter — and the last pass
+/// answers every query in input order by the same whitelist rules as the
+/// in-memory path. The live adds of a served data directory are applied to
+/// every slice as it is loaded, so they count as they do in memory.
+fn check_sliced<W: Write>(
+    a: &CheckArgs,
+    list: &Blacklist,
+    budget: u64,
+    output: Output,
+    report: &mut Report<'_, W>,
+) -> Result<()> {
+    let layers = list.layers();
+    if layers.layers.len() != 1 {
+        bail!(
+            "{}: a filter that grew to {} layers cannot be checked in slices; leave out --memory",
+            a.filter,
+            layers.layers.len()
+        );
+    }
+    let opened = list.opened();
+    if opened.replay.as_ref().is_some_and(|r| r.chunks > 0) {
+        bail!(
+            "{}: the data directory's log holds BF.LOADCHUNK data not yet in the file; leave out --memory, or check after the server's next snapshot",
+            a.filter
+        );
+    }
+    let live: &[Vec<u8>] = opened.replay.as_ref().map_or(&[], |r| &r.keys);
+    let filter = &layers.layers[0];
+    let params = filter.params().clone();
+    let ranges = slice::plan_slices(&params, budget);
+    eprintln!(
+        "bloomgate: the filter's {} exceed the memory budget of {}: checking in {} slices, one pass over the inputs each",
+        bytes(params.bits / 8),
+        bytes(budget),
+        ranges.len()
+    );
+    let dir = a.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let (inputs, _spool) = input::respoolable(&a.inputs, &dir)?;
+    let (kind, mode) = (list.kind(), list.mode());
+    let changed = || {
+        anyhow::anyhow!(
+            "the inputs changed between passes: a check in slices reads them once per slice"
+        )
+    };
+    // One bit per lookup key of the whole input, in input order.
+    let mut ruled_out: Vec<u64> = Vec::new();
+    let mut total_keys = 0usize;
+    for (pass, range) in ranges.iter().enumerate() {
+        let last = pass + 1 == ranges.len();
+        let s = Slice::load(filter, range.clone())?;
+        s.insert_batch(live);
+        let progress = Progress::default();
+        let bar = report::progress_bar(
+            input::total_size(&inputs),
+            &progress,
+            Some(format!("pass {}/{}", pass + 1, ranges.len())),
+        );
+        let mut offset = 0usize;
+        let result = input::process(
+            inputs.clone(),
+            progress,
+            |chunk| {
+                let mut p = SlicePass {
+                    ruled_out: Vec::new(),
+                    spans: Vec::new(),
+                    keys: Vec::new(),
+                    too_long: Vec::new(),
+                };
+                let mut scratch = Vec::new();
+                chunk.for_each_line(|line_no, line| {
+                    let l = match line {
+                        Ok(l) => l,
+                        Err(reason) => return p.too_long.push((line_no, reason)),
+                    };
+                    let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
+                        let first = p.ruled_out.len();
+                        for key in &scratch {
+                            p.ruled_out
+                                .push(s.rules_out(&position_of(&params, key)) == Some(true));
+                        }
+                        if last {
+                            p.keys.extend(scratch.iter().cloned());
+                        }
+                        (first, p.ruled_out.len())
+                    });
+                    if last {
+                        p.spans.push(span);
+                    }
+                });
+                p
+            },
+            |chunk, p| {
+                for (j, &out) in p.ruled_out.iter().enumerate() {
+                    let at = offset + j;
+                    if pass == 0 {
+                        if at / 64 == ruled_out.len() {
+                            ruled_out.push(0);
+                        }
+                    } else if at >= total_keys {
+                        return Err(changed());
+                    }
+                    ruled_out[at / 64] |= (out as u64) << (at % 64);
                 }
-            }
-            out.write_all(&r.text)?;
-            Ok(())
-        },
-    )?;
-    if output == Output::Count {
-        writeln!(out, "{hits}")?;
+                if last {
+                    let present = |k: usize| {
+                        let at = offset + k;
+                        ruled_out[at / 64] >> (at % 64) & 1 == 0
+                    };
+                    let mut r = ChunkOut::new();
+                    r.errors = p.too_long;
+                    let mut spans = p.spans.into_iter();
+                    let mut mismatch = false;
+                    chunk.for_each_line(|line_no, line| {
+                        let Ok(line) = line else { return };
+                        let Some(span) = spans.next() else {
+                            mismatch = true;
+                            return;
+                        };
+                        let verdict = span.map(|(from, to)| {
+                            verdict_of(
+                                list.whitelist(),
+                                (from..to).map(|k| (p.keys[k].as_slice(), present(k))),
+                            )
+                        });
+                        r.answer(output, line_no, line, verdict);
+                    });
+                    if mismatch || spans.next().is_some() {
+                        return Err(changed());
+                    }
+                    report.take(chunk, r)?;
+                }
+                offset += p.ruled_out.len();
+                Ok(())
+            },
+        );
+        report::finish(bar);
+        result?;
+        if pass == 0 {
+            total_keys = offset;
+        } else if offset != total_keys {
+            return Err(changed());
+        }
     }
-    out.flush()?;
-    if failed > 10 {
-        eprintln!("bloomgate: ... and {} more invalid queries", failed - 10);
-    }
-    Ok(if failed > 0 { 1 } else { 0 })
+    Ok(())
 }
