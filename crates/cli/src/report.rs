@@ -51,6 +51,14 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// Peak resident memory of this process (`VmHWM`), in bytes.
+pub fn peak_rss() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// A progress bar on stderr when it is a terminal, tracking bytes read;
 /// `None` otherwise (no escape codes in logs and pipes).
 /// `label`, if any, stands before the bar (`pass 2/3`).

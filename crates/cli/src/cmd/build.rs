@@ -279,14 +279,6 @@ fn mem_available() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Peak resident memory of this process (`VmHWM`), in bytes.
-fn peak_rss() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Builds a filter larger than the budget one slice of its bit array at a
 /// time: one pass over the inputs per slice, each slice written to its
 /// place in the output file (`bloomgate_engine::slice`). The result is bit
@@ -362,7 +354,7 @@ fn build_sliced(
         pass_secs[pass_secs.len() / 2],
         pass_secs[0],
         pass_secs[pass_secs.len() - 1],
-        peak_rss().map_or_else(|| "unknown".into(), bytes),
+        report::peak_rss().map_or_else(|| "unknown".into(), bytes),
         bytes(budget.bytes)
     );
     Ok(0)

@@ -244,7 +244,9 @@ fn check_sliced<W: Write>(
     // One bit per lookup key of the whole input, in input order.
     let mut ruled_out: Vec<u64> = Vec::new();
     let mut total_keys = 0usize;
+    let mut pass_secs = Vec::new();
     for (pass, range) in ranges.iter().enumerate() {
+        let started = std::time::Instant::now();
         let last = pass + 1 == ranges.len();
         let s = Slice::load(filter, range.clone())?;
         s.insert_batch(live);
@@ -339,6 +341,18 @@ fn check_sliced<W: Write>(
         } else if offset != total_keys {
             return Err(changed());
         }
+        pass_secs.push(started.elapsed().as_secs_f64());
     }
+    pass_secs.sort_by(f64::total_cmp);
+    eprintln!(
+        "bloomgate: {} passes of {:.1} s (median; {:.1}–{:.1} s), {} lookup keys, peak memory {} (budget {})",
+        ranges.len(),
+        pass_secs[pass_secs.len() / 2],
+        pass_secs[0],
+        pass_secs[pass_secs.len() - 1],
+        total_keys,
+        report::peak_rss().map_or_else(|| "unknown".into(), bytes),
+        bytes(budget)
+    );
     Ok(())
 }
