@@ -69,9 +69,19 @@ mod tests {
         let a100 = [b'a'; 100];
         let cases: [(u64, &[u8], u64, u64); 5] = [
             (0, b"", 0x99aa06d3014798d8, 0x6001c324468d497f),
-            (0, b"http://example.com/", 0x42663426682770e6, 0x05cd77c9b152d153),
+            (
+                0,
+                b"http://example.com/",
+                0x42663426682770e6,
+                0x05cd77c9b152d153,
+            ),
             (42, b"abc", 0x4bc24859f045e0b4, 0xd8438def21bbdcc3),
-            (0x5eed, b"evil.example/phish/", 0x903112f5c24e50d1, 0x2d84929a3722ad1f),
+            (
+                0x5eed,
+                b"evil.example/phish/",
+                0x903112f5c24e50d1,
+                0x2d84929a3722ad1f,
+            ),
             (u64::MAX, &a100, 0x889ef585255d3bbf, 0x6d35a34c0601a983),
         ];
         for (seed, data, hi, lo) in cases {
