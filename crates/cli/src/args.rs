@@ -366,16 +366,17 @@ pub enum WhitelistCmd {
 /// `bloomgate url …`.
 #[derive(Subcommand, Debug)]
 pub enum UrlCmd {
-    /// Print the canonical form of each URL (standard input when none given).
+    /// Print the canonical form of each URL.
     Canon {
-        /// URLs.
-        urls: Vec<String>,
+        /// URLs, as bytes (any encoding); `-` or none: one per line from
+        /// standard input.
+        urls: Vec<std::ffi::OsString>,
     },
     /// Print the host-suffix/path-prefix expressions Safe Browsing looks up.
     Expressions {
-        /// URLs.
-        #[arg(required = true)]
-        urls: Vec<String>,
+        /// URLs, as bytes (any encoding); `-` or none: one per line from
+        /// standard input.
+        urls: Vec<std::ffi::OsString>,
     },
 }
 

@@ -663,6 +663,48 @@ fn url_canon_and_expressions() {
 }
 
 #[test]
+fn url_arguments_are_bytes_and_dash_is_standard_input() {
+    use std::os::unix::ffi::OsStrExt;
+    // Safe Browsing's own example: bytes that are not UTF-8, given as an
+    // argument, are escaped as on standard input.
+    let raw = std::ffi::OsStr::from_bytes(b"http://\x01\x80.com/");
+    bg().arg("url")
+        .arg("canon")
+        .arg(raw)
+        .assert()
+        .success()
+        .stdout("http://%01%80.com/\n");
+    bg().args(["url", "canon"])
+        .write_stdin(&b"http://\x01\x80.com/\n"[..])
+        .assert()
+        .success()
+        .stdout("http://%01%80.com/\n");
+    // `-` reads standard input, between arguments too; it is not the host "-".
+    bg().args([
+        "url",
+        "canon",
+        "http://first.example/",
+        "-",
+        "http://last.example/",
+    ])
+    .write_stdin("HTTP://MIDDLE.example:80/a/../b\n")
+    .assert()
+    .success()
+    .stdout("http://first.example/\nhttp://middle.example/b\nhttp://last.example/\n");
+    bg().args(["url", "expressions", "-"])
+        .write_stdin("http://a.b/x\n")
+        .assert()
+        .success()
+        .stdout("a.b/x\na.b/\n");
+    bg().arg("url")
+        .arg("expressions")
+        .arg(std::ffi::OsStr::from_bytes(b"http://\xff.example/p"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("%FF.example/"));
+}
+
+#[test]
 fn real_disposable_domain_list_as_hosts() {
     let list =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/disposable-email-domains.txt");
