@@ -663,6 +663,66 @@ fn url_canon_and_expressions() {
 }
 
 #[test]
+fn single_label_host_entries_are_reported_at_build() {
+    let d = Dir::new();
+    let list = d.write(
+        "hosts.txt",
+        b"evil.com\ncom12786312634\nlocalhost\n1.2.3.4\n[::1]\nok.example\n",
+    );
+    let f = d.path("h.bgf");
+    let out = bg()
+        .args([
+            "build",
+            "--keys",
+            "host",
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: 2 host entries of a single label")
+            && err.contains("hosts.txt:2, ")
+            && err.contains("hosts.txt:3)"),
+        "{err}"
+    );
+    // Still added, and matched exactly — but not as a parent domain.
+    bg().args(["check", "--count", s(&f)])
+        .write_stdin("com12786312634\nsub.com12786312634\nsub.evil.com\n")
+        .assert()
+        .success()
+        .stdout("2\n");
+    // A warning, not an invalid entry: --strict does not fail on it.
+    let out = bg()
+        .args([
+            "build", "--strict", "--keys", "host", "-n", "100", "-p", "1e-4", "-o",
+        ])
+        .arg(d.path("strict.bgf"))
+        .arg(&list)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("single label"));
+    // Lists without such entries say nothing.
+    let clean = d.write("clean.txt", b"evil.com\nok.example\n");
+    let out = bg()
+        .args(["build", "--keys", "host", "-n", "100", "-p", "1e-4", "-o"])
+        .arg(d.path("c.bgf"))
+        .arg(&clean)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("single label"));
+}
+
+#[test]
 fn url_arguments_are_bytes_and_dash_is_standard_input() {
     use std::os::unix::ffi::OsStrExt;
     // Safe Browsing's own example: bytes that are not UTF-8, given as an

@@ -353,6 +353,14 @@ fn email_key(input: &[u8]) -> Result<Vec<u8>, KeyError> {
     Ok(key)
 }
 
+/// True for a normalized host entry of a single label (`localhost`, or junk
+/// such as `com12786312634`): queries look up a host and its parent domains
+/// of at least two labels, so such an entry matches only that exact host,
+/// never a subdomain of it. IP addresses are not labels.
+pub fn is_single_label_host(key: &[u8]) -> bool {
+    !key.is_empty() && !key.contains(&b'.') && !key.starts_with(b"[")
+}
+
 /// Number of lookups one query makes, used to size filters for a per-query
 /// false-positive rate: url+exact = 1, url+prefix = 30 (a hard bound),
 /// host = [`MAX_HOST_LOOKUPS`] (the sizing assumption; a host with more than
@@ -368,6 +376,28 @@ pub fn max_lookups(kind: KeyKind, mode: MatchMode) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_label_hosts() {
+        let key = |s: &str| {
+            entry_key(KeyKind::Host, MatchMode::Exact, s.as_bytes())
+                .unwrap()
+                .into_owned()
+        };
+        for single in ["com12786312634", "localhost", "COM"] {
+            assert!(is_single_label_host(&key(single)), "{single}");
+        }
+        for multi in [
+            "evil.com",
+            "a.b.c",
+            "1.2.3.4",
+            "3279880203",
+            "[::1]",
+            "bücher.de",
+        ] {
+            assert!(!is_single_label_host(&key(multi)), "{multi}");
+        }
+    }
 
     fn q(kind: KeyKind, mode: MatchMode, s: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -11,7 +11,7 @@ use bloomgate_blacklist::layers::Growth;
 use bloomgate_blacklist::{per_lookup_rate, Blacklist};
 use bloomgate_engine::slice::{self, Slice, SliceWriter};
 use bloomgate_engine::{math, random_seed, Filter, Params};
-use bloomgate_url::{entry_key, KeyKind, MatchMode};
+use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
 use crate::args::{AddArgs, BuildArgs};
 use crate::input::{self, Progress};
@@ -28,7 +28,14 @@ struct Stats {
     invalid: u64,
     shown: usize,
     first_invalid: Option<String>,
+    /// Host entries of a single label, and the first few of them
+    /// (`file:line`).
+    single_label: u64,
+    single_label_at: Vec<String>,
 }
+
+/// How many single-label host entries are named before only counting.
+const SHOW_SINGLE_LABEL: usize = 5;
 
 struct ChunkOut {
     lines: u64,
@@ -38,6 +45,8 @@ struct ChunkOut {
     failed: Option<String>,
     /// Normalized keys left for the sequential writer ([`Sink::Growing`]).
     keys: Vec<Vec<u8>>,
+    /// Lines of single-label host entries.
+    single_label: Vec<u64>,
 }
 
 /// How the entries are written into the filter.
@@ -106,11 +115,17 @@ fn insert_inputs(
                 invalid: Vec::new(),
                 failed: None,
                 keys: Vec::new(),
+                single_label: Vec::new(),
             };
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
                 match line.map(|l| entry_key(kind, mode, l).map_err(|e| e.to_string())) {
-                    Ok(Ok(k)) => keys.push(k),
+                    Ok(Ok(k)) => {
+                        if kind == KeyKind::Host && is_single_label_host(&k) {
+                            out.single_label.push(line_no);
+                        }
+                        keys.push(k)
+                    }
                     Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
                 }
             });
@@ -137,6 +152,14 @@ fn insert_inputs(
             }
             stats.lines += out.lines;
             stats.new += out.new;
+            stats.single_label += out.single_label.len() as u64;
+            for line in out.single_label {
+                if stats.single_label_at.len() < SHOW_SINGLE_LABEL {
+                    stats
+                        .single_label_at
+                        .push(format!("{}:{line}", names[chunk.input]));
+                }
+            }
             let mut invalid = out.invalid;
             invalid.sort_by_key(|(l, _)| *l);
             for (line, reason) in invalid {
@@ -167,6 +190,19 @@ fn insert_inputs(
             "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
             thousands(stats.invalid - stats.shown as u64),
             thousands(stats.invalid)
+        );
+    }
+    if report_invalid && stats.single_label > 0 {
+        eprintln!(
+            "bloomgate: warning: {} host entr{} of a single label (at {}{}) will match only that exact host, never its subdomains: queries look up parent domains of at least two labels",
+            thousands(stats.single_label),
+            if stats.single_label == 1 { "y" } else { "ies" },
+            stats.single_label_at.join(", "),
+            if stats.single_label > stats.single_label_at.len() as u64 {
+                ", …"
+            } else {
+                ""
+            }
         );
     }
     Ok(stats)
