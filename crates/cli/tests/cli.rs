@@ -663,6 +663,50 @@ fn url_canon_and_expressions() {
 }
 
 #[test]
+fn info_reports_the_fill_from_the_header() {
+    let d = Dir::new();
+    let list = d.write(
+        "l.txt",
+        (0..5000)
+            .map(|i| format!("http://h{i}.example/\n"))
+            .collect::<String>()
+            .as_bytes(),
+    );
+    let f = d.path("f.bgf");
+    bg().args(["build", "-n", "5000", "-p", "1e-4", "-o", s(&f), s(&list)])
+        .assert()
+        .success();
+    let before = json(
+        &bg()
+            .args(["info", "--json", s(&f)])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(before["ones_recorded"], true);
+    // Flip bits of the data, not the header: `info` does not read the data,
+    // so it reports the sealed fill; `--verify` reads it and refuses.
+    let mut bytes = std::fs::read(&f).unwrap();
+    for b in &mut bytes[4096 + 64..4096 + 128] {
+        *b = !*b;
+    }
+    std::fs::write(&f, &bytes).unwrap();
+    let after = json(
+        &bg()
+            .args(["info", "--json", s(&f)])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(after["fill_ratio"], before["fill_ratio"]);
+    assert_eq!(after["estimated_items"], before["estimated_items"]);
+    bg().args(["info", "--verify", s(&f)])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("corrupted"));
+}
+
+#[test]
 fn single_label_host_entries_are_reported_at_build() {
     let d = Dir::new();
     let list = d.write(

@@ -89,6 +89,14 @@ pub enum FormatProblem {
         /// Checksum of the data as read.
         found: u64,
     },
+    /// The header's set-bit count does not match the data.
+    #[error("the header records {stored} set bits, the data has {found}")]
+    OnesMismatch {
+        /// Count in the header.
+        stored: u64,
+        /// Count in the data as read.
+        found: u64,
+    },
     /// An in-place update was interrupted, so the data checksum is stale.
     #[error("an in-place update was interrupted: the bits are usable but the data checksum is stale (run `bloomgate add` on it with no input to reseal it)")]
     Dirty,

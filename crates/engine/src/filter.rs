@@ -193,6 +193,9 @@ pub struct Filter {
     pub(crate) file: Option<FileState>,
     /// Set during an in-place update of the file (see `format`).
     pub(crate) update: Option<Box<UpdateLog>>,
+    /// Set by any write since the filter was opened or created: the file
+    /// header's set-bit count no longer describes these bits.
+    pub(crate) touched: AtomicBool,
 }
 
 /// Write locks of the blocked layout, one per contiguous region of blocks.
@@ -349,6 +352,7 @@ impl Filter {
             kernel: Kernel::best(),
             file,
             update: None,
+            touched: AtomicBool::new(false),
         }
     }
 
@@ -491,6 +495,11 @@ impl Filter {
     fn note_write(&self) {
         if let Some(log) = &self.update {
             log.note_untracked();
+        }
+        // Read first: after the first write this is a load of a line every
+        // writer shares, not a store that bounces it between cores.
+        if !self.touched.load(Relaxed) {
+            self.touched.store(true, Relaxed);
         }
     }
 
@@ -819,14 +828,15 @@ impl Filter {
             .sum()
     }
 
-    /// Fraction of bits set.
+    /// Fraction of bits set (from the file header when it records the
+    /// count, see [`Filter::ones`]).
     pub fn fill_ratio(&self) -> f64 {
-        self.count_ones() as f64 / self.params.bits as f64
+        self.ones() as f64 / self.params.bits as f64
     }
 
     /// Distinct items estimated from the fill (see [`math::estimate_items`]).
     pub fn estimated_items(&self) -> f64 {
-        math::estimate_items(self.params.bits, self.params.k, self.count_ones())
+        math::estimate_items(self.params.bits, self.params.k, self.ones())
     }
 
     /// False-positive rate predicted for the number of items inserted so far.
@@ -845,7 +855,7 @@ impl Filter {
     /// `fill^k`; for blocked the Putze formula at the fill-estimated count
     /// (its per-block variance makes `fill^k` an underestimate).
     pub fn fp_at_fill(&self) -> f64 {
-        let ones = self.count_ones();
+        let ones = self.ones();
         let fill = ones as f64 / self.params.bits as f64;
         match self.params.layout {
             Layout::Classic => fill.powi(self.params.k as i32),

@@ -51,6 +51,11 @@ pub const HEADER_LEN: usize = 4096;
 const PAGE: usize = 4096;
 /// Header flag: an in-place update is in progress or was interrupted.
 pub const FLAG_DIRTY: u32 = 1;
+/// Header flag: the `ones` field holds the number of set bits of the data
+/// (written by every seal since it was introduced; files without it are
+/// read as before, and readers that predate it ignore it: see
+/// `docs/file-format.md`).
+pub const FLAG_ONES: u32 = 2;
 
 // Field offsets (little-endian). Documented in docs/file-format.md.
 const OFF_VERSION: usize = 8;
@@ -69,6 +74,7 @@ const OFF_PLANNED: usize = 56;
 const OFF_TARGET_FP: usize = 64;
 const OFF_DATA_LEN: usize = 72;
 const OFF_DATA_SUM: usize = 80;
+const OFF_ONES: usize = 88;
 const OFF_HEADER_SUM: usize = 120;
 
 /// A decoded header.
@@ -88,6 +94,10 @@ pub struct Header {
     pub data_len: u64,
     /// Checksum of the bit array.
     pub data_checksum: u64,
+    /// Set bits of the bit array, when the file records them (`FLAG_ONES`):
+    /// what `info` reports the fill from without reading the data. Current
+    /// only while the file is not dirty.
+    pub ones: Option<u64>,
 }
 
 impl Header {
@@ -117,7 +127,12 @@ impl Header {
         b[OFF_MATCH_MODE] = p.match_mode;
         b[OFF_K..][..4].copy_from_slice(&p.k.to_le_bytes());
         b[OFF_BLOCK_BITS..][..4].copy_from_slice(&self.block_bits().to_le_bytes());
-        b[OFF_FLAGS..][..4].copy_from_slice(&self.flags.to_le_bytes());
+        let flags = match self.ones {
+            Some(_) => self.flags | FLAG_ONES,
+            None => self.flags & !FLAG_ONES,
+        };
+        b[OFF_FLAGS..][..4].copy_from_slice(&flags.to_le_bytes());
+        b[OFF_ONES..][..8].copy_from_slice(&self.ones.unwrap_or(0).to_le_bytes());
         b[OFF_BITS..][..8].copy_from_slice(&p.bits.to_le_bytes());
         b[OFF_SEED..][..8].copy_from_slice(&p.seed.to_le_bytes());
         b[OFF_ITEMS..][..8].copy_from_slice(&self.items.to_le_bytes());
@@ -209,10 +224,11 @@ impl Header {
                 target_fp: f64::from_le_bytes(bytes[OFF_TARGET_FP..][..8].try_into().expect("8")),
             },
             hash_id,
-            flags: u32_at(OFF_FLAGS),
+            flags: u32_at(OFF_FLAGS) & !FLAG_ONES,
             items: u64_at(OFF_ITEMS),
             data_len,
             data_checksum: u64_at(OFF_DATA_SUM),
+            ones: (u32_at(OFF_FLAGS) & FLAG_ONES != 0).then(|| u64_at(OFF_ONES)),
         })
     }
 }
@@ -236,17 +252,43 @@ pub fn data_checksum(data: &[u8]) -> u64 {
 /// the array): [`data_checksum`] of the array is the wrapping sum of these
 /// shares over any cut of it into page-aligned runs.
 pub fn pages_checksum(data: &[u8], first_page: u64) -> u64 {
+    pages_checksum_and_ones(data, first_page).0
+}
+
+/// [`pages_checksum`] and the number of set bits, in one parallel pass over
+/// the data.
+pub fn pages_checksum_and_ones(data: &[u8], first_page: u64) -> (u64, u64) {
     data.par_chunks(PAGE)
         .enumerate()
-        .map(|(i, page)| xxh3_64_with_seed(page, first_page + i as u64))
-        .reduce(|| 0u64, u64::wrapping_add)
+        .map(|(i, page)| {
+            (
+                xxh3_64_with_seed(page, first_page + i as u64),
+                page_ones(page),
+            )
+        })
+        .reduce(|| (0, 0), |a, b| (a.0.wrapping_add(b.0), a.1 + b.1))
+}
+
+/// Set bits of one page (or any run of bytes).
+fn page_ones(page: &[u8]) -> u64 {
+    let (words, rest) = page.as_chunks::<8>();
+    words
+        .iter()
+        .map(|w| u64::from_ne_bytes(*w).count_ones() as u64)
+        .sum::<u64>()
+        + rest.iter().map(|b| b.count_ones() as u64).sum::<u64>()
+}
+
+/// Checksum page `page` of `data`.
+fn page_bytes(data: &[u8], page: u64) -> &[u8] {
+    let start = page as usize * PAGE;
+    let end = (start + PAGE).min(data.len());
+    &data[start..end]
 }
 
 /// The hash of checksum page `page` of `data`.
 fn page_hash(data: &[u8], page: u64) -> u64 {
-    let start = page as usize * PAGE;
-    let end = (start + PAGE).min(data.len());
-    xxh3_64_with_seed(&data[start..end], page)
+    xxh3_64_with_seed(page_bytes(data, page), page)
 }
 
 /// What an in-place update has changed (between [`Filter::begin_update`] and
@@ -267,6 +309,8 @@ struct LogInner {
     marked: u64,
     /// Wrapping sum of the hashes the marked pages had before the update.
     old_sum: u64,
+    /// Set bits the marked pages had before the update.
+    old_ones: u64,
     /// Too many pages changed for rehashing them one by one to pay (or the
     /// checksum was already stale): recompute it whole at commit.
     whole: bool,
@@ -281,6 +325,7 @@ impl UpdateLog {
                 pages,
                 marked: 0,
                 old_sum: 0,
+                old_ones: 0,
                 whole,
             }),
             untracked: std::sync::atomic::AtomicBool::new(false),
@@ -455,6 +500,7 @@ impl Filter {
             items: 0,
             data_len,
             data_checksum: 0,
+            ones: None,
         };
         let state = FileState {
             path: path.into(),
@@ -497,13 +543,13 @@ impl Filter {
     /// Recomputes the checksum and writes the header with `flags` into the
     /// mapping, then flushes the whole mapping to disk.
     fn write_header(&mut self, flags: u32) -> Result<()> {
-        let checksum = data_checksum(self.bits.bytes());
-        self.write_header_with(flags, checksum)
+        let (checksum, ones) = pages_checksum_and_ones(self.bits.bytes(), 0);
+        self.write_header_with(flags, checksum, Some(ones))
     }
 
-    /// Writes the header with `flags` and the given data checksum, then
-    /// flushes the whole mapping to disk.
-    fn write_header_with(&mut self, flags: u32, checksum: u64) -> Result<()> {
+    /// Writes the header with `flags`, the given data checksum and set-bit
+    /// count (`None`: not recorded), then flushes the whole mapping to disk.
+    fn write_header_with(&mut self, flags: u32, checksum: u64, ones: Option<u64>) -> Result<()> {
         let items = self.items();
         let state = self
             .file
@@ -512,6 +558,7 @@ impl Filter {
         state.header.items = items;
         state.header.data_checksum = checksum;
         state.header.flags = flags;
+        state.header.ones = ones;
         let bytes = state.header.encode();
         if !self.bits.write_prefix(&bytes) {
             return Err(Error::NotWritable("filter is not file-backed"));
@@ -580,11 +627,12 @@ impl Filter {
                 log.whole = true;
             } else {
                 let data = self.bits.bytes();
-                let old = pages
+                let (old, old_ones) = pages
                     .par_iter()
-                    .map(|&page| page_hash(data, page))
-                    .reduce(|| 0, u64::wrapping_add);
+                    .map(|&page| (page_hash(data, page), page_ones(page_bytes(data, page))))
+                    .reduce(|| (0, 0), |a, b| (a.0.wrapping_add(b.0), a.1 + b.1));
                 log.old_sum = log.old_sum.wrapping_add(old);
+                log.old_ones += old_ones;
                 log.marked += pages.len() as u64;
                 for page in pages {
                     log.dirty[(page / 64) as usize] |= 1 << (page % 64);
@@ -611,11 +659,17 @@ impl Filter {
             let (map, _) = self.bits.map().expect("file-backed");
             map.flush().map_err(io_err(&state.path, "msync"))?;
         }
-        let (flags, old_checksum) = self
+        let (flags, old_checksum, old_ones) = self
             .file
             .as_ref()
-            .map(|s| (s.header.flags & !FLAG_DIRTY, s.header.data_checksum))
-            .unwrap_or((0, 0));
+            .map(|s| {
+                (
+                    s.header.flags & !FLAG_DIRTY,
+                    s.header.data_checksum,
+                    s.header.ones,
+                )
+            })
+            .unwrap_or((0, 0, None));
         let log = self.update.take().and_then(|log| {
             let untracked = log.untracked.into_inner();
             let inner = log
@@ -628,13 +682,17 @@ impl Filter {
             Some(log) => {
                 let data = self.bits.bytes();
                 let dirty = &log.dirty;
-                let new = (0..log.pages)
+                let (new, new_ones) = (0..log.pages)
                     .into_par_iter()
                     .filter(|&page| dirty[(page / 64) as usize] & (1 << (page % 64)) != 0)
-                    .map(|page| page_hash(data, page))
-                    .reduce(|| 0, u64::wrapping_add);
+                    .map(|page| (page_hash(data, page), page_ones(page_bytes(data, page))))
+                    .reduce(|| (0, 0), |a, b| (a.0.wrapping_add(b.0), a.1 + b.1));
                 let checksum = old_checksum.wrapping_sub(log.old_sum).wrapping_add(new);
-                self.write_header_with(flags, checksum)
+                // The count moves by the changed pages' difference; a file
+                // that did not record it (written before the field existed)
+                // still does not: only a full pass could count it.
+                let ones = old_ones.map(|o| o - log.old_ones + new_ones);
+                self.write_header_with(flags, checksum, ones)
             }
             None => {
                 if let Some((map, _)) = self.bits.map() {
@@ -660,6 +718,7 @@ impl Filter {
             items: self.items(),
             data_len: data.len() as u64,
             data_checksum: 0,
+            ones: None,
         };
         // Copy the bits first so that the checksum describes exactly what is
         // written, even if other threads keep inserting meanwhile. For big
@@ -673,8 +732,11 @@ impl Filter {
         } else {
             data
         };
+        // The count comes from the very bytes written, like the checksum.
+        let (data_checksum, ones) = pages_checksum_and_ones(data, 0);
         let header = Header {
-            data_checksum: data_checksum(data),
+            data_checksum,
+            ones: Some(ones),
             ..header
         };
         let tmp = temp_path(path);
@@ -712,14 +774,44 @@ impl Filter {
         if state.header.is_dirty() && state.temp.is_none() {
             return Err(format(FormatProblem::Dirty));
         }
-        let found = data_checksum(self.bits.bytes());
+        let (found, ones) = pages_checksum_and_ones(self.bits.bytes(), 0);
         if found != state.header.data_checksum {
             return Err(format(FormatProblem::DataChecksum {
                 expected: state.header.data_checksum,
                 found,
             }));
         }
+        if let Some(stored) = state.header.ones {
+            if stored != ones {
+                return Err(format(FormatProblem::OnesMismatch {
+                    stored,
+                    found: ones,
+                }));
+            }
+        }
         Ok(())
+    }
+
+    /// The number of set bits as the file header records it: `None` if the
+    /// file does not record it (written before the field existed), was left
+    /// dirty by an interrupted update, or if these bits changed since the
+    /// file was opened (a copy-on-write mapping that took inserts). Costs
+    /// nothing; see [`Filter::ones`].
+    pub fn stored_ones(&self) -> Option<u64> {
+        let state = self.file.as_ref()?;
+        if state.header.is_dirty()
+            || state.temp.is_some()
+            || self.touched.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        state.header.ones
+    }
+
+    /// The number of set bits: from the header when it records them
+    /// ([`Filter::stored_ones`]), otherwise counted (a pass over the data).
+    pub fn ones(&self) -> u64 {
+        self.stored_ones().unwrap_or_else(|| self.count_ones())
     }
 
     /// The header as read from (or last written to) the file, if file-backed.
@@ -743,6 +835,7 @@ mod tests {
     }
 
     const GOLDEN: u64 = 0xd82c_7656_fc56_a56e;
+    const GOLDEN_WITH_ONES: u64 = 0xac4a_a79d_5194_e89e;
 
     #[test]
     fn one_writer_per_file() {
@@ -762,29 +855,33 @@ mod tests {
 
     #[test]
     fn golden_header_bytes() {
-        // A format change must be deliberate: this hash pins every byte of the
-        // header for fixed parameters.
-        let h = Header {
-            version: 1,
-            params: params(),
-            hash_id: HASH_XXH3_128,
-            flags: 0,
-            items: 7,
-            data_len: params().bits / 8,
-            data_checksum: 0x1234,
-        };
-        let bytes = h.encode();
-        assert_eq!(&bytes[..8], b"BLOOMGT\x01");
-        assert_eq!(
-            Header::decode(&bytes, HEADER_LEN as u64 + h.data_len).unwrap(),
-            h
-        );
-        assert_eq!(
-            xxh3_64_with_seed(&bytes, 0),
-            GOLDEN,
-            "header encoding changed: {:#x}",
-            xxh3_64_with_seed(&bytes, 0)
-        );
+        // A format change must be deliberate: these hashes pin every byte of
+        // the header for fixed parameters. Without a set-bit count the bytes
+        // are exactly those of files written before the count existed.
+        for (ones, golden) in [(None, GOLDEN), (Some(77), GOLDEN_WITH_ONES)] {
+            let h = Header {
+                version: 1,
+                params: params(),
+                hash_id: HASH_XXH3_128,
+                flags: 0,
+                items: 7,
+                data_len: params().bits / 8,
+                data_checksum: 0x1234,
+                ones,
+            };
+            let bytes = h.encode();
+            assert_eq!(&bytes[..8], b"BLOOMGT\x01");
+            assert_eq!(
+                Header::decode(&bytes, HEADER_LEN as u64 + h.data_len).unwrap(),
+                h
+            );
+            assert_eq!(
+                xxh3_64_with_seed(&bytes, 0),
+                golden,
+                "header encoding changed: {:#x}",
+                xxh3_64_with_seed(&bytes, 0)
+            );
+        }
     }
 
     #[test]

@@ -254,6 +254,7 @@ pub struct SliceWriter {
     params: Params,
     next_word: u64,
     checksum: u64,
+    ones: u64,
     items: u64,
 }
 
@@ -276,6 +277,7 @@ impl SliceWriter {
             params: params.clone(),
             next_word: 0,
             checksum: 0,
+            ones: 0,
             items: 0,
         };
         // Sparse: the blocks are allocated as the slices are written, so a
@@ -299,7 +301,12 @@ impl SliceWriter {
         self.file
             .write_all_at(slice.as_bytes(), HEADER_LEN as u64 + slice.range.start * 8)
             .map_err(io_err(&tmp, "write"))?;
-        self.checksum = self.checksum.wrapping_add(slice.checksum());
+        let (checksum, ones) = crate::format::pages_checksum_and_ones(
+            slice.as_bytes(),
+            slice.range.start / PAGE_WORDS,
+        );
+        self.checksum = self.checksum.wrapping_add(checksum);
+        self.ones += ones;
         self.items += new_items;
         self.next_word = slice.range.end;
         Ok(())
@@ -324,6 +331,7 @@ impl SliceWriter {
             items: self.items,
             data_len: self.params.bits / 8,
             data_checksum: self.checksum,
+            ones: Some(self.ones),
         };
         self.file
             .write_all_at(&header.encode(), 0)

@@ -26,7 +26,9 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         .layers
         .iter()
         .map(|l| {
-            let ones = l.count_ones();
+            // From the header when it records the count: `info` of a filter
+            // larger than memory reads nothing but headers.
+            let ones = l.ones();
             let lp = l.params();
             (
                 ones,
@@ -97,6 +99,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         "live_adds_included": live_adds,
         "snapshot_only": a.snapshot_only,
         "data_checksum": format!("{:#018x}", h.data_checksum),
+        "ones_recorded": layers.layers.iter().all(|l| l.stored_ones().is_some()),
         "dirty": h.is_dirty(),
         "whitelist_items": list.whitelist().len(),
         "verified": a.verify,
