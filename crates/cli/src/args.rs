@@ -414,11 +414,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub open_reads: bool,
     /// Snapshot changed filters (and trim the log) this often, in seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_secs: u64,
     /// Close connections idle for this many seconds.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_secs: Option<u64>,
+    /// A request (HTTP headers and body, or one Redis command) must arrive
+    /// whole within this many seconds once it has started (default 30).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_secs: Option<u64>,
     /// Most simultaneous connections per listener.
     #[arg(long)]
     pub max_connections: Option<usize>,

@@ -663,6 +663,21 @@ fn url_canon_and_expressions() {
 }
 
 #[test]
+fn serve_options_are_checked_by_the_one_definition() {
+    // Zero would mean "never" or "at once": refused, not silently changed.
+    for opt in ["--snapshot-secs", "--idle-secs", "--request-secs"] {
+        bg().args(["serve", "--data-dir", ".", opt, "0"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(opt));
+    }
+    bg().args(["serve", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("--request-secs"));
+}
+
+#[test]
 fn info_reports_the_fill_from_the_header() {
     let d = Dir::new();
     let list = d.write(

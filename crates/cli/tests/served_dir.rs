@@ -5,8 +5,8 @@
 //! `bloomgate check|info|add|union|whitelist` on the same files.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -32,83 +32,22 @@ fn redis_cli() -> Option<&'static str> {
     Some("redis-cli")
 }
 
-struct Serve {
-    child: Child,
-    resp_port: u16,
-}
+mod common;
+use common::Server;
 
-impl Serve {
-    fn start(dir: &Path) -> Serve {
-        Serve::start_with(dir, &[])
-    }
-
-    #[allow(clippy::zombie_processes)] // waited for in Drop, term and kill9
-    fn start_with(dir: &Path, extra: &[&str]) -> Serve {
-        let ready = dir.join("ready.json");
-        let _ = std::fs::remove_file(&ready);
-        let child = Command::new(bin())
-            .args(["serve", "--data-dir"])
-            .arg(dir)
-            .args(["--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
-            .args(extra)
-            .arg("--ready-file")
-            .arg(&ready)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn bloomgate serve");
-        let t = Instant::now();
-        loop {
-            if let Ok(b) = std::fs::read(&ready) {
-                if let Ok(v) = serde_json::from_slice::<Value>(&b) {
-                    let _ = std::fs::remove_file(&ready);
-                    let resp: std::net::SocketAddr = v["resp"].as_str().unwrap().parse().unwrap();
-                    return Serve {
-                        child,
-                        resp_port: resp.port(),
-                    };
-                }
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// One command through `redis-cli`; its stdout lines.
-    fn cli(&self, redis_cli: &str, args: &[&str]) -> Vec<String> {
-        let out = Command::new(redis_cli)
-            .args(["-p", &self.resp_port.to_string()])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    fn term(mut self) {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(self.child.wait().unwrap().success());
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// One command through `redis-cli` to `server`; its stdout lines.
+fn cli(server: &Server, redis_cli: &str, args: &[&str]) -> Vec<String> {
+    let out = Command::new(redis_cli)
+        .args(["-p", &server.resp.port().to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -121,11 +60,11 @@ fn stderr(o: &Output) -> String {
 
 /// `BF.MADD` of `items` in batches of 1000; every reply must be 1 (new) or 0
 /// (a false positive of the filter: acknowledged too, and logged).
-fn madd(serve: &Serve, redis_cli: &str, name: &str, items: &[String]) {
+fn madd(serve: &Server, redis_cli: &str, name: &str, items: &[String]) {
     for batch in items.chunks(1000) {
         let mut args = vec!["BF.MADD", name];
         args.extend(batch.iter().map(String::as_str));
-        let replies = serve.cli(redis_cli, &args);
+        let replies = cli(serve, redis_cli, &args);
         assert_eq!(replies.len(), batch.len(), "{replies:?}");
         assert!(replies.iter().all(|r| r == "1" || r == "0"), "{replies:?}");
     }
@@ -180,21 +119,21 @@ fn info(filter: &Path, extra: &[&str]) -> Value {
 
 /// A temporary data directory with a server on it, and a filter created by
 /// `reserve` (`BF.RESERVE` arguments).
-fn served(rc: &str, extra: &[&str], reserve: &[&str]) -> (tempfile::TempDir, PathBuf, Serve) {
+fn served(rc: &str, extra: &[&str], reserve: &[&str]) -> (tempfile::TempDir, PathBuf, Server) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     std::fs::create_dir(&dir).unwrap();
-    let serve = Serve::start_with(&dir, extra);
+    let serve = Server::start(&dir, extra);
     let mut args = vec!["BF.RESERVE"];
     args.extend_from_slice(reserve);
-    assert_eq!(serve.cli(rc, &args), ["OK"]);
+    assert_eq!(cli(&serve, rc, &args), ["OK"]);
     (tmp, dir, serve)
 }
 
 #[test]
 fn grown_filter_is_read_whole_by_every_command() {
     let Some(rc) = redis_cli() else { return };
-    let (tmp, dir, serve) = served(rc, &[], &["seen", "0.001", "1000"]);
+    let (tmp, dir, mut serve) = served(rc, &[], &["seen", "0.001", "1000"]);
     let added = items("seen", 5000);
     madd(&serve, rc, "seen", &added);
     let filter = dir.join("seen.bgf");
@@ -223,7 +162,7 @@ fn grown_filter_is_read_whole_by_every_command() {
     );
     assert!(!Path::new(&format!("{}.whitelist", filter.display())).exists());
 
-    serve.term();
+    assert!(serve.term().success());
     // After a clean stop every layer is a file: the CLI reads them all.
     assert!(dir.join("seen.bgf.layer1").exists() && dir.join("seen.bgf.layer2").exists());
     assert_all_hits(&filter, &input, &added);
@@ -258,15 +197,15 @@ fn grown_filter_is_read_whole_by_every_command() {
     assert!(dir.join("seen.bgf.layer3").exists());
     assert_all_hits(&filter, &more_input, &more);
     assert_all_hits(&filter, &input, &added);
-    let serve = Serve::start(&dir);
+    let mut serve = Server::start(&dir, &[]);
     for probe in ["seen-004999", "more-004999", "more-000000"] {
         assert_eq!(
-            serve.cli(rc, &["BF.EXISTS", "seen", probe]),
+            cli(&serve, rc, &["BF.EXISTS", "seen", probe]),
             ["1"],
             "{probe}"
         );
     }
-    serve.term();
+    assert!(serve.term().success());
 
     // Whitelisting answers "was it a hit" over every layer.
     let out = run(&["whitelist", "add", filter.to_str().unwrap(), "more-004999"]);
@@ -308,7 +247,7 @@ fn grown_filter_is_read_whole_by_every_command() {
 #[test]
 fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
     let Some(rc) = redis_cli() else { return };
-    let (tmp, dir, serve) = served(rc, &[], &["seen", "0.001", "100000", "NONSCALING"]);
+    let (tmp, dir, mut serve) = served(rc, &[], &["seen", "0.001", "100000", "NONSCALING"]);
     let added = items("crash", 5000);
     madd(&serve, rc, "seen", &added);
     serve.kill9();
@@ -381,15 +320,15 @@ fn acknowledged_adds_survive_a_killed_server_for_the_cli() {
     assert!(out.status.success(), "{}", stderr(&out));
 
     // And the server, restarted, agrees (it replays the same log again).
-    let serve = Serve::start(&dir);
+    let mut serve = Server::start(&dir, &[]);
     for probe in ["crash-000000", "crash-004999", "crash-extra"] {
         assert_eq!(
-            serve.cli(rc, &["BF.EXISTS", "seen", probe]),
+            cli(&serve, rc, &["BF.EXISTS", "seen", probe]),
             ["1"],
             "{probe}"
         );
     }
-    serve.term();
+    assert!(serve.term().success());
     assert_all_hits(&filter, &input, &added);
 }
 
@@ -419,7 +358,7 @@ fn cli_sees_every_acknowledged_add_while_the_server_adds_and_snapshots() {
     // the same directory: every add acknowledged before a check started
     // must be a hit in it.
     let Some(rc) = redis_cli() else { return };
-    let (tmp, dir, serve) = served(rc, &["--snapshot-secs", "1"], &["live", "0.001", "500"]);
+    let (tmp, dir, mut serve) = served(rc, &["--snapshot-secs", "1"], &["live", "0.001", "500"]);
     let all = items("live", 12_000);
     let acked = std::sync::atomic::AtomicUsize::new(0);
     let filter = dir.join("live.bgf");
@@ -460,5 +399,5 @@ fn cli_sees_every_acknowledged_add_while_the_server_adds_and_snapshots() {
     assert!(checks >= 5, "only {checks} checks overlapped the adds");
     // It grew, and snapshots ran meanwhile (layer files on disk).
     assert!(dir.join("live.bgf.layer1").exists());
-    serve.term();
+    assert!(serve.term().success());
 }

@@ -3,14 +3,14 @@
 # bloomgate's BF.EXISTS/BF.MEXISTS next to a real redis-server's GET/MGET in
 # the same run (alternating rounds, medians, ratios, CPU time of each
 # server), wrk against the HTTP batch check, and RSS over 60 s.
-# Needs: redis-server, redis-benchmark, wrk, a release build of bloomgate-server.
+# Needs: redis-server, redis-benchmark, wrk, a release build of bloomgate (cargo build --release).
 # Usage: crates/server/bench/service.sh [N_REQUESTS]   (from the repo root)
 #        ROUNDS=N alternating rounds (default 5); BG_ARGS="--resp-threads 2" etc.;
 #        SKIP_HTTP=1 stops after redis-benchmark.
 set -euo pipefail
 N=${1:-500000}
 ROUNDS=${ROUNDS:-5}
-BIN=${BIN:-target/release/bloomgate-server}
+BIN=${BIN:-target/release/bloomgate}
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=$(mktemp -d)
 RPORT=16479; BPORT=16480; HPORT=18480
@@ -18,7 +18,7 @@ cleanup() { kill "$RPID" "$BPID" 2>/dev/null || true; wait 2>/dev/null || true; 
 trap cleanup EXIT
 
 redis-server --port $RPORT --save "" --appendonly no --daemonize no >"$WORK/redis.log" 2>&1 & RPID=$!
-"$BIN" ${BG_ARGS:-} --data-dir "$WORK" --http 127.0.0.1:$HPORT --resp 127.0.0.1:$BPORT --ready-file "$WORK/ready" 2>"$WORK/bg.log" & BPID=$!
+"$BIN" serve ${BG_ARGS:-} --data-dir "$WORK" --http 127.0.0.1:$HPORT --resp 127.0.0.1:$BPORT --ready-file "$WORK/ready" 2>"$WORK/bg.log" & BPID=$!
 for _ in $(seq 100); do [ -f "$WORK/ready" ] && redis-cli -p $RPORT ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 # Data: a raw filter of 1M planned items holding 100k items; a URL filter.

@@ -1,4 +1,5 @@
-//! `bloomgate serve`: hands the arguments to `bloomgate-server`.
+//! `bloomgate serve`: hands the arguments to the `bloomgate-server` library.
+//! These options (`args::ServeArgs`) are the service's only command line.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         resp: a.resp.0,
         token_file: a.token_file,
         open_reads: a.open_reads,
-        snapshot_interval: Duration::from_secs(a.snapshot_secs.max(1)),
+        snapshot_interval: Duration::from_secs(a.snapshot_secs),
         ready_file: a.ready_file,
         threads: a.threads,
         resp_threads: a.resp_threads,
@@ -23,6 +24,9 @@ pub fn run(a: ServeArgs) -> Result<i32> {
     };
     if let Some(s) = a.idle_secs {
         config.limits.idle_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = a.request_secs {
+        config.limits.request_timeout = Duration::from_secs(s);
     }
     if let Some(n) = a.max_connections {
         config.limits.max_connections = n;

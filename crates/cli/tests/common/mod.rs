@@ -1,4 +1,5 @@
-//! Test harness: starts the real `bloomgate-server` binary on ephemeral
+//! Test harness: starts the shipped command, `bloomgate serve` (this
+//! crate's binary, which cargo builds afresh for these tests), on ephemeral
 //! loopback ports in a temporary directory, plus tiny blocking RESP and HTTP
 //! clients (no client-library dependencies).
 #![allow(dead_code)]
@@ -21,7 +22,8 @@ impl Server {
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
         let ready = dir.join(format!("ready-{}", std::process::id()));
         let _ = std::fs::remove_file(&ready);
-        let child = Command::new(env!("CARGO_BIN_EXE_bloomgate-server"))
+        let child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+            .arg("serve")
             .arg("--data-dir")
             .arg(dir)
             .args([
@@ -36,7 +38,7 @@ impl Server {
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn bloomgate-server");
+            .expect("spawn bloomgate serve");
         let t = Instant::now();
         loop {
             if let Ok(b) = std::fs::read(&ready) {
