@@ -181,8 +181,9 @@ impl From<MatchArg> for MatchMode {
 #[derive(Args, Debug)]
 pub struct SizeArgs {
     /// Number of items the filter must hold (`10000000000`, `1e10`).
+    /// `build` counts the entries of its input files when it is left out.
     #[arg(long, short = 'n', value_parser = parse_items)]
-    pub items: u64,
+    pub items: Option<u64>,
     /// Target false-positive rate per query (`0.0001`, `1e-4`, `0.01%`).
     #[arg(long, short = 'p', value_parser = parse_fp)]
     pub fp: f64,

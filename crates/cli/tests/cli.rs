@@ -663,6 +663,39 @@ fn url_canon_and_expressions() {
 }
 
 #[test]
+fn build_counts_entries_when_items_is_left_out() {
+    let d = Dir::new();
+    let a = d.write("a.txt", b"http://one.example/\n\nhttp://two.example/\n");
+    let b = d.write("b.txt", b"http://three.example/\r\n");
+    let f = d.path("f.bgf");
+    let out = bg()
+        .args(["build", "-p", "1e-4", "-o", s(&f), s(&a), s(&b)])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("counted 3 entries"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(
+        &bg()
+            .args(["info", "--json", s(&f)])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(v["planned_items"], 3);
+    // Standard input cannot be counted first: a usage error, nothing written.
+    bg().args(["build", "-p", "1e-4", "-o", s(&d.path("g.bgf"))])
+        .write_stdin("http://one.example/\n")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--items is required"));
+    assert!(!d.path("g.bgf").exists());
+}
+
+#[test]
 fn serve_options_are_checked_by_the_one_definition() {
     // Zero would mean "never" or "at once": refused, not silently changed.
     for opt in ["--snapshot-secs", "--idle-secs", "--request-secs"] {

@@ -250,8 +250,12 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         ))
         .into());
     }
+    let items = match a.size.items {
+        Some(n) => n,
+        None => count_entries(&a.inputs)?,
+    };
     let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
-    let plan = math::plan(a.layout.into(), a.size.items, per_lookup)
+    let plan = math::plan(a.layout.into(), items, per_lookup)
         .map_err(|e| crate::cmd::UsageError(e.to_string()))?;
     let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
     params.key_kind = kind.as_u8();
@@ -280,6 +284,42 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     Ok(0)
+}
+
+/// Counts the entries (non-empty lines) of input files, for a build whose
+/// `--items` was left out: one extra pass over the inputs, said on stderr.
+fn count_entries(inputs: &[String]) -> Result<u64> {
+    if inputs.iter().any(|i| i == "-") {
+        return Err(crate::cmd::UsageError(
+            "--items is required when reading standard input (it cannot be read twice to count it)"
+                .into(),
+        )
+        .into());
+    }
+    let started = Instant::now();
+    let mut n = 0u64;
+    input::process(
+        inputs.to_vec(),
+        Progress::default(),
+        |chunk| {
+            let mut c = 0u64;
+            chunk.for_each_line(|_, _| c += 1);
+            c
+        },
+        |_, c| {
+            n += c;
+            Ok(())
+        },
+    )?;
+    if n == 0 {
+        bail!("the inputs hold no entries (and --items was not given)");
+    }
+    eprintln!(
+        "bloomgate: --items not given: counted {} entries in the inputs ({:.1} s); planning for that many",
+        thousands(n),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(n)
 }
 
 /// The memory a build may give the filter's bits.

@@ -14,7 +14,10 @@ use crate::report::{bytes, thousands};
 pub fn run(a: PlanArgs) -> Result<i32> {
     let stdout = std::io::stdout();
     let mut o = stdout.lock();
-    let (n, p) = (a.size.items, a.size.fp);
+    let n = a.size.items.ok_or_else(|| {
+        crate::cmd::UsageError("plan needs --items (how many entries the filter must hold)".into())
+    })?;
+    let p = a.size.fp;
     let kind: KeyKind = a.keys.keys.into();
     let mode: MatchMode = a.keys.match_mode.into();
     let lookups = max_lookups(kind, mode);
