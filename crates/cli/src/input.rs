@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 
@@ -31,6 +31,35 @@ fn too_long_reason() -> String {
 
 /// Target chunk size.
 const CHUNK: usize = 4 << 20;
+
+/// Set by Ctrl-C (SIGINT), SIGTERM or SIGHUP once [`stop_on_signals`] is
+/// installed: readers stop reading and [`process`] returns an error, so that
+/// the command unwinds through its cleanup (temporary files removed, an
+/// in-place update resealed) instead of dying mid-write.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the first Ctrl-C / SIGTERM / SIGHUP stop [`process`] at the next
+/// chunk; a second one, or five seconds without an exit (a read blocked on
+/// an idle standard input), exits at once with status 130.
+pub fn stop_on_signals() {
+    // ctrlc (with its "termination" feature) is the maintained, portable way
+    // to turn these signals into a flag: it runs this handler on a thread of
+    // its own, outside signal context, so the handler may wait.
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            eprintln!("bloomgate: interrupted");
+            std::process::exit(130);
+        });
+    });
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
 
 /// A run of whole lines from one input.
 pub struct Chunk {
@@ -118,6 +147,9 @@ fn spawn_reader(
                 let mut skipping_long = false;
                 let mut too_long = Vec::new();
                 loop {
+                    if interrupted() {
+                        return Ok(());
+                    }
                     let mut buf = std::mem::take(&mut carry);
                     let start = buf.len();
                     buf.resize(start + CHUNK, 0);
@@ -249,6 +281,10 @@ where
             pending.insert(seq, msg);
             while let Some(msg) = pending.remove(&next) {
                 next += 1;
+                if interrupted() {
+                    result = Err(anyhow::anyhow!("interrupted"));
+                    break;
+                }
                 match msg {
                     Ok((chunk, r)) => {
                         if let Err(e) = sink(&chunk, r) {

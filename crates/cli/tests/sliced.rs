@@ -390,3 +390,44 @@ fn sliced_check_reads_standard_input() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn an_interrupted_build_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = urls(tmp.path());
+    // ~200 MB: an in-memory build of it takes seconds.
+    let big = tmp.path().join("big.txt");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        for i in 0..5_000_000u32 {
+            writeln!(f, "http://h{i}.example/some/path/{i}").unwrap();
+        }
+    }
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let target = out_dir.join("f.bgf");
+    for (input, memory) in [(&big, None), (&small, Some("4K"))] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["build", "-n", "5000000", "-p", "1e-5", "-o"])
+            .arg(&target)
+            .arg(input);
+        if let Some(m) = memory {
+            cmd.args(["--memory", m]);
+        }
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "finished before the signal"
+        );
+        Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
+        let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{memory:?}: left behind {left:?}");
+    }
+}

@@ -29,6 +29,14 @@ impl std::error::Error for UsageError {}
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<i32> {
+    // Commands that read inputs stop cleanly on Ctrl-C (the server handles
+    // its signals itself).
+    if matches!(
+        cli.command,
+        Command::Build(_) | Command::Add(_) | Command::Check(_)
+    ) {
+        crate::input::stop_on_signals();
+    }
     match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Build(a) => build::build(a),
