@@ -28,7 +28,7 @@
 //!   freshly computed checksum.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use memmap2::MmapOptions;
@@ -49,13 +49,17 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 4096;
 /// Checksum page size.
 const PAGE: usize = 4096;
+/// What [`Filter::save`] copies, hashes and writes at a time: a whole number
+/// of pages, small enough not to double a large filter's memory.
+const SAVE_CHUNK: usize = 32 << 20;
 /// Header flag: an in-place update is in progress or was interrupted.
 pub const FLAG_DIRTY: u32 = 1;
-/// Header flag: the `ones` field holds the number of set bits of the data
-/// (written by every seal since it was introduced; files without it are
-/// read as before, and readers that predate it ignore it: see
-/// `docs/file-format.md`).
-pub const FLAG_ONES: u32 = 2;
+/// Marks the `ones` field as recorded: the field holds `count | 2⁶³`, and 0
+/// means "not recorded". The mark lives in the field, not in the flags: a
+/// writer from before the field copies the flags through but rebuilds the
+/// header without the field, which then reads as "not recorded", never as a
+/// stale count (`docs/file-format.md`).
+const ONES_RECORDED: u64 = 1 << 63;
 
 // Field offsets (little-endian). Documented in docs/file-format.md.
 const OFF_VERSION: usize = 8;
@@ -94,7 +98,7 @@ pub struct Header {
     pub data_len: u64,
     /// Checksum of the bit array.
     pub data_checksum: u64,
-    /// Set bits of the bit array, when the file records them (`FLAG_ONES`):
+    /// Set bits of the bit array, when the file records them (offset 88):
     /// what `info` reports the fill from without reading the data. Current
     /// only while the file is not dirty.
     pub ones: Option<u64>,
@@ -127,12 +131,9 @@ impl Header {
         b[OFF_MATCH_MODE] = p.match_mode;
         b[OFF_K..][..4].copy_from_slice(&p.k.to_le_bytes());
         b[OFF_BLOCK_BITS..][..4].copy_from_slice(&self.block_bits().to_le_bytes());
-        let flags = match self.ones {
-            Some(_) => self.flags | FLAG_ONES,
-            None => self.flags & !FLAG_ONES,
-        };
-        b[OFF_FLAGS..][..4].copy_from_slice(&flags.to_le_bytes());
-        b[OFF_ONES..][..8].copy_from_slice(&self.ones.unwrap_or(0).to_le_bytes());
+        b[OFF_FLAGS..][..4].copy_from_slice(&self.flags.to_le_bytes());
+        let ones = self.ones.map_or(0, |o| o | ONES_RECORDED);
+        b[OFF_ONES..][..8].copy_from_slice(&ones.to_le_bytes());
         b[OFF_BITS..][..8].copy_from_slice(&p.bits.to_le_bytes());
         b[OFF_SEED..][..8].copy_from_slice(&p.seed.to_le_bytes());
         b[OFF_ITEMS..][..8].copy_from_slice(&self.items.to_le_bytes());
@@ -199,6 +200,11 @@ impl Header {
         if block_bits != expected_block {
             return Err(bad(format!("block size {block_bits} for layout {layout}")));
         }
+        let ones = match u64_at(OFF_ONES) {
+            0 => None,
+            v if v & ONES_RECORDED != 0 && v & !ONES_RECORDED <= bits => Some(v & !ONES_RECORDED),
+            v => return Err(bad(format!("set-bit count field {v:#x} for {bits} bits"))),
+        };
         let expected_len = HEADER_LEN as u64 + data_len;
         if file_len < expected_len {
             return Err(FormatProblem::Truncated {
@@ -224,11 +230,11 @@ impl Header {
                 target_fp: f64::from_le_bytes(bytes[OFF_TARGET_FP..][..8].try_into().expect("8")),
             },
             hash_id,
-            flags: u32_at(OFF_FLAGS) & !FLAG_ONES,
+            flags: u32_at(OFF_FLAGS),
             items: u64_at(OFF_ITEMS),
             data_len,
             data_checksum: u64_at(OFF_DATA_SUM),
-            ones: (u32_at(OFF_FLAGS) & FLAG_ONES != 0).then(|| u64_at(OFF_ONES)),
+            ones,
         })
     }
 }
@@ -710,35 +716,7 @@ impl Filter {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let data = self.bits.bytes();
-        let header = Header {
-            version: FORMAT_VERSION,
-            params: self.params.clone(),
-            hash_id: HASH_XXH3_128,
-            flags: 0,
-            items: self.items(),
-            data_len: data.len() as u64,
-            data_checksum: 0,
-            ones: None,
-        };
-        // Copy the bits first so that the checksum describes exactly what is
-        // written, even if other threads keep inserting meanwhile. For big
-        // filters, write the live bytes and accept that the checksum was
-        // taken over them just before: only set bits can differ, so the
-        // checksum would then flag the file. Avoid that by writing the copy.
-        let snapshot: Vec<u8>;
-        let data: &[u8] = if data.len() <= (1 << 30) {
-            snapshot = data.to_vec();
-            &snapshot
-        } else {
-            data
-        };
-        // The count comes from the very bytes written, like the checksum.
-        let (data_checksum, ones) = pages_checksum_and_ones(data, 0);
-        let header = Header {
-            data_checksum,
-            ones: Some(ones),
-            ..header
-        };
+        let items = self.items();
         let tmp = temp_path(path);
         let result = (|| {
             let mut f = OpenOptions::new()
@@ -746,9 +724,35 @@ impl Filter {
                 .create_new(true)
                 .open(&tmp)
                 .map_err(io_err(&tmp, "create"))?;
+            f.write_all(&[0u8; HEADER_LEN])
+                .map_err(io_err(&tmp, "write"))?;
+            // Other threads may keep inserting while this runs. Each chunk is
+            // copied once, and the checksum and set-bit count are taken from
+            // the very copy that is written, so the header always describes
+            // the file's bytes (bits set meanwhile may or may not be in it).
+            let mut copy = vec![0u8; SAVE_CHUNK.min(data.len())];
+            let (mut checksum, mut ones) = (0u64, 0u64);
+            for (i, chunk) in data.chunks(SAVE_CHUNK).enumerate() {
+                let copy = &mut copy[..chunk.len()];
+                copy.copy_from_slice(chunk);
+                let (c, o) = pages_checksum_and_ones(copy, (i * (SAVE_CHUNK / PAGE)) as u64);
+                checksum = checksum.wrapping_add(c);
+                ones += o;
+                f.write_all(copy).map_err(io_err(&tmp, "write"))?;
+            }
+            let header = Header {
+                version: FORMAT_VERSION,
+                params: self.params.clone(),
+                hash_id: HASH_XXH3_128,
+                flags: 0,
+                items,
+                data_len: data.len() as u64,
+                data_checksum: checksum,
+                ones: Some(ones),
+            };
+            f.seek(SeekFrom::Start(0)).map_err(io_err(&tmp, "seek"))?;
             f.write_all(&header.encode())
                 .map_err(io_err(&tmp, "write"))?;
-            f.write_all(data).map_err(io_err(&tmp, "write"))?;
             f.sync_all().map_err(io_err(&tmp, "fsync"))?;
             std::fs::rename(&tmp, path).map_err(io_err(path, "rename into place"))?;
             sync_dir(path)
@@ -835,7 +839,7 @@ mod tests {
     }
 
     const GOLDEN: u64 = 0xd82c_7656_fc56_a56e;
-    const GOLDEN_WITH_ONES: u64 = 0xac4a_a79d_5194_e89e;
+    const GOLDEN_WITH_ONES: u64 = 0x72ea_511e_ae68_e643;
 
     #[test]
     fn one_writer_per_file() {

@@ -4,7 +4,7 @@
 //!
 //! * [`Layout::Blocked`] (the default): each item's `k` bits live in one
 //!   512-bit, cache-line-aligned block, so a lookup costs one cache miss. About
-//!   21.9 bits per item at a false-positive rate of 10⁻⁴.
+//!   22.0 bits per item at a false-positive rate of 10⁻⁴.
 //! * [`Layout::Classic`]: the textbook filter, 19.17 bits per item at 10⁻⁴
 //!   (20 when rounded to whole bits, as the planner does), `k` cache misses.
 //!

@@ -481,3 +481,54 @@ fn files_without_a_count_still_read_and_report_the_fill() {
         .verify()
         .unwrap();
 }
+
+#[test]
+fn a_set_bit_count_field_without_its_mark_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path(), Layout::Blocked);
+    let h = Filter::open(&path, Access::ReadOnly)
+        .unwrap()
+        .header()
+        .unwrap()
+        .clone();
+    let mut bytes = h.encode();
+    bytes[88..96].copy_from_slice(&5u64.to_le_bytes());
+    // Reseal the header checksum so that only the field is wrong.
+    bytes[120..128].fill(0);
+    let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, 0);
+    bytes[120..128].copy_from_slice(&sum.to_le_bytes());
+    poke(&path, 0, &bytes);
+    let err = Filter::open(&path, Access::ReadOnly).unwrap_err();
+    assert!(matches!(problem(err), FormatProblem::BadField(f) if f.contains("set-bit count")));
+}
+
+#[test]
+fn save_while_inserting_describes_the_bytes_it_wrote() {
+    // Over 64 MiB: several 32 MiB chunks, another thread inserting throughout.
+    let p = Params::from_plan(&plan(Layout::Blocked, 26_000_000, 1e-4).unwrap(), 3);
+    assert!(p.bits / 8 > 64 << 20);
+    let f = Filter::new(p).unwrap();
+    for i in 0..200_000u32 {
+        f.insert(format!("before-{i}").as_bytes());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.bgf");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.insert(format!("during-{i}").as_bytes());
+                i += 1;
+            }
+        });
+        f.save(&path).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let g = Filter::open(&path, Access::ReadOnly).unwrap();
+    g.verify().unwrap();
+    assert_eq!(g.stored_ones(), Some(g.count_ones()));
+    for i in 0..200_000u32 {
+        assert!(g.contains(format!("before-{i}").as_bytes()));
+    }
+}
