@@ -302,6 +302,11 @@ where
         result
     });
     let _ = reader.join();
+    // A reader stopped by a signal ends its input early without an error:
+    // the pass is incomplete, whatever the sink saw.
+    if interrupted() && outcome.is_ok() {
+        anyhow::bail!("interrupted");
+    }
     outcome
 }
 

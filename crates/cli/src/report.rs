@@ -59,6 +59,24 @@ pub fn peak_rss() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// "3 passes of 21.2 s (median; 20.7–26.3 s)" for the per-pass times of
+/// a sliced command.
+pub fn passes(secs: &[f64]) -> String {
+    let mut s = secs.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.as_slice() {
+        [] => "0 passes".into(),
+        [only] => format!("1 pass of {only:.1} s"),
+        _ => format!(
+            "{} passes of {:.1} s (median; {:.1}–{:.1} s)",
+            s.len(),
+            s[s.len() / 2],
+            s[0],
+            s[s.len() - 1]
+        ),
+    }
+}
+
 /// A progress bar on stderr when it is a terminal, tracking bytes read;
 /// `None` otherwise (no escape codes in logs and pipes).
 /// `label`, if any, stands before the bar (`pass 2/3`).

@@ -511,34 +511,10 @@ fn redis_cli_sees_redisbloom_replies() {
 /// redis-py, RESP3 and RESP2: `tests/python/test_redisbloom_replies.py`.
 #[test]
 fn redis_py_sees_redisbloom_replies() {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/python/test_redisbloom_replies.py"
-    );
-    let ok = Command::new("python3")
-        .args(["-c", "import redis"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
-            "python3 with redis-py is required (pip install redis)"
-        );
-        eprintln!("SKIPPED: python3 with the `redis` module is not installed (pip install redis)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["--port", &s.resp.port().to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "redis-py test failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    common::run_redis_py(
+        "test_redisbloom_replies.py",
+        &["--port".into(), s.resp.port().to_string()],
     );
 }

@@ -423,13 +423,9 @@ fn build_sliced(
     let filter = Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
-    pass_secs.sort_by(f64::total_cmp);
     eprintln!(
-        "bloomgate: {} passes of {:.1} s (median; {:.1}–{:.1} s), peak memory {} (budget {})",
-        ranges.len(),
-        pass_secs[pass_secs.len() / 2],
-        pass_secs[0],
-        pass_secs[pass_secs.len() - 1],
+        "bloomgate: {}, peak memory {} (budget {})",
+        report::passes(&pass_secs),
         report::peak_rss().map_or_else(|| "unknown".into(), bytes),
         bytes(budget.bytes)
     );

@@ -343,13 +343,9 @@ fn check_sliced<W: Write>(
         }
         pass_secs.push(started.elapsed().as_secs_f64());
     }
-    pass_secs.sort_by(f64::total_cmp);
     eprintln!(
-        "bloomgate: {} passes of {:.1} s (median; {:.1}–{:.1} s), {} lookup keys, peak memory {} (budget {})",
-        ranges.len(),
-        pass_secs[pass_secs.len() / 2],
-        pass_secs[0],
-        pass_secs[pass_secs.len() - 1],
+        "bloomgate: {}, {} lookup keys, peak memory {} (budget {})",
+        report::passes(&pass_secs),
         total_keys,
         report::peak_rss().map_or_else(|| "unknown".into(), bytes),
         bytes(budget)

@@ -276,3 +276,35 @@ pub fn have(cmd: &str) -> bool {
         .status()
         .is_ok()
 }
+
+/// Runs a redis-py script from `tests/python` with `args`; fails with its
+/// output if it fails. `false` (after saying so) when python3 has no redis
+/// module and `BLOOMGATE_REQUIRE_CLIENTS` is unset; with it set, that fails.
+pub fn run_redis_py(script: &str, args: &[String]) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
+            "python3 with redis-py is required (pip install redis)"
+        );
+        eprintln!("SKIPPED: python3 with the `redis` module is not installed (pip install redis)");
+        return false;
+    }
+    let path = format!("{}/../../tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
