@@ -321,20 +321,6 @@ impl Blacklist {
         &self.layers.layers[0]
     }
 
-    /// The first layer, mutably (for a single-layer filter nobody else holds).
-    pub fn filter_mut(&mut self) -> Option<&mut Filter> {
-        Arc::get_mut(&mut self.layers.layers[0])
-    }
-
-    /// Unwraps the first layer of a single-layer filter nobody else holds.
-    pub fn into_filter(self) -> Option<Filter> {
-        let mut layers = self.layers.layers;
-        if layers.len() != 1 {
-            return None;
-        }
-        Arc::try_unwrap(layers.pop()?).ok()
-    }
-
     /// What opening found around the files (data directory, replayed adds).
     pub fn opened(&self) -> &Opened {
         &self.opened

@@ -374,7 +374,20 @@ impl Drop for FileState {
     }
 }
 
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
+/// Creates a new temporary file beside `path` (readable and writable; never
+/// an existing file), for writers that rename it into place when done.
+pub(crate) fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
+    let tmp = temp_path(path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io_err(&tmp, "create"))?;
+    Ok((tmp, file))
+}
+
+fn temp_path(path: &Path) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())
@@ -490,13 +503,7 @@ impl Filter {
     pub fn create_file(path: impl AsRef<Path>, params: Params) -> Result<Filter> {
         params.validate()?;
         let path = path.as_ref();
-        let tmp = temp_path(path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create"))?;
+        let (tmp, file) = create_temp(path)?;
         let data_len = params.bits / 8;
         let header = Header {
             version: FORMAT_VERSION,
@@ -717,13 +724,8 @@ impl Filter {
         let path = path.as_ref();
         let data = self.bits.bytes();
         let items = self.items();
-        let tmp = temp_path(path);
+        let (tmp, mut f) = create_temp(path)?;
         let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(io_err(&tmp, "create"))?;
             f.write_all(&[0u8; HEADER_LEN])
                 .map_err(io_err(&tmp, "write"))?;
             // Other threads may keep inserting while this runs. Each chunk is

@@ -24,7 +24,7 @@
 //! its slice; with the classic layout an item's `k` bits may lie in `k`
 //! different slices.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::arch;
 use crate::error::{io_err, Error, Result};
 use crate::filter::{Params, Prepared};
-use crate::format::{sync_dir, temp_path, Header, FORMAT_VERSION, HEADER_LEN};
+use crate::format::{create_temp, sync_dir, Header, FORMAT_VERSION, HEADER_LEN};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{Layout, BLOCK_BITS};
 use crate::storage::Bits;
@@ -263,13 +263,7 @@ impl SliceWriter {
     pub fn create(path: impl AsRef<Path>, params: &Params) -> Result<SliceWriter> {
         params.validate()?;
         let path = path.as_ref().to_path_buf();
-        let tmp = temp_path(&path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create"))?;
+        let (tmp, file) = create_temp(&path)?;
         let w = SliceWriter {
             path,
             tmp: Some(tmp.clone()),
