@@ -132,6 +132,42 @@ pub struct Verdict {
     pub matched: Option<String>,
 }
 
+/// A [`Verdict`] whose matched key is borrowed from the lookup keys (no
+/// allocation; see [`verdict_ref`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerdictRef<'k> {
+    /// As [`Verdict::hit`].
+    pub hit: bool,
+    /// As [`Verdict::whitelisted`].
+    pub whitelisted: bool,
+    /// As [`Verdict::matched`], the key's bytes.
+    pub matched: Option<&'k [u8]>,
+}
+
+impl VerdictRef<'_> {
+    /// The owned verdict.
+    pub fn to_verdict(&self) -> Verdict {
+        Verdict {
+            hit: self.hit,
+            whitelisted: self.whitelisted,
+            matched: self
+                .matched
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+        }
+    }
+}
+
+impl Verdict {
+    /// The verdict with its matched key borrowed.
+    pub fn as_ref(&self) -> VerdictRef<'_> {
+        VerdictRef {
+            hit: self.hit,
+            whitelisted: self.whitelisted,
+            matched: self.matched.as_deref().map(str::as_bytes),
+        }
+    }
+}
+
 /// Whether a read-only open includes the live adds of a served data directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogMode {
@@ -538,6 +574,14 @@ pub fn verdict_of<'k>(
     whitelist: &Whitelist,
     probes: impl IntoIterator<Item = (&'k [u8], bool)>,
 ) -> Verdict {
+    verdict_ref(whitelist, probes).to_verdict()
+}
+
+/// [`verdict_of`] without allocating: the matched key is borrowed.
+pub fn verdict_ref<'k>(
+    whitelist: &Whitelist,
+    probes: impl IntoIterator<Item = (&'k [u8], bool)>,
+) -> VerdictRef<'k> {
     let mut probes = probes.into_iter().peekable();
     let exempt_all =
         !whitelist.is_empty() && probes.peek().is_some_and(|(k, _)| whitelist.contains(k));
@@ -550,16 +594,16 @@ pub fn verdict_of<'k>(
             whitelisted.get_or_insert(key);
             continue;
         }
-        return Verdict {
+        return VerdictRef {
             hit: true,
             whitelisted: false,
-            matched: Some(String::from_utf8_lossy(key).into_owned()),
+            matched: Some(key),
         };
     }
-    Verdict {
+    VerdictRef {
         hit: false,
         whitelisted: whitelisted.is_some(),
-        matched: whitelisted.map(|k| String::from_utf8_lossy(k).into_owned()),
+        matched: whitelisted,
     }
 }
 

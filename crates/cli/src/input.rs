@@ -7,6 +7,13 @@
 //! core. Decompression (`.gz`, `.zst`, by extension) happens in the reader
 //! thread.
 //!
+//! An input may also be *generated*: lines made in-process by a
+//! [`Generate`] registered under a name ([`register_generated`]), filled by
+//! the workers themselves so that generation runs on every core. The
+//! `bloomgate` binary registers none; benchmarks (`crates/bench`, the
+//! ten-billion run) use them to drive the commands' own code with more text
+//! than any disk holds.
+//!
 //! Line rules: `\n` ends a line, one trailing `\r` is stripped, empty lines are
 //! skipped, and a line longer than [`MAX_LINE`] bytes is reported with its line
 //! number (never silently cut).
@@ -14,9 +21,10 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use rayon::iter::{ParallelBridge, ParallelIterator};
@@ -61,6 +69,35 @@ fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
+/// Lines made in-process instead of read from a file (see the module doc).
+pub trait Generate: Send + Sync {
+    /// How many lines the input has.
+    fn lines(&self) -> u64;
+    /// Appends lines `range` (0-based), each non-empty and ending in `\n`,
+    /// to `out`. Must give the same bytes every time it is asked.
+    fn fill(&self, range: Range<u64>, out: &mut Vec<u8>);
+}
+
+/// Generated inputs by name ([`register_generated`]).
+static GENERATED: Mutex<Vec<(String, Arc<dyn Generate>)>> = Mutex::new(Vec::new());
+
+/// Makes `name` an input whose lines `generate` makes, for every command
+/// run in this process from now on. Names are matched exactly and before
+/// the file system; pick one no file has (e.g. `generated:urls`).
+pub fn register_generated(name: &str, generate: Arc<dyn Generate>) {
+    let mut list = GENERATED.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(n, _)| n != name);
+    list.push((name.to_string(), generate));
+}
+
+fn generated(name: &str) -> Option<Arc<dyn Generate>> {
+    let list = GENERATED.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter().find(|(n, _)| n == name).map(|(_, g)| g.clone())
+}
+
+/// Lines per chunk of a generated input (about [`CHUNK`] bytes of URLs).
+const GENERATED_LINES: u64 = 64 * 1024;
+
 /// A run of whole lines from one input.
 pub struct Chunk {
     /// Index of the input in the argument list.
@@ -71,6 +108,9 @@ pub struct Chunk {
     pub data: Vec<u8>,
     /// Lines in this input that were too long (line numbers), found by the reader.
     pub too_long: Vec<u64>,
+    /// For a generated input: the lines still to be made into `data` (by
+    /// the worker that takes the chunk).
+    pending: Option<(Arc<dyn Generate>, Range<u64>)>,
 }
 
 impl Chunk {
@@ -140,6 +180,25 @@ fn spawn_reader(
     let (tx, rx) = sync_channel::<Result<Chunk>>(2 * rayon::current_num_threads() + 2);
     let handle = std::thread::spawn(move || {
         for (index, name) in inputs.iter().enumerate() {
+            if let Some(g) = generated(name) {
+                let total = g.lines();
+                let mut start = 0;
+                while start < total && !interrupted() {
+                    let end = total.min(start + GENERATED_LINES);
+                    let chunk = Chunk {
+                        input: index,
+                        first_line: start + 1,
+                        data: Vec::new(),
+                        too_long: Vec::new(),
+                        pending: Some((g.clone(), start..end)),
+                    };
+                    if tx.send(Ok(chunk)).is_err() {
+                        return;
+                    }
+                    start = end;
+                }
+                continue;
+            }
             let result = (|| -> Result<()> {
                 let (mut reader, _) = open(name)?;
                 let mut line_no = 1u64;
@@ -200,6 +259,7 @@ fn spawn_reader(
                             first_line: line_no,
                             data,
                             too_long: std::mem::take(&mut too_long),
+                            pending: None,
                         };
                         if tx.send(Ok(chunk)).is_err() {
                             return Ok(());
@@ -217,6 +277,7 @@ fn spawn_reader(
                         first_line: line_no,
                         data: Vec::new(),
                         too_long,
+                        pending: None,
                     };
                     let _ = tx.send(Ok(chunk));
                 }
@@ -264,7 +325,11 @@ where
                 .enumerate()
                 .par_bridge()
                 .for_each_with(done_tx, |tx, (seq, chunk)| {
-                    let msg = chunk.map(|c| {
+                    let msg = chunk.map(|mut c| {
+                        if let Some((g, range)) = c.pending.take() {
+                            c.data.reserve(CHUNK);
+                            g.fill(range, &mut c.data);
+                        }
                         let r = work(&c);
                         (c, r)
                     });
@@ -362,7 +427,7 @@ pub fn respoolable(
 pub fn total_size(inputs: &[String]) -> Option<u64> {
     let mut total = 0;
     for name in inputs {
-        if name == "-" {
+        if name == "-" || generated(name).is_some() {
             return None;
         }
         total += std::fs::metadata(name).ok()?.len();

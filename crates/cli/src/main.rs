@@ -5,11 +5,7 @@
 //! reported on stderr), 2 usage error. A closed stdout (e.g. `| head`) is a
 //! success.
 
-mod args;
-mod cmd;
-mod input;
-mod report;
-
+use bloomgate_cli::{args, cmd, report};
 use clap::Parser;
 
 /// Process exit codes.

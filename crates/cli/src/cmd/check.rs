@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{bail, Result};
 use serde_json::json;
 
-use bloomgate_blacklist::{verdict_of, Blacklist, CheckScratch, Verdict};
+use bloomgate_blacklist::{verdict_ref, Blacklist, CheckScratch, VerdictRef};
 use bloomgate_engine::slice::{self, position_of, Slice};
 use bloomgate_url::{query_keys, KeyError};
 
@@ -42,7 +42,7 @@ impl ChunkOut {
         output: Output,
         line_no: u64,
         line: &[u8],
-        verdict: Result<Verdict, KeyError>,
+        verdict: Result<VerdictRef<'_>, KeyError>,
     ) {
         match verdict {
             Ok(v) => {
@@ -57,7 +57,7 @@ impl ChunkOut {
                             "item": String::from_utf8_lossy(line),
                             "hit": v.hit,
                             "whitelisted": v.whitelisted,
-                            "matched": v.matched,
+                            "matched": v.matched.map(String::from_utf8_lossy),
                         });
                         self.text.extend_from_slice(j.to_string().as_bytes());
                         self.text.push(b'\n');
@@ -124,7 +124,14 @@ impl<W: Write> Report<'_, W> {
     }
 }
 
+/// Runs `bloomgate check`, answering on standard output.
 pub fn run(a: CheckArgs) -> Result<i32> {
+    run_to(a, std::io::stdout().lock())
+}
+
+/// Runs `bloomgate check`, answering into `out` (for callers that want the
+/// answers rather than the text on standard output). Returns the exit code.
+pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
     if a.verify {
         crate::cmd::verify_files(&a.filter)?;
     }
@@ -137,9 +144,8 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     } else {
         Output::Lines
     };
-    let stdout = std::io::stdout();
     let mut report = Report {
-        out: std::io::BufWriter::with_capacity(1 << 16, stdout.lock()),
+        out: std::io::BufWriter::with_capacity(1 << 16, out),
         hits: 0,
         failed: 0,
         names: &a.inputs,
@@ -167,7 +173,11 @@ pub fn run(a: CheckArgs) -> Result<i32> {
                     &mut CheckScratch::default(),
                     &mut verdicts,
                 );
-                for (&(line_no, line), verdict) in lines.iter().zip(verdicts) {
+                for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
+                    let verdict = match verdict {
+                        Ok(v) => Ok(v.as_ref()),
+                        Err(e) => Err(e.clone()),
+                    };
                     r.answer(output, line_no, line, verdict);
                 }
                 r
@@ -185,8 +195,9 @@ struct SlicePass {
     /// Last pass only: per valid-length line, its keys' range in
     /// `ruled_out` and `keys` (or why the query is invalid).
     spans: Vec<Result<(usize, usize), KeyError>>,
-    /// Last pass only: the lookup keys.
-    keys: Vec<Vec<u8>>,
+    /// Last pass only: the lookup keys, back to back, and where each ends.
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
     /// Lines too long to be queries.
     too_long: Vec<(u64, String)>,
 }
@@ -265,29 +276,36 @@ fn check_sliced<W: Write>(
                     ruled_out: Vec::new(),
                     spans: Vec::new(),
                     keys: Vec::new(),
+                    key_ends: Vec::new(),
                     too_long: Vec::new(),
                 };
                 let mut scratch = Vec::new();
+                let mut prepared = Vec::new();
                 chunk.for_each_line(|line_no, line| {
                     let l = match line {
                         Ok(l) => l,
                         Err(reason) => return p.too_long.push((line_no, reason)),
                     };
                     let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
-                        let first = p.ruled_out.len();
-                        for key in &scratch {
-                            p.ruled_out
-                                .push(s.rules_out(&position_of(&params, key)) == Some(true));
-                        }
+                        let first = prepared.len();
+                        prepared.extend(scratch.iter().map(|key| position_of(&params, key)));
                         if last {
-                            p.keys.extend(scratch.iter().cloned());
+                            for key in &scratch {
+                                p.keys.extend_from_slice(key);
+                                p.key_ends.push(p.keys.len());
+                            }
                         }
-                        (first, p.ruled_out.len())
+                        (first, prepared.len())
                     });
                     if last {
                         p.spans.push(span);
                     }
                 });
+                // All the chunk's lookups at once, their cache misses
+                // overlapped (Slice::rules_out_batch).
+                let mut verdicts = Vec::with_capacity(prepared.len());
+                s.rules_out_batch(&prepared, &mut verdicts);
+                p.ruled_out = verdicts.into_iter().map(|v| v == Some(true)).collect();
                 p
             },
             |chunk, p| {
@@ -307,6 +325,8 @@ fn check_sliced<W: Write>(
                         let at = offset + k;
                         ruled_out[at / 64] >> (at % 64) & 1 == 0
                     };
+                    let (keys, ends) = (&p.keys, &p.key_ends);
+                    let key = |k: usize| &keys[if k == 0 { 0 } else { ends[k - 1] }..ends[k]];
                     let mut r = ChunkOut::new();
                     r.errors = p.too_long;
                     let mut spans = p.spans.into_iter();
@@ -318,10 +338,7 @@ fn check_sliced<W: Write>(
                             return;
                         };
                         let verdict = span.map(|(from, to)| {
-                            verdict_of(
-                                list.whitelist(),
-                                (from..to).map(|k| (p.keys[k].as_slice(), present(k))),
-                            )
+                            verdict_ref(list.whitelist(), (from..to).map(|k| (key(k), present(k))))
                         });
                         r.answer(output, line_no, line, verdict);
                     });

@@ -2,7 +2,7 @@
 //! process exit code; errors propagate as `anyhow::Error` with context.
 
 mod build;
-mod check;
+pub mod check;
 mod info;
 mod plan;
 mod serve;
