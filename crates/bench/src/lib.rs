@@ -1,6 +1,8 @@
 //! Shared helpers of the bloomgate benchmarks (`src/bin/filters.rs`, `src/bin/memlimit.rs`):
 //! synthetic URL keys, a flat key arena, cache-line-aligned buffers and timing.
 
+pub mod urls;
+
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::time::Instant;
 

@@ -413,6 +413,21 @@ pub(crate) fn sync_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How lookups will read a mapped filter file of `len` bytes. A file the
+/// page cache cannot keep (more than half the memory available) is read at
+/// random: without the hint every fault reads ahead a window around its
+/// page (128 KiB by default: 32 pages for the one a lookup needs), evicting
+/// pages later lookups would have found (BENCHMARKS.md, "Filters larger
+/// than memory"). Smaller files keep the kernel's read-ahead, which warms
+/// them faster. Only a hint.
+fn lookup_advice(len: u64) -> memmap2::Advice {
+    if crate::mem_available().is_none_or(|avail| len > avail / 2) {
+        memmap2::Advice::Random
+    } else {
+        memmap2::Advice::Normal
+    }
+}
+
 impl Filter {
     /// Opens a filter file by memory-mapping it. Reads and validates only the
     /// header (a few microseconds whatever the size); see [`Filter::verify`]
@@ -473,11 +488,20 @@ impl Filter {
         // mmap-based reader).
         let map = unsafe {
             match access {
-                Access::ReadOnly => MmapOptions::new().len(map_len).map_copy(&file),
+                // Private, so that live adds replayed into a read-only open
+                // stay in this process; NORESERVE, so that the kernel does
+                // not reserve memory for a private copy of every page up
+                // front (a filter larger than RAM would be refused with
+                // ENOMEM): only the pages actually written are copied.
+                Access::ReadOnly => MmapOptions::new()
+                    .len(map_len)
+                    .no_reserve_swap()
+                    .map_copy(&file),
                 Access::ReadWrite => MmapOptions::new().len(map_len).map_mut(&file),
             }
         }
         .map_err(io_err(path, "memory-map"))?;
+        let _ = map.advise(lookup_advice(len));
         let words = (header.data_len / 8) as usize;
         let bits = Bits::mapped(map, HEADER_LEN, words)
             .ok_or_else(|| format(FormatProblem::BadField("mapping is not aligned".into())))?;
@@ -780,7 +804,15 @@ impl Filter {
         if state.header.is_dirty() && state.temp.is_none() {
             return Err(format(FormatProblem::Dirty));
         }
+        // Read in order now (read-ahead on), at random again afterwards.
+        let advise = |advice| {
+            if let Some((map, _)) = self.bits.map() {
+                let _ = map.advise(advice);
+            }
+        };
+        advise(memmap2::Advice::Sequential);
         let (found, ones) = pages_checksum_and_ones(self.bits.bytes(), 0);
+        advise(lookup_advice(state.header.data_len));
         if found != state.header.data_checksum {
             return Err(format(FormatProblem::DataChecksum {
                 expected: state.header.data_checksum,
@@ -905,6 +937,52 @@ mod tests {
             }
             let sum = data_checksum(f.as_bytes());
             assert_eq!(sum, golden, "{layout} bits changed: {sum:#x}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod larger_than_memory {
+    use super::*;
+    use crate::{plan, Layout};
+
+    /// A filter file twice the size of this machine's memory (sparse: it
+    /// costs no disk) opens read-only and answers: the private mapping a
+    /// read-only open makes must not ask the kernel to reserve memory for a
+    /// copy of every page (it refused a 27.5 GB filter on a 24 GiB machine
+    /// with ENOMEM).
+    #[test]
+    fn a_file_larger_than_memory_opens_and_answers() {
+        let total = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|t| {
+                let line = t.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map_or(64 << 30, |kib| kib * 1024);
+        let items = 2 * total * 8 / 20;
+        let params = Params::from_plan(&plan(Layout::Blocked, items, 1e-4).unwrap(), 3);
+        assert!(params.bits / 8 > total);
+        let header = Header {
+            version: FORMAT_VERSION,
+            params: params.clone(),
+            hash_id: HASH_XXH3_128,
+            flags: 0,
+            items: 0,
+            data_len: params.bits / 8,
+            data_checksum: 0,
+            ones: None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.bgf");
+        let file = File::create(&path).unwrap();
+        use std::io::Write;
+        (&file).write_all(&header.encode()).unwrap();
+        file.set_len(HEADER_LEN as u64 + params.bits / 8).unwrap();
+        for access in [Access::ReadOnly, Access::ReadWrite] {
+            let f = Filter::open(&path, access).unwrap_or_else(|e| panic!("{access:?}: {e}"));
+            assert_eq!(f.params().bits, params.bits);
+            assert!(!f.contains(b"http://example.com/"));
         }
     }
 }

@@ -45,3 +45,4 @@ pub use error::{Error, FormatProblem, Result};
 pub use filter::{random_seed, Filter, Params, Prepared};
 pub use format::{Access, Header};
 pub use math::{plan, Layout, Plan, PlanError};
+pub use storage::mem_available;

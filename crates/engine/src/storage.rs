@@ -161,3 +161,13 @@ impl Bits {
         }
     }
 }
+
+/// The memory the kernel says is available now (`MemAvailable` of
+/// `/proc/meminfo`, in bytes): free memory plus the page cache it could
+/// reclaim. `None` where unknown.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

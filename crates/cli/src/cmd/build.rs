@@ -334,7 +334,7 @@ impl Budget {
     /// the rest stays for the page cache that feeds the inputs, and for
     /// whatever else runs on the machine.
     fn default_share() -> Budget {
-        match mem_available() {
+        match bloomgate_engine::mem_available() {
             Some(avail) => Budget {
                 bytes: avail / 10 * 6,
                 why: format!("60 % of the {} available", bytes(avail)),
@@ -345,14 +345,6 @@ impl Budget {
             },
         }
     }
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Builds a filter larger than the budget one slice of its bit array at a
