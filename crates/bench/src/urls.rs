@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn chars8_maps_every_value_like_the_table() {
         for v in 0..32u64 {
-            let r = v * 0x0101_0101_0101_0101 ^ 0xE0E0_E0E0_E0E0_E0E0;
+            let r = (v * 0x0101_0101_0101_0101) ^ 0xE0E0_E0E0_E0E0_E0E0;
             assert_eq!(chars8(r), [CHARS[v as usize]; 8]);
         }
     }
