@@ -498,6 +498,59 @@ mod tests {
         assert_eq!(summary, vec![(1, true), (2, false)]);
     }
 
+    /// Line `i` is `g<i>`, for `lines` lines.
+    struct Numbered(u64);
+
+    impl Generate for Numbered {
+        fn lines(&self) -> u64 {
+            self.0
+        }
+
+        fn fill(&self, range: Range<u64>, out: &mut Vec<u8>) {
+            for i in range {
+                out.extend_from_slice(format!("g{i}\n").as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn generated_inputs_are_read_in_order_beside_files() {
+        let n = 3 * GENERATED_LINES + 17;
+        register_generated("generated:test-numbered", Arc::new(Numbered(n)));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("in.txt");
+        std::fs::write(&file, "a\nb\n").unwrap();
+        let inputs = vec![
+            "generated:test-numbered".to_string(),
+            file.to_string_lossy().into_owned(),
+        ];
+        assert_eq!(total_size(&inputs), None, "a generated input has no size");
+        let mut got = Vec::new();
+        process(
+            inputs,
+            Progress::default(),
+            |c| {
+                let mut v = Vec::new();
+                c.for_each_line(|n, l| v.push((c.input, n, l.unwrap().to_vec())));
+                v
+            },
+            |_, v| {
+                got.extend(v);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(got.len() as u64, n + 2);
+        for (i, (input, line_no, line)) in got[..n as usize].iter().enumerate() {
+            assert_eq!((*input, *line_no), (0, i as u64 + 1));
+            assert_eq!(line, format!("g{i}").as_bytes());
+        }
+        assert_eq!(
+            got[n as usize..],
+            [(1, 1, b"a".to_vec()), (1, 2, b"b".to_vec())]
+        );
+    }
+
     #[test]
     fn many_chunks_keep_order_and_numbers() {
         let mut s = Vec::new();

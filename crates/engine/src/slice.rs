@@ -220,7 +220,6 @@ impl Slice {
     /// than the caches).
     fn insert_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
         let words = self.bits.words();
-        let (start, end) = (self.range.start, self.range.end);
         let k = self.params.k;
         let mut new = 0;
         let mut set = |(at, h): (usize, u32)| {
@@ -234,25 +233,12 @@ impl Slice {
             }
             new += changed as u64;
         };
-        let mut ring = [(0usize, 0u32); PIPELINE];
-        let mut queued = 0usize;
-        for item in items {
-            let p = position_of(&self.params, item.as_ref());
-            if !(start..end).contains(&p.a) {
-                continue;
-            }
-            let at = (p.a - start) as usize;
-            arch::prefetch(words[at..].as_ptr());
-            let slot = &mut ring[queued % PIPELINE];
-            if queued >= PIPELINE {
-                set(*slot);
-            }
-            *slot = (at, p.b as u32);
-            queued += 1;
-        }
-        for j in queued.saturating_sub(PIPELINE)..queued {
-            set(ring[j % PIPELINE]);
-        }
+        self.blocked_ring(
+            items
+                .iter()
+                .map(|item| ((), position_of(&self.params, item.as_ref()))),
+            |(), at, h| set((at, h)),
+        );
         new
     }
 
@@ -328,7 +314,6 @@ impl Slice {
             return;
         }
         let words = self.bits.words();
-        let (start, end) = (self.range.start, self.range.end);
         let k = self.params.k;
         let base = out.len();
         out.resize(base + prepared.len(), None);
@@ -338,25 +323,40 @@ impl Slice {
                 .enumerate()
                 .any(|(i, &m)| words[at + i].load(Relaxed) & m != m)
         };
-        // (index in `prepared`, word offset, in-block hash)
-        let mut ring = [(0usize, 0usize, 0u32); PIPELINE];
+        self.blocked_ring(prepared.iter().copied().enumerate(), |j, at, h| {
+            out[base + j] = Some(test((at, h)))
+        });
+    }
+
+    /// The prefetch ring of the blocked batches: for every `(tag, item)`
+    /// whose block lies in this slice, prefetches the block and calls
+    /// `f(tag, word offset in the slice, in-block hash)` [`PIPELINE`] such
+    /// items later (in order), so that their cache misses overlap; items of
+    /// other slices cost one comparison.
+    fn blocked_ring<T: Copy>(
+        &self,
+        items: impl Iterator<Item = (T, Prepared)>,
+        mut f: impl FnMut(T, usize, u32),
+    ) {
+        let words = self.bits.words();
+        let (start, end) = (self.range.start, self.range.end);
+        let mut ring: [Option<(T, usize, u32)>; PIPELINE] = [None; PIPELINE];
         let mut queued = 0usize;
-        for (j, p) in prepared.iter().enumerate() {
+        for (tag, p) in items {
             if !(start..end).contains(&p.a) {
                 continue;
             }
             let at = (p.a - start) as usize;
             arch::prefetch(words[at..].as_ptr());
-            let slot = &mut ring[queued % PIPELINE];
-            if queued >= PIPELINE {
-                out[base + slot.0] = Some(test((slot.1, slot.2)));
+            if let Some((t, a, h)) = ring[queued % PIPELINE].replace((tag, at, p.b as u32)) {
+                f(t, a, h);
             }
-            *slot = (j, at, p.b as u32);
             queued += 1;
         }
-        for q in queued.saturating_sub(PIPELINE)..queued {
-            let slot = ring[q % PIPELINE];
-            out[base + slot.0] = Some(test((slot.1, slot.2)));
+        for q in queued..queued + PIPELINE {
+            if let Some((t, a, h)) = ring[q % PIPELINE].take() {
+                f(t, a, h);
+            }
         }
     }
 
@@ -506,9 +506,8 @@ mod tests {
             assert_eq!(ranges.len(), count, "budget {budget}");
             assert_eq!((ranges[0].start, ranges[count - 1].end), (0, words));
             let sizes: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
-            assert!(sizes
-                .iter()
-                .all(|&w| w * 8 <= budget && w % PAGE_WORDS == 0 || w == sizes[count - 1]));
+            assert!(sizes.iter().all(|&w| w * 8 <= budget));
+            assert!(sizes[..count - 1].iter().all(|&w| w % PAGE_WORDS == 0));
             let (max, min) = (sizes.iter().max().unwrap(), sizes.iter().min().unwrap());
             assert!(max - min <= count as u64 * PAGE_WORDS, "{sizes:?}");
             assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
