@@ -108,6 +108,10 @@ pub struct Chunk {
     pub data: Vec<u8>,
     /// Lines in this input that were too long (line numbers), found by the reader.
     pub too_long: Vec<u64>,
+    /// This chunk's place among all chunks of the inputs, from 0. Chunks are
+    /// cut the same way on every pass over unchanged inputs, so a command
+    /// that reads its inputs more than once can find a chunk again by it.
+    pub seq: u64,
     /// For a generated input: the lines still to be made into `data` (by
     /// the worker that takes the chunk).
     pending: Option<(Arc<dyn Generate>, Range<u64>)>,
@@ -190,6 +194,7 @@ fn spawn_reader(
                         first_line: start + 1,
                         data: Vec::new(),
                         too_long: Vec::new(),
+                        seq: 0,
                         pending: Some((g.clone(), start..end)),
                     };
                     if tx.send(Ok(chunk)).is_err() {
@@ -259,6 +264,7 @@ fn spawn_reader(
                             first_line: line_no,
                             data,
                             too_long: std::mem::take(&mut too_long),
+                            seq: 0,
                             pending: None,
                         };
                         if tx.send(Ok(chunk)).is_err() {
@@ -277,6 +283,7 @@ fn spawn_reader(
                         first_line: line_no,
                         data: Vec::new(),
                         too_long,
+                        seq: 0,
                         pending: None,
                     };
                     let _ = tx.send(Ok(chunk));
@@ -326,6 +333,7 @@ where
                 .par_bridge()
                 .for_each_with(done_tx, |tx, (seq, chunk)| {
                     let msg = chunk.map(|mut c| {
+                        c.seq = seq as u64;
                         if let Some((g, range)) = c.pending.take() {
                             c.data.reserve(CHUNK);
                             g.fill(range, &mut c.data);

@@ -349,6 +349,107 @@ fn sliced_checks_answer_as_in_memory() {
 }
 
 #[test]
+fn sliced_checks_of_many_chunks_answer_in_input_order() {
+    // Inputs of several 4 MiB chunks each, two of them, checked in several
+    // slices: the last pass answers in the workers from where the first
+    // pass found each chunk's keys, so the order of the answers and the bits
+    // of the earlier passes must line up across chunks and inputs.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let pad = "p".repeat(300);
+    let mut entries = String::new();
+    let (mut a, mut b) = (String::new(), String::new());
+    for i in 0..60_000u32 {
+        if i % 2 == 0 {
+            entries.push_str(&format!("http://bad{i}.example/{pad}/{i}\n"));
+        }
+        let q = if i % 5 == 0 {
+            "http://[::1/broken\n".to_string()
+        } else {
+            format!("http://bad{i}.example/{pad}/{i}\n")
+        };
+        if i < 45_000 {
+            a.push_str(&q)
+        } else {
+            b.push_str(&q)
+        }
+    }
+    assert!(a.len() > 2 * (4 << 20), "{} bytes", a.len());
+    let paths = [("entries.txt", &entries), ("a.txt", &a), ("b.txt", &b)].map(|(name, text)| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    });
+    let filter = d.join("f.bgf");
+    let out = run(&[
+        "build",
+        "-n",
+        "30000",
+        "-p",
+        "1e-4",
+        "-o",
+        filter.to_str().unwrap(),
+        paths[0].to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for mode in [&["--json"][..], &[]] {
+        let mut args = vec!["check"];
+        args.extend_from_slice(mode);
+        args.extend([
+            filter.to_str().unwrap(),
+            paths[1].to_str().unwrap(),
+            paths[2].to_str().unwrap(),
+        ]);
+        let whole = run(&args);
+        args.splice(1..1, ["--memory", "16K"]);
+        let sliced = run(&args);
+        assert!(
+            stderr(&sliced).contains("checking in 6 slices"),
+            "{}",
+            stderr(&sliced)
+        );
+        assert_eq!(whole.status.code(), Some(1), "{}", stderr(&whole));
+        assert_eq!(sliced.status.code(), Some(1), "{}", stderr(&sliced));
+        assert!(whole.stdout == sliced.stdout, "{mode:?}: answers differ");
+        assert_eq!(
+            stderr(&whole)
+                .lines()
+                .filter(|l| l.contains("invalid"))
+                .count(),
+            stderr(&sliced)
+                .lines()
+                .filter(|l| l.contains("invalid"))
+                .count()
+        );
+        if mode.is_empty() {
+            // Every entry is a hit, in order; of the others only false
+            // positives (rate 1e-4) may be.
+            let hits: Vec<&[u8]> = sliced
+                .stdout
+                .split(|&c| c == b'\n')
+                .filter(|l| !l.is_empty())
+                .collect();
+            let expected: Vec<String> = (0..60_000u32)
+                .filter(|i| i % 2 == 0 && i % 5 != 0)
+                .map(|i| format!("http://bad{i}.example/{pad}/{i}"))
+                .collect();
+            let mut want = expected.iter().peekable();
+            for h in &hits {
+                if want.peek().is_some_and(|w| w.as_bytes() == *h) {
+                    want.next();
+                }
+            }
+            assert!(want.peek().is_none(), "a hit is missing or out of order");
+            assert!(
+                hits.len() - expected.len() < 10,
+                "{} extra hits",
+                hits.len() - expected.len()
+            );
+        }
+    }
+}
+
+#[test]
 fn sliced_check_reads_standard_input() {
     let tmp = tempfile::tempdir().unwrap();
     let input = urls(tmp.path());

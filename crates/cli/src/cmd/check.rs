@@ -212,6 +212,12 @@ struct SlicePass {
 /// answers every query in input order by the same whitelist rules as the
 /// in-memory path. The live adds of a served data directory are applied to
 /// every slice as it is loaded, so they count as they do in memory.
+///
+/// The first pass learns where each chunk's keys start among all keys
+/// (chunks are cut the same way on every pass, [`input::Chunk::seq`]), so
+/// the workers of the last pass read the earlier passes' bits of their own
+/// chunk and answer it themselves: the last pass runs on every core, like
+/// the others, rather than answering in one thread.
 fn check_sliced<W: Write>(
     a: &CheckArgs,
     list: &Blacklist,
@@ -252,8 +258,12 @@ fn check_sliced<W: Write>(
             "the inputs changed between passes: a check in slices reads them once per slice"
         )
     };
-    // One bit per lookup key of the whole input, in input order.
+    // One bit per lookup key of the whole input, in input order: some slice
+    // rules the key out.
     let mut ruled_out: Vec<u64> = Vec::new();
+    // Per chunk, by `Chunk::seq`: where its keys start in `ruled_out`, and
+    // how many it has (learnt in the first pass).
+    let mut chunk_keys: Vec<(usize, usize)> = Vec::new();
     let mut total_keys = 0usize;
     let mut pass_secs = Vec::new();
     for (pass, range) in ranges.iter().enumerate() {
@@ -267,90 +277,110 @@ fn check_sliced<W: Write>(
             &progress,
             Some(format!("pass {}/{}", pass + 1, ranges.len())),
         );
-        let mut offset = 0usize;
-        let result = input::process(
-            inputs.clone(),
-            progress,
-            |chunk| {
-                let mut p = SlicePass {
-                    ruled_out: Vec::new(),
-                    spans: Vec::new(),
-                    keys: Vec::new(),
-                    key_ends: Vec::new(),
-                    too_long: Vec::new(),
+        // The lookups of one chunk against this slice (and, in the last
+        // pass, its keys kept for the answers).
+        let lookups = |chunk: &input::Chunk| {
+            let mut p = SlicePass {
+                ruled_out: Vec::new(),
+                spans: Vec::new(),
+                keys: Vec::new(),
+                key_ends: Vec::new(),
+                too_long: Vec::new(),
+            };
+            let mut scratch = Vec::new();
+            let mut prepared = Vec::new();
+            chunk.for_each_line(|line_no, line| {
+                let l = match line {
+                    Ok(l) => l,
+                    Err(reason) => return p.too_long.push((line_no, reason)),
                 };
-                let mut scratch = Vec::new();
-                let mut prepared = Vec::new();
-                chunk.for_each_line(|line_no, line| {
-                    let l = match line {
-                        Ok(l) => l,
-                        Err(reason) => return p.too_long.push((line_no, reason)),
-                    };
-                    let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
-                        let first = prepared.len();
-                        prepared.extend(scratch.iter().map(|key| position_of(&params, key)));
-                        if last {
-                            for key in &scratch {
-                                p.keys.extend_from_slice(key);
-                                p.key_ends.push(p.keys.len());
-                            }
-                        }
-                        (first, prepared.len())
-                    });
+                let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
+                    let first = prepared.len();
+                    prepared.extend(scratch.iter().map(|key| position_of(&params, key)));
                     if last {
-                        p.spans.push(span);
-                    }
-                });
-                // All the chunk's lookups at once, their cache misses
-                // overlapped (Slice::rules_out_batch).
-                let mut verdicts = Vec::with_capacity(prepared.len());
-                s.rules_out_batch(&prepared, &mut verdicts);
-                p.ruled_out = verdicts.into_iter().map(|v| v == Some(true)).collect();
-                p
-            },
-            |chunk, p| {
-                for (j, &out) in p.ruled_out.iter().enumerate() {
-                    let at = offset + j;
-                    if pass == 0 {
-                        if at / 64 == ruled_out.len() {
-                            ruled_out.push(0);
+                        for key in &scratch {
+                            p.keys.extend_from_slice(key);
+                            p.key_ends.push(p.keys.len());
                         }
-                    } else if at >= total_keys {
-                        return Err(changed());
                     }
-                    ruled_out[at / 64] |= (out as u64) << (at % 64);
-                }
+                    (first, prepared.len())
+                });
                 if last {
-                    let present = |k: usize| {
-                        let at = offset + k;
-                        ruled_out[at / 64] >> (at % 64) & 1 == 0
-                    };
-                    let (keys, ends) = (&p.keys, &p.key_ends);
-                    let key = |k: usize| &keys[if k == 0 { 0 } else { ends[k - 1] }..ends[k]];
-                    let mut r = ChunkOut::new();
-                    r.errors = p.too_long;
-                    let mut spans = p.spans.into_iter();
-                    let mut mismatch = false;
-                    chunk.for_each_line(|line_no, line| {
-                        let Ok(line) = line else { return };
-                        let Some(span) = spans.next() else {
-                            mismatch = true;
-                            return;
-                        };
-                        let verdict = span.map(|(from, to)| {
-                            verdict_ref(list.whitelist(), (from..to).map(|k| (key(k), present(k))))
-                        });
-                        r.answer(output, line_no, line, verdict);
-                    });
-                    if mismatch || spans.next().is_some() {
-                        return Err(changed());
-                    }
-                    report.take(chunk, r)?;
+                    p.spans.push(span);
                 }
-                offset += p.ruled_out.len();
+            });
+            // All the chunk's lookups at once, their cache misses
+            // overlapped (Slice::rules_out_batch).
+            let mut verdicts = Vec::with_capacity(prepared.len());
+            s.rules_out_batch(&prepared, &mut verdicts);
+            p.ruled_out = verdicts.into_iter().map(|v| v == Some(true)).collect();
+            p
+        };
+        let mut offset = 0usize;
+        let result = if !last {
+            input::process(inputs.clone(), progress, lookups, |chunk, p| {
+                let n = p.ruled_out.len();
+                if pass == 0 {
+                    chunk_keys.push((offset, n));
+                    ruled_out.resize((offset + n).div_ceil(64), 0);
+                } else if chunk_keys.get(chunk.seq as usize) != Some(&(offset, n)) {
+                    return Err(changed());
+                }
+                for (j, _) in p.ruled_out.iter().enumerate().filter(|(_, &out)| out) {
+                    let at = offset + j;
+                    ruled_out[at / 64] |= 1 << (at % 64);
+                }
+                offset += n;
                 Ok(())
-            },
-        );
+            })
+        } else {
+            let (earlier, chunk_keys) = (&ruled_out, &chunk_keys);
+            let answer = |chunk: &input::Chunk| -> Result<(usize, ChunkOut)> {
+                let p = lookups(chunk);
+                let n = p.ruled_out.len();
+                // Where the earlier passes left this chunk's bits.
+                let start = match chunk_keys.get(chunk.seq as usize) {
+                    _ if pass == 0 => None,
+                    Some(&(start, count)) if count == n => Some(start),
+                    _ => return Err(changed()),
+                };
+                let present = |k: usize| {
+                    !p.ruled_out[k]
+                        && start.is_none_or(|start| {
+                            earlier[(start + k) / 64] >> ((start + k) % 64) & 1 == 0
+                        })
+                };
+                let (keys, ends) = (&p.keys, &p.key_ends);
+                let key = |k: usize| &keys[if k == 0 { 0 } else { ends[k - 1] }..ends[k]];
+                let mut r = ChunkOut::new();
+                r.errors = p.too_long;
+                let mut spans = p.spans.into_iter();
+                let mut mismatch = false;
+                chunk.for_each_line(|line_no, line| {
+                    let Ok(line) = line else { return };
+                    let Some(span) = spans.next() else {
+                        mismatch = true;
+                        return;
+                    };
+                    let verdict = span.map(|(from, to)| {
+                        verdict_ref(list.whitelist(), (from..to).map(|k| (key(k), present(k))))
+                    });
+                    r.answer(output, line_no, line, verdict);
+                });
+                if mismatch || spans.next().is_some() {
+                    return Err(changed());
+                }
+                Ok((n, r))
+            };
+            input::process(inputs.clone(), progress, answer, |chunk, answered| {
+                let (n, r) = answered?;
+                if pass > 0 && chunk_keys[chunk.seq as usize].0 != offset {
+                    return Err(changed());
+                }
+                offset += n;
+                report.take(chunk, r)
+            })
+        };
         report::finish(bar);
         result?;
         if pass == 0 {
