@@ -188,18 +188,30 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
     report.finish(output)
 }
 
+/// A query line of a chunk: its number, its bytes, and the range of its
+/// keys among the chunk's lookups (or why it is not a valid query).
+type QueryLine<'c> = (u64, &'c [u8], Result<(usize, usize), KeyError>);
+
 /// One chunk's share of a pass of [`check_sliced`].
-struct SlicePass {
+struct SlicePass<'c> {
     /// Per lookup key, in input order: the slice rules it out.
     ruled_out: Vec<bool>,
-    /// Last pass only: per valid-length line, its keys' range in
-    /// `ruled_out` and `keys` (or why the query is invalid).
-    spans: Vec<Result<(usize, usize), KeyError>>,
-    /// Last pass only: the lookup keys, back to back, and where each ends.
+    /// Last pass only: per valid-length line, its number, its bytes and its
+    /// keys' range in `ruled_out` (or why the query is invalid).
+    lines: Vec<QueryLine<'c>>,
+    /// Last pass only, when the answers need them (a whitelist to consult,
+    /// or JSON that names the matched key): the lookup keys, back to back,
+    /// and where each ends.
     keys: Vec<u8>,
     key_ends: Vec<usize>,
     /// Lines too long to be queries.
     too_long: Vec<(u64, String)>,
+}
+
+/// Gives a closure the signature that lets its result borrow the chunk's
+/// lines (closures do not infer it).
+fn lines_of<F: for<'c> Fn(&'c input::Chunk) -> SlicePass<'c>>(f: F) -> F {
+    f
 }
 
 /// Checks the inputs against a filter larger than the memory budget, one
@@ -253,6 +265,9 @@ fn check_sliced<W: Write>(
     let dir = a.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
     let (inputs, _spool) = input::respoolable(&a.inputs, &dir)?;
     let (kind, mode) = (list.kind(), list.mode());
+    // The answers need the keys themselves only to consult a whitelist or
+    // to name the matched key; otherwise a key's bit is all they need.
+    let keep_keys = output == Output::Json || !list.whitelist().is_empty();
     let changed = || {
         anyhow::anyhow!(
             "the inputs changed between passes: a check in slices reads them once per slice"
@@ -279,10 +294,10 @@ fn check_sliced<W: Write>(
         );
         // The lookups of one chunk against this slice (and, in the last
         // pass, its keys kept for the answers).
-        let lookups = |chunk: &input::Chunk| {
+        let lookups = lines_of(|chunk| {
             let mut p = SlicePass {
                 ruled_out: Vec::new(),
-                spans: Vec::new(),
+                lines: Vec::new(),
                 keys: Vec::new(),
                 key_ends: Vec::new(),
                 too_long: Vec::new(),
@@ -297,7 +312,7 @@ fn check_sliced<W: Write>(
                 let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
                     let first = prepared.len();
                     prepared.extend(scratch.iter().map(|key| position_of(&params, key)));
-                    if last {
+                    if last && keep_keys {
                         for key in &scratch {
                             p.keys.extend_from_slice(key);
                             p.key_ends.push(p.keys.len());
@@ -306,7 +321,7 @@ fn check_sliced<W: Write>(
                     (first, prepared.len())
                 });
                 if last {
-                    p.spans.push(span);
+                    p.lines.push((line_no, l, span));
                 }
             });
             // All the chunk's lookups at once, their cache misses
@@ -315,18 +330,19 @@ fn check_sliced<W: Write>(
             s.rules_out_batch(&prepared, &mut verdicts);
             p.ruled_out = verdicts.into_iter().map(|v| v == Some(true)).collect();
             p
-        };
+        });
         let mut offset = 0usize;
         let result = if !last {
-            input::process(inputs.clone(), progress, lookups, |chunk, p| {
-                let n = p.ruled_out.len();
+            let ruled = |chunk: &input::Chunk| lookups(chunk).ruled_out;
+            input::process(inputs.clone(), progress, ruled, |chunk, ruled| {
+                let n = ruled.len();
                 if pass == 0 {
                     chunk_keys.push((offset, n));
                     ruled_out.resize((offset + n).div_ceil(64), 0);
                 } else if chunk_keys.get(chunk.seq as usize) != Some(&(offset, n)) {
                     return Err(changed());
                 }
-                for (j, _) in p.ruled_out.iter().enumerate().filter(|(_, &out)| out) {
+                for (j, _) in ruled.iter().enumerate().filter(|(_, &out)| out) {
                     let at = offset + j;
                     ruled_out[at / 64] |= 1 << (at % 64);
                 }
@@ -351,24 +367,17 @@ fn check_sliced<W: Write>(
                         })
                 };
                 let (keys, ends) = (&p.keys, &p.key_ends);
-                let key = |k: usize| &keys[if k == 0 { 0 } else { ends[k - 1] }..ends[k]];
+                let key = |k: usize| match keep_keys {
+                    true => &keys[if k == 0 { 0 } else { ends[k - 1] }..ends[k]],
+                    false => &[][..],
+                };
                 let mut r = ChunkOut::new();
                 r.errors = p.too_long;
-                let mut spans = p.spans.into_iter();
-                let mut mismatch = false;
-                chunk.for_each_line(|line_no, line| {
-                    let Ok(line) = line else { return };
-                    let Some(span) = spans.next() else {
-                        mismatch = true;
-                        return;
-                    };
+                for (line_no, line, span) in p.lines {
                     let verdict = span.map(|(from, to)| {
                         verdict_ref(list.whitelist(), (from..to).map(|k| (key(k), present(k))))
                     });
                     r.answer(output, line_no, line, verdict);
-                });
-                if mismatch || spans.next().is_some() {
-                    return Err(changed());
                 }
                 Ok((n, r))
             };
