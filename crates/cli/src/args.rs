@@ -68,6 +68,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Parses a size as [`parse_size`] does, also accepting `0` (none).
+pub fn parse_size_or_zero(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(s)
+}
+
 /// Parses an item count: `10000000000`, `1e10`, `10_000_000`.
 pub fn parse_items(s: &str) -> Result<u64, String> {
     let clean: String = s.chars().filter(|&c| c != '_' && c != ',').collect();
@@ -241,9 +249,16 @@ pub struct BuildArgs {
     #[arg(long, value_parser = parse_size)]
     pub memory: Option<u64>,
     /// Where standard input is spooled (compressed) when a sliced build
-    /// needs more than one pass over it (default: the output's directory).
+    /// needs more than one pass over it, and where records are spilled
+    /// (default: the output's directory).
     #[arg(long)]
     pub tmp_dir: Option<std::path::PathBuf>,
+    /// Most disk a sliced build of the blocked layout may use in --tmp-dir
+    /// for 8-byte records of the items of its last slices, which then need
+    /// no pass over the inputs (`30G`; `0` for none; default: 90 % of the
+    /// free space, less the output file's size when on the same disk).
+    #[arg(long, value_parser = parse_size_or_zero)]
+    pub spill: Option<u64>,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
     #[arg(default_value = "-")]
     pub inputs: Vec<String>,

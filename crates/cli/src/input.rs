@@ -300,7 +300,7 @@ fn spawn_reader(
 }
 
 /// Reads until `buf` is full or EOF; returns bytes read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

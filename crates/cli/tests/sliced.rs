@@ -105,25 +105,91 @@ fn sliced_builds_are_the_in_memory_build() {
         let bytes = std::fs::metadata(&whole).unwrap().len() - HEADER as u64;
         // Budgets giving 2, 5 and many slices (the last one ragged).
         for budget in [bytes / 2 + 4096, bytes / 5, 8192] {
-            let name = format!("sliced-{layout}-{budget}.bgf");
-            let (sliced, out) = build(
-                tmp.path(),
-                &name,
-                &["--layout", layout, "--memory", &budget.to_string()],
-                &input,
-            );
-            let err = stderr(&out);
-            assert!(out.status.success(), "{err}");
             let slices = bytes.div_ceil(budget / 4096 * 4096);
-            assert!(err.contains(&format!("in {slices} slices")), "{err}");
-            assert!(err.contains(&format!("{slices} passes")), "{err}");
-            // Invalid entries are reported once, not once per pass.
-            assert_eq!(err.matches("urls.txt:8: invalid").count(), 1, "{err}");
-            // 40 lines of one URL: 39 repeats.
-            let duplicates = if layout == "classic" { 39 } else { 0 };
-            assert_same_filter(&whole, &sliced, duplicates);
+            // Records of 40,000 items are ~320 KB: by default every slice
+            // but the first is built from records (blocked layout); with
+            // `--spill 0` each gets a pass; with room for about two slices'
+            // records, the last two are spilled and the others get passes.
+            let two = (40_000 * 8 * 21 / 20 / slices + 4096) * 2 + 1000;
+            let variants: &[(&str, u64)] = match layout {
+                "blocked" => &[
+                    ("", slices - 1),
+                    ("0", 0),
+                    (&two.to_string(), 2.min(slices - 1)),
+                ],
+                _ => &[("", 0)],
+            };
+            for (spill, spilled) in variants {
+                let name = format!("sliced-{layout}-{budget}-{spill}.bgf");
+                let budget = budget.to_string();
+                let mut args = vec!["--layout", layout, "--memory", &budget];
+                if !spill.is_empty() {
+                    args.extend(["--spill", spill]);
+                }
+                let (sliced, out) = build(tmp.path(), &name, &args, &input);
+                let err = stderr(&out);
+                assert!(out.status.success(), "{err}");
+                assert!(err.contains(&format!("in {slices} slices")), "{err}");
+                let passes = slices - spilled;
+                let s = if passes == 1 { "" } else { "es" };
+                assert!(
+                    err.contains(&format!("{passes} pass{s} over the inputs")),
+                    "{err}"
+                );
+                assert_eq!(
+                    err.matches("(spilled records)").count() as u64,
+                    *spilled,
+                    "{err}"
+                );
+                assert_eq!(err.matches("(pass)").count() as u64, passes, "{err}");
+                // Invalid entries are reported once, not once per pass.
+                assert_eq!(err.matches("urls.txt:8: invalid").count(), 1, "{err}");
+                // 40 lines of one URL: 39 repeats.
+                let duplicates = if layout == "classic" { 39 } else { 0 };
+                assert_same_filter(&whole, &sliced, duplicates);
+            }
         }
     }
+    // No spill file is left beside the outputs.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("spill"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_spill_larger_than_planned_falls_back_to_a_pass() {
+    // --items 10,000 for 40,000 lines: the records outgrow their planned
+    // size, the spill is given up, and the slice gets a pass of its own:
+    // the same filter as in memory.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = urls(tmp.path());
+    let small = |name: &str, extra: &[&str]| {
+        let out_path = tmp.path().join(name);
+        let mut args = vec!["build", "--seed", "7", "-n", "10000", "-p", "1e-3", "-o"];
+        args.push(out_path.to_str().unwrap());
+        args.extend_from_slice(extra);
+        args.push(input.to_str().unwrap());
+        (out_path.clone(), run(&args))
+    };
+    let (whole, out) = small("whole.bgf", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (sliced, out) = small("sliced.bgf", &["--memory", "8K"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("not spilling slice"), "{err}");
+    assert!(err.contains("it gets a pass of its own"), "{err}");
+    let (x, y) = (
+        std::fs::read(&whole).unwrap(),
+        std::fs::read(&sliced).unwrap(),
+    );
+    assert!(x[HEADER..] == y[HEADER..]);
+    assert_eq!(
+        info(&whole)["data_checksum"],
+        info(&sliced)["data_checksum"]
+    );
 }
 
 #[test]

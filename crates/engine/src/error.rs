@@ -41,6 +41,9 @@ pub enum Error {
     /// Memory for the bit array could not be allocated.
     #[error("cannot allocate {0} bytes for the bit array")]
     OutOfMemory(u64),
+    /// Records spilled for a later slice of a build are damaged.
+    #[error("damaged spill: {0}")]
+    BadSpill(String),
 }
 
 /// What is wrong with a filter file. Each reads as one line after the file name.

@@ -114,6 +114,40 @@ pub fn for_each_position(params: &Params, p: &Prepared, mut f: impl FnMut(u64, u
     }
 }
 
+/// Bytes of one record that [`Slice::insert_and_spill`] writes for a later
+/// slice: the item's block (word offset in that slice / 8) in the high 32
+/// bits and its 32-bit in-block hash in the low 32, little-endian — all that
+/// setting the item's bits needs.
+pub const RECORD_BYTES: u64 = 8;
+
+/// Whether the items of slice `range` can be spilled as records
+/// ([`Slice::insert_and_spill`]): blocked layout, and at most 2³² blocks
+/// (256 GiB) in the slice, so that a block fits in a record's 32 bits.
+pub fn can_spill(params: &Params, range: &Range<u64>) -> bool {
+    params.layout == Layout::Blocked && (range.end - range.start) / 8 <= 1 << 32
+}
+
+/// Sets a blocked item's bits in the block at word `at`; whether one was new.
+#[inline]
+fn set_block(words: &[AtomicU64], at: usize, h: u32, k: u32) -> bool {
+    let mut changed = false;
+    for (i, m) in arch::block_mask(h, k).into_iter().enumerate() {
+        let w = &words[at + i];
+        // Skip the locked RMW when the bits are already there.
+        if m != 0 && w.load(Relaxed) & m != m {
+            changed |= w.fetch_or(m, Relaxed) & m != m;
+        }
+    }
+    changed
+}
+
+fn bad_record(group: usize) -> Error {
+    Error::BadSpill(format!(
+        "spilled record near byte {} names no block of its slice",
+        group as u64 * 64 * RECORD_BYTES
+    ))
+}
+
 /// One slice of a filter's bit array, built in memory.
 pub struct Slice {
     params: Params,
@@ -212,6 +246,73 @@ impl Slice {
         }
     }
 
+    /// [`Slice::insert_batch`] for the blocked layout, which also appends to
+    /// `spills[i]` the [`RECORD_BYTES`]-byte record of every item whose
+    /// block lies in `later[i]` — the words of a slice built later
+    /// ([`Slice::insert_records`]) — so that the item need not be read and
+    /// hashed again for it. The ranges must come from the same
+    /// [`plan_slices`], each passing [`can_spill`].
+    ///
+    /// # Panics
+    /// If a range fails [`can_spill`], or `spills` is shorter than `later`.
+    pub fn insert_and_spill<T: AsRef<[u8]>>(
+        &self,
+        items: &[T],
+        later: &[Range<u64>],
+        spills: &mut [Vec<u8>],
+    ) -> u64 {
+        assert!(later.iter().all(|r| can_spill(&self.params, r)));
+        assert!(spills.len() >= later.len());
+        let words = self.bits.words();
+        let k = self.params.k;
+        let mut new = 0;
+        self.blocked_ring(
+            items.iter().map(|item| {
+                let p = position_of(&self.params, item.as_ref());
+                if let Some(i) = later.iter().position(|r| r.contains(&p.a)) {
+                    let record = ((p.a - later[i].start) / 8) << 32 | (p.b as u32 as u64);
+                    spills[i].extend_from_slice(&record.to_le_bytes());
+                }
+                ((), p)
+            }),
+            |(), at, h| new += set_block(words, at, h, k) as u64,
+        );
+        new
+    }
+
+    /// Sets the bits of items spilled for this slice by
+    /// [`Slice::insert_and_spill`] (`records` whole records, back to back);
+    /// returns how many of them are new, counted as
+    /// [`Slice::insert_batch`] counts. Safe to call from several threads.
+    ///
+    /// A record that does not name a block of this slice (a damaged spill
+    /// file) is an error, and nothing after it is set.
+    pub fn insert_records(&self, records: &[u8]) -> Result<u64> {
+        let words = self.bits.words();
+        let k = self.params.k;
+        let blocks = words.len() as u64 / 8;
+        let mut new = 0;
+        for (i, group) in records.chunks(RECORD_BYTES as usize * 64).enumerate() {
+            let mut batch = [(0usize, 0u32); 64];
+            let mut n = 0;
+            for r in group.chunks(RECORD_BYTES as usize) {
+                let r = u64::from_le_bytes(r.try_into().map_err(|_| bad_record(i))?);
+                if r >> 32 >= blocks {
+                    return Err(bad_record(i));
+                }
+                batch[n] = (((r >> 32) * 8) as usize, r as u32);
+                n += 1;
+            }
+            for &(at, _) in &batch[..n] {
+                arch::prefetch(words[at..].as_ptr());
+            }
+            for &(at, h) in &batch[..n] {
+                new += set_block(words, at, h, k) as u64;
+            }
+        }
+        Ok(new)
+    }
+
     /// [`Slice::insert_batch`] for the blocked layout. A block lies wholly
     /// in one slice (slices are page-aligned, blocks are 8 aligned words),
     /// so an item outside this slice costs its hash and one comparison; the
@@ -222,22 +323,11 @@ impl Slice {
         let words = self.bits.words();
         let k = self.params.k;
         let mut new = 0;
-        let mut set = |(at, h): (usize, u32)| {
-            let mut changed = false;
-            for (i, m) in arch::block_mask(h, k).into_iter().enumerate() {
-                let w = &words[at + i];
-                // Skip the locked RMW when the bits are already there.
-                if m != 0 && w.load(Relaxed) & m != m {
-                    changed |= w.fetch_or(m, Relaxed) & m != m;
-                }
-            }
-            new += changed as u64;
-        };
         self.blocked_ring(
             items
                 .iter()
                 .map(|item| ((), position_of(&self.params, item.as_ref()))),
-            |(), at, h| set((at, h)),
+            |(), at, h| new += set_block(words, at, h, k) as u64,
         );
         new
     }
@@ -559,6 +649,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn slices_built_from_spilled_records_are_bit_identical() {
+        // The first slice spills the items of every later one; each later
+        // slice is then built from its records alone.
+        let params = Params::from_plan(&plan(Layout::Blocked, 40_000, 1e-4).unwrap(), 0x5eed);
+        let data = items(40_000, "a");
+        let whole = Filter::new(params.clone()).unwrap();
+        let whole_new = whole.insert_batch(&data);
+        let ranges = plan_slices(&params, 8 * 4096);
+        assert!(ranges.len() >= 3, "{}", ranges.len());
+        let first = Slice::new(&params, ranges[0].clone()).unwrap();
+        let mut spills = vec![Vec::new(); ranges.len() - 1];
+        let (x, y) = data.split_at(data.len() / 2);
+        let mut new = first.insert_and_spill(x, &ranges[1..], &mut spills);
+        new += first.insert_and_spill(y, &ranges[1..], &mut spills);
+        spills.insert(0, Vec::new());
+        let mut bytes = first.as_bytes().to_vec();
+        let mut records = 0;
+        for (i, r) in ranges.iter().enumerate().skip(1) {
+            let s = Slice::new(&params, r.clone()).unwrap();
+            // Two threads at once, as a build does.
+            let (x, y) = spills[i].split_at(spills[i].len() / 16 * 8);
+            new += std::thread::scope(|sc| {
+                let a = sc.spawn(|| s.insert_records(x).unwrap());
+                s.insert_records(y).unwrap() + a.join().unwrap()
+            });
+            records += spills[i].len() as u64 / RECORD_BYTES;
+            bytes.extend_from_slice(s.as_bytes());
+        }
+        assert!(bytes == whole.as_bytes());
+        // Every item of a later slice was spilled exactly once.
+        let in_first = data
+            .iter()
+            .filter(|d| ranges[0].contains(&position_of(&params, d).a))
+            .count() as u64;
+        assert_eq!(records + in_first, data.len() as u64);
+        let slack = data.len() as u64 / 1000;
+        assert!(
+            new + slack >= whole_new && new <= whole_new + slack,
+            "{new} vs {whole_new}"
+        );
+        // A record naming no block of its slice, or a torn one, is an error.
+        let s = Slice::new(&params, ranges[1].clone()).unwrap();
+        let blocks = (ranges[1].end - ranges[1].start) / 8;
+        assert!(s.insert_records(&(blocks << 32).to_le_bytes()).is_err());
+        assert!(s.insert_records(&spills[1][..spills[1].len() - 3]).is_err());
+        assert!(s
+            .insert_records(&((blocks - 1) << 32).to_le_bytes())
+            .is_ok());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `bloomgate build` and `bloomgate add`: entries in, bits set, on every core.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +15,7 @@ use bloomgate_engine::{math, random_seed, Filter, Params};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
 use crate::args::{AddArgs, BuildArgs};
+use crate::cmd::spill::{self, Spill};
 use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
 
@@ -47,6 +49,8 @@ struct ChunkOut {
     keys: Vec<Vec<u8>>,
     /// Lines of single-label host entries.
     single_label: Vec<u64>,
+    /// The records of the items of spilled later slices, one list per slice.
+    spills: Vec<Vec<u8>>,
 }
 
 /// How the entries are written into the filter.
@@ -86,6 +90,7 @@ fn insert_inputs(
     strict: bool,
     sink: Sink<'_>,
     pass: Pass,
+    mut spill: Option<&mut Spill>,
 ) -> Result<Stats> {
     enum Par<'s> {
         Insert(Arc<Filter>),
@@ -99,6 +104,7 @@ fn insert_inputs(
         Sink::Growing(list) => (None, Some(list)),
     };
     let report_invalid = pass.index == 0;
+    let spill_ranges: Vec<Range<u64>> = spill.as_ref().map_or(Vec::new(), |s| s.ranges.clone());
     let progress = Progress::default();
     let label = (pass.of > 1).then(|| format!("pass {}/{}", pass.index + 1, pass.of));
     let bar = report::progress_bar(input::total_size(inputs), &progress, label);
@@ -116,6 +122,7 @@ fn insert_inputs(
                 failed: None,
                 keys: Vec::new(),
                 single_label: Vec::new(),
+                spills: Vec::new(),
             };
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
@@ -131,6 +138,10 @@ fn insert_inputs(
             });
             match &parallel {
                 Some(Par::Insert(f)) => out.new = f.insert_batch(&keys),
+                Some(Par::Slice(s)) if !spill_ranges.is_empty() => {
+                    out.spills = vec![Vec::new(); spill_ranges.len()];
+                    out.new = s.insert_and_spill(&keys, &spill_ranges, &mut out.spills);
+                }
                 Some(Par::Slice(s)) => out.new = s.insert_batch(&keys),
                 Some(Par::Update(f)) => match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
@@ -149,6 +160,9 @@ fn insert_inputs(
             }
             if let Some(e) = out.failed {
                 bail!("{}: {e}", names[chunk.input]);
+            }
+            if let Some(sp) = spill.as_deref_mut() {
+                sp.write(&out.spills);
             }
             stats.lines += out.lines;
             stats.new += out.new;
@@ -278,6 +292,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         a.strict,
         Sink::Build(filter.clone()),
         Pass::ONLY,
+        None,
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     filter.persist()?;
@@ -348,18 +363,18 @@ impl Budget {
 }
 
 /// Builds a filter larger than the budget one slice of its bit array at a
-/// time: one pass over the inputs per slice, each slice written to its
-/// place in the output file (`bloomgate_engine::slice`). The result is bit
-/// for bit the in-memory build.
+/// time, each slice written to its place in the output file
+/// (`bloomgate_engine::slice`). The result is bit for bit the in-memory
+/// build.
 ///
-/// Why passes rather than hashing once and spilling per-item records to
-/// disk sorted by slice: a record needs ~8 bytes (block index and in-block
-/// hash), 80 GB for 10¹⁰ items — more than this machine's free disk beside
-/// the 27 GB output — and the spill would be written and read back once
-/// each, which at disk speed (~1 GB/s) costs as much as hashing the input
-/// again on two cores (12 M lines/s/core). Passes need no disk beyond the
-/// output and scale with cores; a pass over files is re-read from the page
-/// cache when it fits, and from disk sequentially otherwise.
+/// The first pass over the inputs builds the first slice; with the blocked
+/// layout it also writes the records of the items of as many of the last
+/// slices as the disk has room for (`--spill`, [`Spill`]), which are then
+/// built from their records. Every other slice gets a pass over the inputs
+/// of its own: a pass needs no disk beyond the output and scales with
+/// cores, but costs reading, canonicalizing and hashing every line again,
+/// which on the ten-billion run is ten times slower than reading the records
+/// back (see `cmd::spill`).
 fn build_sliced(
     a: &BuildArgs,
     params: Params,
@@ -370,13 +385,6 @@ fn build_sliced(
     // The budget is for the bits; the input chunks in flight and their keys
     // add a few dozen MiB on top (peak memory is reported at the end).
     let ranges = slice::plan_slices(&params, budget.bytes);
-    eprintln!(
-        "bloomgate: the filter's {} exceed the memory budget of {} ({}): building it in {} slices, one pass over the inputs each",
-        bytes(params.bits / 8),
-        bytes(budget.bytes),
-        budget.why,
-        ranges.len()
-    );
     let dir = match &a.tmp_dir {
         Some(d) => d.clone(),
         None => std::path::Path::new(&a.output)
@@ -384,18 +392,66 @@ fn build_sliced(
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| ".".into(), |p| p.to_path_buf()),
     };
+    // Room for records: what --spill allows, else 90 % of the free space
+    // less the output file when it is on the same filesystem.
+    let room = a.spill.unwrap_or_else(|| {
+        let free = spill::free_space(&dir).unwrap_or(0) / 10 * 9;
+        let out_dir = std::path::Path::new(&a.output)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let output = if spill::same_filesystem(&dir, out_dir) {
+            params.bits / 8 + 4096
+        } else {
+            0
+        };
+        free.saturating_sub(output)
+    });
+    let mut spill = Spill::plan(&params, &ranges, &dir, room)?;
+    let spilled = spill.as_ref().map_or(0, |s| s.slices.len());
+    eprintln!(
+        "bloomgate: the filter's {} exceed the memory budget of {} ({}): building it in {} slices, {} pass{} over the inputs{}",
+        bytes(params.bits / 8),
+        bytes(budget.bytes),
+        budget.why,
+        ranges.len(),
+        ranges.len() - spilled,
+        if ranges.len() - spilled == 1 { "" } else { "es" },
+        if spilled > 0 {
+            format!(
+                "; the first also writes the records of the last {spilled} slice{}'s items to {} (about {})",
+                if spilled == 1 { "" } else { "s" },
+                dir.display(),
+                bytes(params.planned_items * slice::RECORD_BYTES * spilled as u64 / ranges.len() as u64)
+            )
+        } else {
+            String::new()
+        }
+    );
     let (inputs, _spool) = input::respoolable(&a.inputs, &dir)?;
     let mut writer = SliceWriter::create(&a.output, &params)?;
     let mut stats = Stats::default();
-    let mut pass_secs = Vec::new();
+    let mut steps = Vec::new();
     for (i, range) in ranges.iter().enumerate() {
         let t = Instant::now();
         let s = Slice::new(&params, range.clone())?;
+        let label = format!("slice {}/{}", i + 1, ranges.len());
+        if let Some(sp) = spill.as_mut().filter(|sp| sp.is_spilled(i)) {
+            let new = sp.insert_into(i, &s, format!("{label}, spilled records"))?;
+            writer.write(&s, new)?;
+            stats.new += new;
+            steps.push(format!(
+                "{:.1} s (spilled records)",
+                t.elapsed().as_secs_f64()
+            ));
+            continue;
+        }
         let pass = Pass {
             index: i,
             of: ranges.len(),
         };
-        let st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass)?;
+        let first = spill.as_mut().filter(|_| i == 0);
+        let st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass, first)?;
         writer.write(&s, st.new)?;
         if i == 0 {
             stats = st;
@@ -409,15 +465,16 @@ fn build_sliced(
                 );
             }
         }
-        pass_secs.push(t.elapsed().as_secs_f64());
+        steps.push(format!("{:.1} s (pass)", t.elapsed().as_secs_f64()));
     }
+    drop(spill);
     writer.finish()?;
     let filter = Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     eprintln!(
-        "bloomgate: {}, peak memory {} (budget {})",
-        report::passes(&pass_secs),
+        "bloomgate: slices built in {}; peak memory {} (budget {})",
+        steps.join(", "),
         report::peak_rss().map_or_else(|| "unknown".into(), bytes),
         bytes(budget.bytes)
     );
@@ -434,7 +491,14 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let rules = (list.kind(), list.mode());
     let result = if list.layers().growth == Growth::Fixed {
         let layer = list.layers().layers[0].clone();
-        insert_inputs(rules, &a.inputs, a.strict, Sink::Update(layer), Pass::ONLY)
+        insert_inputs(
+            rules,
+            &a.inputs,
+            a.strict,
+            Sink::Update(layer),
+            Pass::ONLY,
+            None,
+        )
     } else {
         insert_inputs(
             rules,
@@ -442,6 +506,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
             a.strict,
             Sink::Growing(&mut list),
             Pass::ONLY,
+            None,
         )
     };
     // Reseal the files whatever happened: bits already set stay set (never

@@ -6,6 +6,7 @@ pub mod check;
 mod info;
 mod plan;
 mod serve;
+mod spill;
 mod union;
 mod url;
 mod whitelist;
