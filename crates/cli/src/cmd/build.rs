@@ -385,21 +385,15 @@ fn build_sliced(
     // The budget is for the bits; the input chunks in flight and their keys
     // add a few dozen MiB on top (peak memory is reported at the end).
     let ranges = slice::plan_slices(&params, budget.bytes);
-    let dir = match &a.tmp_dir {
-        Some(d) => d.clone(),
-        None => std::path::Path::new(&a.output)
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| ".".into(), |p| p.to_path_buf()),
-    };
+    let out_dir = std::path::Path::new(&a.output)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let dir = a.tmp_dir.clone().unwrap_or_else(|| out_dir.to_path_buf());
     // Room for records: what --spill allows, else 90 % of the free space
     // less the output file when it is on the same filesystem.
     let room = a.spill.unwrap_or_else(|| {
         let free = spill::free_space(&dir).unwrap_or(0) / 10 * 9;
-        let out_dir = std::path::Path::new(&a.output)
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
         let output = if spill::same_filesystem(&dir, out_dir) {
             params.bits / 8 + 4096
         } else {
@@ -408,7 +402,9 @@ fn build_sliced(
         free.saturating_sub(output)
     });
     let mut spill = Spill::plan(&params, &ranges, &dir, room)?;
-    let spilled = spill.as_ref().map_or(0, |s| s.slices.len());
+    let (spilled, expected) = spill
+        .as_ref()
+        .map_or((0, 0), |s| (s.slices.len(), s.expected));
     eprintln!(
         "bloomgate: the filter's {} exceed the memory budget of {} ({}): building it in {} slices, {} pass{} over the inputs{}",
         bytes(params.bits / 8),
@@ -422,7 +418,7 @@ fn build_sliced(
                 "; the first also writes the records of the last {spilled} slice{}'s items to {} (about {})",
                 if spilled == 1 { "" } else { "s" },
                 dir.display(),
-                bytes(params.planned_items * slice::RECORD_BYTES * spilled as u64 / ranges.len() as u64)
+                bytes(expected)
             )
         } else {
             String::new()

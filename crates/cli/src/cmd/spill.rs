@@ -38,6 +38,8 @@ pub(crate) struct Spill {
     /// Indices (in the build's slices) of the spilled slices, and their words.
     pub(crate) slices: Vec<usize>,
     pub(crate) ranges: Vec<Range<u64>>,
+    /// Bytes the records of all spilled slices are expected to take.
+    pub(crate) expected: u64,
     /// The open files; `None` once a file is given up (it grew past its
     /// share of the disk, or a write failed): its slice gets a pass.
     files: Vec<Option<SpillFile>>,
@@ -101,6 +103,7 @@ impl Spill {
         }
         Ok(Some(Spill {
             ranges: slices.iter().map(|&i| ranges[i].clone()).collect(),
+            expected: used,
             slices,
             files,
         }))
