@@ -28,7 +28,8 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::arch;
 use crate::error::{io_err, Error, Result};
@@ -46,6 +47,31 @@ const PIPELINE: usize = 16;
 /// Classic items in flight in the same rings: each has up to k probes in a
 /// slice, so fewer items cover as many misses as the CPU can track.
 const CLASSIC_PIPELINE: usize = 4;
+
+/// Records one thread stages before it writes them, sorted ([`Slice`]'s
+/// staged writes): 32 MiB of records, and as much again to sort them into.
+/// The gain grows with the records that land in each huge page per write
+/// (BENCHMARKS.md, "Sorted slice writes").
+const STAGE_RECORDS: usize = 1 << 22;
+
+/// All threads' staging buffers together stay within this many bytes
+/// (records and sort scratch): on a machine with many cores each thread
+/// stages fewer records rather than the build using more memory.
+const STAGE_TOTAL_BYTES: usize = 256 << 20;
+
+/// Slices from this size on stage their writes, by layout: blocked,
+/// classic. Below it a slice is covered by few enough TLB entries (the L2
+/// TLB of a Zen 3 core reaches 4 GiB in 2 MiB pages) that sorting the writes
+/// costs more than it saves; classic items make 14 scattered writes each
+/// instead of one block, so staging pays from a smaller slice. Measured by
+/// `slice_writes` (BENCHMARKS.md, "Sorted slice writes"): staged/direct
+/// 1.27 at 1.3 GiB, 1.05 at 2.7 GiB and 0.55 at 7.3 GiB blocked; 0.93 at
+/// 2 GiB and 0.59 at 11 GiB classic.
+const STAGE_MIN_BYTES: [u64; 2] = [4 << 30, 2 << 30];
+
+/// Staged writes are sorted into buckets of 2 MiB of the slice (as a shift
+/// of byte offsets): one transparent huge page, so one TLB entry, each.
+const BUCKET_SHIFT: u32 = 21;
 
 /// Words in one checksum page (4096 bytes): slices start and end on pages.
 pub const PAGE_WORDS: u64 = 4096 / 8;
@@ -132,27 +158,79 @@ pub fn can_spill(params: &Params, range: &Range<u64>) -> bool {
 fn set_block(words: &[AtomicU64], at: usize, h: u32, k: u32) -> bool {
     let mut changed = false;
     for (i, m) in arch::block_mask(h, k).into_iter().enumerate() {
-        let w = &words[at + i];
-        // Skip the locked RMW when the bits are already there.
-        if m != 0 && w.load(Relaxed) & m != m {
-            changed |= w.fetch_or(m, Relaxed) & m != m;
-        }
+        changed |= m != 0 && set_word(&words[at + i], m);
     }
     changed
 }
 
-fn bad_record(group: usize) -> Error {
+/// Sets `mask`'s bits in `w`; whether one was new.
+#[inline]
+fn set_word(w: &AtomicU64, mask: u64) -> bool {
+    // Skip the locked RMW when the bits are already there.
+    w.load(Relaxed) & mask != mask && w.fetch_or(mask, Relaxed) & mask != mask
+}
+
+/// The record of a blocked item in the slice starting at word `start`: its
+/// block there in the high 32 bits, its in-block hash in the low 32.
+#[inline]
+fn block_record(p: &Prepared, start: u64) -> u64 {
+    ((p.a - start) / 8) << 32 | (p.b as u32 as u64)
+}
+
+fn bad_record(index: usize) -> Error {
     Error::BadSpill(format!(
-        "spilled record near byte {} names no block of its slice",
-        group as u64 * 64 * RECORD_BYTES
+        "spilled record {index} of a batch names no block of its slice, or is torn"
     ))
 }
 
 /// One slice of a filter's bit array, built in memory.
+///
+/// # Staged writes
+///
+/// The slices of a filter larger than memory are gigabytes each, and an
+/// item's bits land at a random place in them: every write is a cache miss
+/// and, the slice spanning several times what the TLB covers even in huge
+/// pages, a page walk too (a nested one under virtualization). So a large
+/// slice does not write an item's bits when it is given: each thread appends
+/// a compact record of them (blocked: block and in-block hash; classic: the
+/// bit's offset) to a buffer of its own, and a full buffer is sorted by
+/// 2 MiB bucket (a counting sort, [`BUCKET_SHIFT`]) and written bucket after
+/// bucket, so that the page walk of each bucket is paid once per buffer
+/// rather than once per item, and the writes within a bucket overlap.
+/// On slices of the ten-billion run's size (7–12 GiB) an insert costs 0.55–0.6
+/// of a direct one (BENCHMARKS.md, "Sorted slice writes"); smaller slices
+/// write directly ([`STAGE_MIN_BYTES`]).
+///
+/// Staged writes are invisible until they are written, which every reader
+/// of the slice ([`Slice::as_bytes`], [`Slice::rules_out`], …) and
+/// [`Slice::new_items`] does first: a caller cannot see a slice without
+/// them. Writes staged by a call still running on another thread are, as
+/// ever, not promised to a reader.
 pub struct Slice {
     params: Params,
     range: Range<u64>,
     bits: Bits,
+    /// `None` for slices written directly (small ones).
+    stage: Option<Stage>,
+    /// New items whose bits have been written.
+    new: AtomicU64,
+}
+
+/// The staging buffers of one slice.
+struct Stage {
+    /// Idle buffers, each (records, sort scratch); one per thread that
+    /// staged at once.
+    pool: Mutex<Vec<(Vec<u64>, Vec<u64>)>>,
+    /// Records a buffer holds before it is written.
+    capacity: usize,
+    /// Some idle buffer holds records not yet written (changed under the
+    /// pool's lock).
+    pending: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while the lock was held left whole buffers behind: usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl std::fmt::Debug for Slice {
@@ -181,11 +259,37 @@ impl Slice {
         let words = usize::try_from(range.end - range.start)
             .map_err(|_| Error::OutOfMemory((range.end - range.start) * 8))?;
         let bits = Bits::heap(words).ok_or(Error::OutOfMemory(words as u64 * 8))?;
+        let min = match params.layout {
+            Layout::Blocked => STAGE_MIN_BYTES[0],
+            Layout::Classic => STAGE_MIN_BYTES[1],
+        };
+        let capacity = if words as u64 * 8 >= min {
+            let threads = rayon::current_num_threads().max(1);
+            (STAGE_TOTAL_BYTES / 16 / threads).clamp(1, STAGE_RECORDS)
+        } else {
+            0
+        };
         Ok(Slice {
             params: params.clone(),
             range,
             bits,
-        })
+            stage: None,
+            new: AtomicU64::new(0),
+        }
+        .with_staging(capacity))
+    }
+
+    /// This slice with staged writes of `capacity` records per buffer, or
+    /// written directly if 0 ([`Slice::new`] chooses by the slice's size;
+    /// this is for measuring the choice, as `slice_writes` in the bench
+    /// crate does). The bits written are the same either way.
+    pub fn with_staging(mut self, capacity: usize) -> Slice {
+        self.stage = (capacity > 0).then(|| Stage {
+            pool: Mutex::new(Vec::new()),
+            capacity,
+            pending: AtomicBool::new(false),
+        });
+        self
     }
 
     /// Reads words `range` of a filter file into memory (with `pread`, not
@@ -211,6 +315,7 @@ impl Slice {
     /// `Some(true)`.
     #[inline]
     pub fn rules_out(&self, p: &Prepared) -> Option<bool> {
+        self.settle();
         let words = self.bits.words();
         let (start, end) = (self.range.start, self.range.end);
         let mut seen = false;
@@ -230,18 +335,21 @@ impl Slice {
     }
 
     /// Sets the bits of `items` that fall inside this slice; safe to call
-    /// from several threads at once. Returns how many items are new, each
-    /// counted in one slice only. Blocked: an item is new if it set a new bit
-    /// (all its bits are in its block's slice), as in an in-memory build —
-    /// whose count, like this one, depends on the order of the items only
-    /// through those whose bits all happen to be set by others. Classic: an item whose bits all
-    /// lie in this slice is judged the same way; one whose bits span slices
-    /// cannot be, and is counted as new in the slice of its first probe — an
+    /// from several threads at once. A large slice stages the writes and
+    /// writes them sorted ([`Slice`]); whoever reads the slice sees them.
+    ///
+    /// Counts the new items ([`Slice::new_items`]), each in one slice only.
+    /// Blocked: an item is new if it set a new bit (all its bits are in its
+    /// block's slice), as in an in-memory build — whose count, like this
+    /// one, depends on the order of the items only through those whose bits
+    /// all happen to be set by others. Classic: an item whose bits all lie in
+    /// this slice is judged the same way; one whose bits span slices cannot
+    /// be, and is counted as new in the slice of its first probe — an
     /// overcount only for items given twice (or fully covered by others),
     /// which `info`'s fill-based estimate does not share.
-    pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
+    pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) {
         match self.params.layout {
-            Layout::Blocked => self.insert_blocked(items),
+            Layout::Blocked => self.insert_and_spill(items, &[], &mut []),
             Layout::Classic => self.insert_classic(items),
         }
     }
@@ -260,122 +368,241 @@ impl Slice {
         items: &[T],
         later: &[Range<u64>],
         spills: &mut [Vec<u8>],
-    ) -> u64 {
+    ) {
         assert!(later.iter().all(|r| can_spill(&self.params, r)));
         assert!(spills.len() >= later.len());
-        let words = self.bits.words();
-        let k = self.params.k;
-        let mut new = 0;
-        self.blocked_ring(
-            items.iter().map(|item| {
-                let p = position_of(&self.params, item.as_ref());
-                if let Some(i) = later.iter().position(|r| r.contains(&p.a)) {
-                    let record = ((p.a - later[i].start) / 8) << 32 | (p.b as u32 as u64);
-                    spills[i].extend_from_slice(&record.to_le_bytes());
+        let mut spill = |p: &Prepared| {
+            if let Some(i) = later.iter().position(|r| r.contains(&p.a)) {
+                spills[i].extend_from_slice(&block_record(p, later[i].start).to_le_bytes());
+            }
+        };
+        let start = self.range.start;
+        match &self.stage {
+            Some(stage) => self.stage(stage, |staged| {
+                for item in items {
+                    let p = position_of(&self.params, item.as_ref());
+                    if self.range.contains(&p.a) {
+                        staged.push(block_record(&p, start));
+                    } else {
+                        spill(&p);
+                    }
                 }
-                ((), p)
             }),
-            |(), at, h| new += set_block(words, at, h, k) as u64,
-        );
-        new
+            None => {
+                let words = self.bits.words();
+                let k = self.params.k;
+                let mut new = 0;
+                self.blocked_ring(
+                    items.iter().map(|item| {
+                        let p = position_of(&self.params, item.as_ref());
+                        spill(&p);
+                        ((), p)
+                    }),
+                    |(), at, h| new += set_block(words, at, h, k) as u64,
+                );
+                self.new.fetch_add(new, Relaxed);
+            }
+        }
     }
 
     /// Sets the bits of items spilled for this slice by
-    /// [`Slice::insert_and_spill`] (`records` whole records, back to back);
-    /// returns how many of them are new, counted as
-    /// [`Slice::insert_batch`] counts. Safe to call from several threads.
+    /// [`Slice::insert_and_spill`] (`records` whole records, back to back),
+    /// counting new items as [`Slice::insert_batch`] does. Safe to call from
+    /// several threads.
     ///
     /// A record that does not name a block of this slice (a damaged spill
-    /// file) is an error, and nothing after it is set.
-    pub fn insert_records(&self, records: &[u8]) -> Result<u64> {
-        let words = self.bits.words();
-        let k = self.params.k;
-        let blocks = words.len() as u64 / 8;
-        let mut new = 0;
-        for (i, group) in records.chunks(RECORD_BYTES as usize * 64).enumerate() {
-            let mut batch = [(0usize, 0u32); 64];
-            let mut n = 0;
-            for r in group.chunks(RECORD_BYTES as usize) {
-                let r = u64::from_le_bytes(r.try_into().map_err(|_| bad_record(i))?);
-                if r >> 32 >= blocks {
-                    return Err(bad_record(i));
-                }
-                batch[n] = (((r >> 32) * 8) as usize, r as u32);
-                n += 1;
+    /// file), or a torn one, is an error, and none of `records` is set.
+    pub fn insert_records(&self, records: &[u8]) -> Result<()> {
+        let blocks = (self.range.end - self.range.start) / 8;
+        let (whole, torn) = records.as_chunks::<{ RECORD_BYTES as usize }>();
+        let mut parsed = Vec::with_capacity(whole.len());
+        for (i, r) in whole.iter().enumerate() {
+            let r = u64::from_le_bytes(*r);
+            if r >> 32 >= blocks {
+                return Err(bad_record(i));
             }
-            for &(at, _) in &batch[..n] {
-                arch::prefetch(words[at..].as_ptr());
-            }
-            for &(at, h) in &batch[..n] {
-                new += set_block(words, at, h, k) as u64;
+            parsed.push(r);
+        }
+        if !torn.is_empty() {
+            return Err(bad_record(whole.len()));
+        }
+        match &self.stage {
+            Some(stage) => self.stage(stage, |staged| staged.extend_from_slice(&parsed)),
+            None => {
+                let new = self.write_blocks(&parsed);
+                self.new.fetch_add(new, Relaxed);
             }
         }
-        Ok(new)
+        Ok(())
     }
 
-    /// [`Slice::insert_batch`] for the blocked layout. A block lies wholly
-    /// in one slice (slices are page-aligned, blocks are 8 aligned words),
-    /// so an item outside this slice costs its hash and one comparison; the
-    /// others go through a ring of [`PIPELINE`] prefetched blocks, so that
-    /// their cache misses overlap (a slice of a large filter is far larger
-    /// than the caches).
-    fn insert_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        let words = self.bits.words();
-        let k = self.params.k;
-        let mut new = 0;
-        self.blocked_ring(
-            items
-                .iter()
-                .map(|item| ((), position_of(&self.params, item.as_ref()))),
-            |(), at, h| new += set_block(words, at, h, k) as u64,
-        );
-        new
-    }
-
-    /// [`Slice::insert_batch`] for the classic layout: an item's probes in
-    /// this slice are prefetched when it is hashed and written
-    /// [`CLASSIC_PIPELINE`] items later, so that the misses of several
-    /// items overlap.
-    fn insert_classic<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
+    /// [`Slice::insert_batch`] for the classic layout. Written directly, an
+    /// item's probes in this slice are prefetched when it is hashed and
+    /// written [`CLASSIC_PIPELINE`] items later, so that the misses of
+    /// several items overlap; staged, the probes of an item with bits in
+    /// other slices too are staged one record each, and the rare item whose
+    /// bits all lie here is written at once (its count needs them all).
+    fn insert_classic<T: AsRef<[u8]>>(&self, items: &[T]) {
         let words = self.bits.words();
         let (start, end) = (self.range.start, self.range.end);
         let mut new = 0;
-        let mut set = |p: &Prepared| {
-            let mut first = true;
-            let mut counts = false;
-            let mut changed = false;
-            let mut elsewhere = false;
-            for_each_position(&self.params, p, |word, mask| {
-                if first {
-                    counts = (start..end).contains(&word);
-                    first = false;
-                }
-                if !(start..end).contains(&word) {
-                    elsewhere = true;
-                } else {
-                    let w = &words[(word - start) as usize];
-                    // Skip the locked RMW when the bits are already there.
-                    if w.load(Relaxed) & mask != mask {
-                        changed |= w.fetch_or(mask, Relaxed) & mask != mask;
+        // Sets the item's bits in this slice (staging them when it has bits
+        // elsewhere and `staged` is given) and counts it.
+        let mut set = |p: &Prepared, staged: Option<&mut Vec<u64>>| {
+            let (mut first, mut counts, mut elsewhere) = (true, false, false);
+            for_each_position(&self.params, p, |word, _| {
+                let here = (start..end).contains(&word);
+                counts |= first && here;
+                elsewhere |= !here;
+                first = false;
+            });
+            if let (Some(staged), true) = (staged, elsewhere) {
+                for_each_position(&self.params, p, |word, mask| {
+                    if (start..end).contains(&word) {
+                        staged.push((word - start) << 6 | mask.trailing_zeros() as u64);
                     }
+                });
+                new += counts as u64;
+                return;
+            }
+            let mut changed = false;
+            for_each_position(&self.params, p, |word, mask| {
+                if (start..end).contains(&word) {
+                    changed |= set_word(&words[(word - start) as usize], mask);
                 }
             });
             new += (counts && (changed || elsewhere)) as u64;
         };
-        let mut ring = [Prepared { a: 0, b: 0 }; CLASSIC_PIPELINE];
-        for (i, item) in items.iter().enumerate() {
-            let p = position_of(&self.params, item.as_ref());
-            self.prefetch_classic(&p);
-            let slot = &mut ring[i % CLASSIC_PIPELINE];
-            if i >= CLASSIC_PIPELINE {
-                set(slot);
+        match &self.stage {
+            Some(stage) => self.stage(stage, |staged| {
+                for item in items {
+                    set(
+                        &position_of(&self.params, item.as_ref()),
+                        Some(&mut *staged),
+                    );
+                }
+            }),
+            None => {
+                let mut ring = [Prepared { a: 0, b: 0 }; CLASSIC_PIPELINE];
+                for (i, item) in items.iter().enumerate() {
+                    let p = position_of(&self.params, item.as_ref());
+                    self.prefetch_classic(&p);
+                    let slot = &mut ring[i % CLASSIC_PIPELINE];
+                    if i >= CLASSIC_PIPELINE {
+                        set(slot, None);
+                    }
+                    *slot = p;
+                }
+                for i in items.len().saturating_sub(CLASSIC_PIPELINE)..items.len() {
+                    set(&ring[i % CLASSIC_PIPELINE], None);
+                }
             }
-            *slot = p;
         }
-        for i in items.len().saturating_sub(CLASSIC_PIPELINE)..items.len() {
-            set(&ring[i % CLASSIC_PIPELINE]);
+        self.new.fetch_add(new, Relaxed);
+    }
+
+    /// Appends records through `fill` to an idle staging buffer (one per
+    /// thread staging at once), and writes the buffer when it is full.
+    fn stage(&self, stage: &Stage, fill: impl FnOnce(&mut Vec<u64>)) {
+        let (mut records, mut scratch) = lock(&stage.pool).pop().unwrap_or_default();
+        fill(&mut records);
+        if records.len() >= stage.capacity {
+            self.write_sorted(&mut records, &mut scratch);
+        }
+        let mut pool = lock(&stage.pool);
+        if !records.is_empty() {
+            stage.pending.store(true, Relaxed);
+        }
+        pool.push((records, scratch));
+    }
+
+    /// Writes every staged record. Readers call it first.
+    #[inline]
+    fn settle(&self) {
+        if let Some(stage) = &self.stage {
+            if stage.pending.load(Acquire) {
+                self.flush(stage);
+            }
+        }
+    }
+
+    #[cold]
+    fn flush(&self, stage: &Stage) {
+        let mut buffers = {
+            let mut pool = lock(&stage.pool);
+            stage.pending.store(false, Relaxed);
+            std::mem::take(&mut *pool)
+        };
+        for (records, scratch) in &mut buffers {
+            self.write_sorted(records, scratch);
+        }
+        lock(&stage.pool).extend(buffers);
+    }
+
+    /// Sorts staged records by the 2 MiB bucket of the slice they write to
+    /// (a counting sort into `scratch`), writes them in that order and
+    /// empties `records`.
+    fn write_sorted(&self, records: &mut Vec<u64>, scratch: &mut Vec<u64>) {
+        // Both kinds of record keep the byte offset's high bits on top:
+        // blocked (block << 32 | hash), classic (word << 6 | bit).
+        let shift = match self.params.layout {
+            Layout::Blocked => 32 + BUCKET_SHIFT - 6,
+            Layout::Classic => 6 + BUCKET_SHIFT - 3,
+        };
+        let buckets = (((self.range.end - self.range.start) * 8) >> BUCKET_SHIFT) as usize + 1;
+        let mut next = vec![0usize; buckets + 1];
+        for &r in records.iter() {
+            next[(r >> shift) as usize + 1] += 1;
+        }
+        for b in 1..next.len() {
+            next[b] += next[b - 1];
+        }
+        scratch.clear();
+        scratch.resize(records.len(), 0);
+        for &r in records.iter() {
+            let at = &mut next[(r >> shift) as usize];
+            scratch[*at] = r;
+            *at += 1;
+        }
+        records.clear();
+        let new = match self.params.layout {
+            Layout::Blocked => self.write_blocks(scratch),
+            Layout::Classic => {
+                let words = self.bits.words();
+                for (i, &r) in scratch.iter().enumerate() {
+                    if let Some(&ahead) = scratch.get(i + PIPELINE) {
+                        arch::prefetch(words[(ahead >> 6) as usize..].as_ptr());
+                    }
+                    set_word(&words[(r >> 6) as usize], 1 << (r & 63));
+                }
+                0 // counted when staged
+            }
+        };
+        self.new.fetch_add(new, Relaxed);
+    }
+
+    /// Sets the items of blocked records (block << 32 | in-block hash, the
+    /// blocks checked), the blocks prefetched [`PIPELINE`] records ahead;
+    /// returns how many were new.
+    fn write_blocks(&self, records: &[u64]) -> u64 {
+        let words = self.bits.words();
+        let k = self.params.k;
+        let mut new = 0;
+        for (i, &r) in records.iter().enumerate() {
+            if let Some(&ahead) = records.get(i + PIPELINE) {
+                arch::prefetch(words[((ahead >> 32) * 8) as usize..].as_ptr());
+            }
+            new += set_block(words, ((r >> 32) * 8) as usize, r as u32, k) as u64;
         }
         new
+    }
+
+    /// Items new to the filter among those given to this slice so far,
+    /// counted as [`Slice::insert_batch`] says (staged writes are written
+    /// first).
+    pub fn new_items(&self) -> u64 {
+        self.settle();
+        self.new.load(Relaxed)
     }
 
     /// Prefetches the words of a classic item's probes that lie in this slice.
@@ -394,6 +621,7 @@ impl Slice {
     /// `out` in order; for the blocked layout through a ring of prefetched
     /// blocks, as [`Slice::insert_batch`].
     pub fn rules_out_batch(&self, prepared: &[Prepared], out: &mut Vec<Option<bool>>) {
+        self.settle();
         if self.params.layout != Layout::Blocked {
             for (i, p) in prepared.iter().enumerate() {
                 if let Some(ahead) = prepared.get(i + CLASSIC_PIPELINE) {
@@ -452,6 +680,7 @@ impl Slice {
 
     /// The slice's bytes, in file order.
     pub fn as_bytes(&self) -> &[u8] {
+        self.settle();
         self.bits.bytes()
     }
 
@@ -464,6 +693,7 @@ impl Slice {
 
     /// Set bits in this slice.
     pub fn count_ones(&self) -> u64 {
+        self.settle();
         self.bits
             .words()
             .iter()
@@ -514,8 +744,8 @@ impl SliceWriter {
     }
 
     /// Writes the next slice (slices must come in order, without gaps) and
-    /// adds `new_items` to the item count.
-    pub fn write(&mut self, slice: &Slice, new_items: u64) -> Result<()> {
+    /// adds its [`Slice::new_items`] to the item count.
+    pub fn write(&mut self, slice: &Slice) -> Result<()> {
         let tmp = self.tmp.clone().expect("not finished");
         if slice.range.start != self.next_word || slice.params.bits != self.params.bits {
             return Err(Error::InvalidParams(format!(
@@ -532,7 +762,7 @@ impl SliceWriter {
         );
         self.checksum = self.checksum.wrapping_add(checksum);
         self.ones += ones;
-        self.items += new_items;
+        self.items += slice.new_items();
         self.next_word = slice.range.end;
         Ok(())
     }
@@ -604,6 +834,11 @@ mod tests {
         }
     }
 
+    /// Staging capacities the tests build slices with: written directly,
+    /// staged in buffers of 100 records (many sorted writes, some items of a
+    /// batch written before others are staged), and staged until read.
+    const STAGINGS: [usize; 3] = [0, 100, 1 << 30];
+
     #[test]
     fn slices_are_bit_identical() {
         for layout in [Layout::Blocked, Layout::Classic] {
@@ -613,42 +848,77 @@ mod tests {
             let data = items(40_000, "a");
             let whole = Filter::new(params.clone()).unwrap();
             let whole_new = whole.insert_batch(&data);
-            for pages in [1u64, 3, 8, 100] {
+            for (pages, staging) in [1u64, 3, 8, 100]
+                .into_iter()
+                .flat_map(|p| STAGINGS.map(|s| (p, s)))
+            {
                 let ranges = plan_slices(&params, pages * 4096);
                 assert_eq!(ranges.first().unwrap().start, 0);
                 assert_eq!(ranges.last().unwrap().end, params.words());
                 let mut bytes = Vec::new();
                 let (mut sum, mut new, mut ones) = (0u64, 0u64, 0u64);
                 for r in &ranges {
-                    let s = Slice::new(&params, r.clone()).unwrap();
-                    // Two threads at once, in two halves, as a build does.
+                    let s = Slice::new(&params, r.clone())
+                        .unwrap()
+                        .with_staging(staging);
+                    // Two threads at once, in two halves of several
+                    // batches each, as a build does.
                     let (x, y) = data.split_at(data.len() / 2);
-                    new += std::thread::scope(|sc| {
-                        let a = sc.spawn(|| s.insert_batch(x));
-                        s.insert_batch(y) + a.join().unwrap()
+                    std::thread::scope(|sc| {
+                        sc.spawn(|| x.chunks(3000).for_each(|c| s.insert_batch(c)));
+                        y.chunks(3000).for_each(|c| s.insert_batch(c));
                     });
                     bytes.extend_from_slice(s.as_bytes());
+                    new += s.new_items();
                     sum = sum.wrapping_add(s.checksum());
                     ones += s.count_ones();
                 }
-                assert!(
-                    bytes == whole.as_bytes(),
-                    "{layout:?} with {pages}-page slices"
-                );
-                assert_eq!(sum, data_checksum(whole.as_bytes()));
-                assert_eq!(ones, whole.count_ones());
+                let case = format!("{layout:?}, {pages}-page slices, staging {staging}");
+                assert!(bytes == whole.as_bytes(), "{case}");
+                assert_eq!(sum, data_checksum(whole.as_bytes()), "{case}");
+                assert_eq!(ones, whole.count_ones(), "{case}");
                 // Counts agree up to the order-dependent few (an item whose
                 // bits all happen to be set by others): 0.1 % here.
                 let slack = data.len() as u64 / 1000;
                 assert!(
                     new + slack >= whole_new && new <= data.len() as u64,
-                    "{layout:?}, {pages}-page slices: {new} vs {whole_new}"
+                    "{case}: {new} vs {whole_new}"
                 );
                 if layout == Layout::Blocked {
-                    assert!(new <= whole_new + slack, "{new} vs {whole_new}");
+                    assert!(new <= whole_new + slack, "{case}: {new} vs {whole_new}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn staged_writes_are_seen_by_every_reader() {
+        // Staged until read: each way of reading the slice writes them first.
+        let params = Params::from_plan(&plan(Layout::Blocked, 40_000, 1e-4).unwrap(), 3);
+        let data = items(20_000, "s");
+        let whole = Filter::new(params.clone()).unwrap();
+        whole.insert_batch(&data);
+        let range = plan_slices(&params, 1 << 30)[0].clone();
+        let make = || {
+            let s = Slice::new(&params, range.clone())
+                .unwrap()
+                .with_staging(1 << 30);
+            s.insert_batch(&data);
+            s
+        };
+        assert!(make().as_bytes() == whole.as_bytes());
+        assert_eq!(make().count_ones(), whole.count_ones());
+        assert_eq!(make().checksum(), data_checksum(whole.as_bytes()));
+        let s = make();
+        assert!(data
+            .iter()
+            .all(|d| s.rules_out(&position_of(&params, d)) == Some(false)));
+        let s = make();
+        let prepared: Vec<Prepared> = data.iter().map(|d| position_of(&params, d)).collect();
+        let mut out = Vec::new();
+        s.rules_out_batch(&prepared, &mut out);
+        assert!(out.iter().all(|&v| v == Some(false)));
+        assert!(make().new_items() > 19_900);
     }
 
     #[test]
@@ -661,45 +931,60 @@ mod tests {
         let whole_new = whole.insert_batch(&data);
         let ranges = plan_slices(&params, 8 * 4096);
         assert!(ranges.len() >= 3, "{}", ranges.len());
-        let first = Slice::new(&params, ranges[0].clone()).unwrap();
-        let mut spills = vec![Vec::new(); ranges.len() - 1];
-        let (x, y) = data.split_at(data.len() / 2);
-        let mut new = first.insert_and_spill(x, &ranges[1..], &mut spills);
-        new += first.insert_and_spill(y, &ranges[1..], &mut spills);
-        spills.insert(0, Vec::new());
-        let mut bytes = first.as_bytes().to_vec();
-        let mut records = 0;
-        for (i, r) in ranges.iter().enumerate().skip(1) {
-            let s = Slice::new(&params, r.clone()).unwrap();
-            // Two threads at once, as a build does.
-            let (x, y) = spills[i].split_at(spills[i].len() / 16 * 8);
-            new += std::thread::scope(|sc| {
-                let a = sc.spawn(|| s.insert_records(x).unwrap());
-                s.insert_records(y).unwrap() + a.join().unwrap()
-            });
-            records += spills[i].len() as u64 / RECORD_BYTES;
-            bytes.extend_from_slice(s.as_bytes());
+        for staging in STAGINGS {
+            let first = Slice::new(&params, ranges[0].clone())
+                .unwrap()
+                .with_staging(staging);
+            let mut spills = vec![Vec::new(); ranges.len() - 1];
+            let (x, y) = data.split_at(data.len() / 2);
+            first.insert_and_spill(x, &ranges[1..], &mut spills);
+            first.insert_and_spill(y, &ranges[1..], &mut spills);
+            spills.insert(0, Vec::new());
+            let mut bytes = first.as_bytes().to_vec();
+            let mut new = first.new_items();
+            let mut records = 0;
+            for (i, r) in ranges.iter().enumerate().skip(1) {
+                let s = Slice::new(&params, r.clone())
+                    .unwrap()
+                    .with_staging(staging);
+                // Two threads at once, as a build does.
+                let (x, y) = spills[i].split_at(spills[i].len() / 16 * 8);
+                std::thread::scope(|sc| {
+                    sc.spawn(|| s.insert_records(x).unwrap());
+                    s.insert_records(y).unwrap();
+                });
+                records += spills[i].len() as u64 / RECORD_BYTES;
+                bytes.extend_from_slice(s.as_bytes());
+                new += s.new_items();
+            }
+            assert!(bytes == whole.as_bytes(), "staging {staging}");
+            // Every item of a later slice was spilled exactly once.
+            let in_first = data
+                .iter()
+                .filter(|d| ranges[0].contains(&position_of(&params, d).a))
+                .count() as u64;
+            assert_eq!(records + in_first, data.len() as u64);
+            let slack = data.len() as u64 / 1000;
+            assert!(
+                new + slack >= whole_new && new <= whole_new + slack,
+                "staging {staging}: {new} vs {whole_new}"
+            );
+            // A record naming no block of its slice, or a torn one, is an
+            // error, and none of the batch is set.
+            let s = Slice::new(&params, ranges[1].clone())
+                .unwrap()
+                .with_staging(staging);
+            let blocks = (ranges[1].end - ranges[1].start) / 8;
+            let mut bad = spills[1][..800].to_vec();
+            bad.extend_from_slice(&(blocks << 32).to_le_bytes());
+            assert!(s.insert_records(&bad).is_err());
+            assert!(s.insert_records(&spills[1][..spills[1].len() - 3]).is_err());
+            assert_eq!(s.count_ones(), 0, "staging {staging}");
+            assert!(s
+                .insert_records(&((blocks - 1) << 32).to_le_bytes())
+                .is_ok());
+            assert!(s.count_ones() > 0);
         }
-        assert!(bytes == whole.as_bytes());
-        // Every item of a later slice was spilled exactly once.
-        let in_first = data
-            .iter()
-            .filter(|d| ranges[0].contains(&position_of(&params, d).a))
-            .count() as u64;
-        assert_eq!(records + in_first, data.len() as u64);
-        let slack = data.len() as u64 / 1000;
-        assert!(
-            new + slack >= whole_new && new <= whole_new + slack,
-            "{new} vs {whole_new}"
-        );
-        // A record naming no block of its slice, or a torn one, is an error.
-        let s = Slice::new(&params, ranges[1].clone()).unwrap();
-        let blocks = (ranges[1].end - ranges[1].start) / 8;
-        assert!(s.insert_records(&(blocks << 32).to_le_bytes()).is_err());
-        assert!(s.insert_records(&spills[1][..spills[1].len() - 3]).is_err());
-        assert!(s
-            .insert_records(&((blocks - 1) << 32).to_le_bytes())
-            .is_ok());
     }
 
     #[test]
@@ -737,9 +1022,9 @@ mod tests {
             let sliced_path = dir.path().join(format!("sliced-{layout}.bgf"));
             let mut w = SliceWriter::create(&sliced_path, &params).unwrap();
             for r in plan_slices(&params, 5 * 4096) {
-                let s = Slice::new(&params, r).unwrap();
-                let new = s.insert_batch(&data);
-                w.write(&s, new).unwrap();
+                let s = Slice::new(&params, r).unwrap().with_staging(1000);
+                s.insert_batch(&data);
+                w.write(&s).unwrap();
             }
             w.finish().unwrap();
             let (a, b) = (
@@ -761,9 +1046,9 @@ mod tests {
         let mut w = SliceWriter::create(&target, &params).unwrap();
         let first = plan_slices(&params, 4096)[0].clone();
         let s = Slice::new(&params, first).unwrap();
-        w.write(&s, 0).unwrap();
+        w.write(&s).unwrap();
         // Out of order is refused.
-        assert!(w.write(&s, 0).is_err());
+        assert!(w.write(&s).is_err());
         assert!(w.finish().is_err());
         let left: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

@@ -138,11 +138,12 @@ fn insert_inputs(
             });
             match &parallel {
                 Some(Par::Insert(f)) => out.new = f.insert_batch(&keys),
+                // A slice counts its new items itself (Slice::new_items).
                 Some(Par::Slice(s)) if !spill_ranges.is_empty() => {
                     out.spills = vec![Vec::new(); spill_ranges.len()];
-                    out.new = s.insert_and_spill(&keys, &spill_ranges, &mut out.spills);
+                    s.insert_and_spill(&keys, &spill_ranges, &mut out.spills);
                 }
-                Some(Par::Slice(s)) => out.new = s.insert_batch(&keys),
+                Some(Par::Slice(s)) => s.insert_batch(&keys),
                 Some(Par::Update(f)) => match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
@@ -433,9 +434,9 @@ fn build_sliced(
         let s = Slice::new(&params, range.clone())?;
         let label = format!("slice {}/{}", i + 1, ranges.len());
         if let Some(sp) = spill.as_mut().filter(|sp| sp.is_spilled(i)) {
-            let new = sp.insert_into(i, &s, format!("{label}, spilled records"))?;
-            writer.write(&s, new)?;
-            stats.new += new;
+            sp.insert_into(i, &s, format!("{label}, spilled records"))?;
+            writer.write(&s)?;
+            stats.new += s.new_items();
             steps.push(format!(
                 "{:.1} s (spilled records)",
                 t.elapsed().as_secs_f64()
@@ -447,8 +448,9 @@ fn build_sliced(
             of: ranges.len(),
         };
         let first = spill.as_mut().filter(|_| i == 0);
-        let st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass, first)?;
-        writer.write(&s, st.new)?;
+        let mut st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass, first)?;
+        writer.write(&s)?;
+        st.new = s.new_items();
         if i == 0 {
             stats = st;
         } else {

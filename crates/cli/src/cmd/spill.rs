@@ -148,9 +148,9 @@ impl Spill {
     }
 
     /// Sets the bits of spilled slice `slice` from its records, on all
-    /// cores; returns how many items were new. Reads the file back from the
-    /// start, checking that it holds every record written.
-    pub(crate) fn insert_into(&mut self, slice: usize, s: &Slice, label: String) -> Result<u64> {
+    /// cores. Reads the file back from the start, checking that it holds
+    /// every record written.
+    pub(crate) fn insert_into(&mut self, slice: usize, s: &Slice, label: String) -> Result<()> {
         let j = self
             .slices
             .iter()
@@ -164,7 +164,7 @@ impl Spill {
         let progress = Progress::default();
         let bar = report::progress_bar(Some(f.written), &progress, Some(label));
         let mut buf = vec![0u8; READ];
-        let (mut read, mut new) = (0u64, 0u64);
+        let mut read = 0u64;
         let result = (|| -> Result<()> {
             loop {
                 let n = input::read_full(&mut file, &mut buf).with_context(|| {
@@ -173,10 +173,9 @@ impl Spill {
                 if n == 0 {
                     break;
                 }
-                new += buf[..n]
+                buf[..n]
                     .par_chunks(1 << 20)
-                    .map(|c| s.insert_records(c))
-                    .sum::<Result<u64, _>>()?;
+                    .try_for_each(|c| s.insert_records(c))?;
                 read += n as u64;
                 progress.fetch_add(n as u64, Relaxed);
             }
@@ -189,8 +188,7 @@ impl Spill {
             Ok(())
         })();
         report::finish(bar);
-        result?;
-        Ok(new)
+        result
     }
 }
 
