@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use crate::log::{self as wal, Record, SegmentReport, MAGIC};
 
 /// One lineage marker: a layer-0 seed and the key rules of that file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Lineage {
     /// Seed of the file's first layer.
     pub seed: u64,
@@ -155,6 +155,55 @@ pub fn reset(path: &Path, records: &[u8]) -> std::io::Result<()> {
     write_new(path, &buf)
 }
 
+/// What [`compact`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Bytes before.
+    pub before: u64,
+    /// Bytes after.
+    pub after: u64,
+}
+
+/// Rewrites the journal atomically with each lineage marker once and each
+/// live add once: an add is a duplicate of an earlier one when its key is
+/// the same and was normalized under the same key rules (the markers of the
+/// seeds they were added under), as replaying either inserts the same key.
+/// Replaying the compacted journal therefore inserts exactly what replaying
+/// the original did. A damaged tail is left out (as every reader does).
+/// `name` is the filter's, written into the records.
+pub fn compact(path: &Path, name: &str) -> std::io::Result<Compacted> {
+    use std::collections::HashSet;
+    let loaded = load(path, Repair::No)?;
+    let c = &loaded.contents;
+    let mut out = Vec::with_capacity(loaded.len as usize);
+    let mut markers = HashSet::new();
+    for l in &c.lineage {
+        if markers.insert(*l) {
+            marker(&mut out, name, *l);
+        }
+    }
+    let rules = |seed: u64| {
+        c.lineage
+            .iter()
+            .find(|l| l.seed == seed)
+            .map(|l| (l.key_kind, l.match_mode))
+    };
+    let mut seen = HashSet::new();
+    for (seed, key) in &c.adds {
+        // Adds under a seed no marker claims are never replayed; kept as
+        // they were, once per (seed, key).
+        let class = rules(*seed).map_or((1, *seed), |(k, m)| (0, (k as u64) << 8 | m as u64));
+        if seen.insert((class, key.as_slice())) {
+            wal::encode_add(&mut out, name, *seed, key);
+        }
+    }
+    reset(path, &out)?;
+    Ok(Compacted {
+        before: loaded.len,
+        after: (MAGIC.len() + out.len()) as u64,
+    })
+}
+
 /// Removes the journal (durably).
 pub fn remove(path: &Path) {
     if std::fs::remove_file(path).is_ok() {
@@ -253,5 +302,84 @@ mod tests {
         assert!(adds(&p, Repair::Truncate).0.is_empty());
         remove(&p);
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn compact_keeps_each_distinct_add_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "f");
+        let (a, b, c) = (
+            Lineage {
+                seed: 1,
+                key_kind: 0,
+                match_mode: 0,
+            },
+            // Same key rules as `a`: its adds of the same key are duplicates.
+            Lineage {
+                seed: 2,
+                key_kind: 0,
+                match_mode: 0,
+            },
+            // Other key rules: the same bytes are another key.
+            Lineage {
+                seed: 3,
+                key_kind: 1,
+                match_mode: 0,
+            },
+        );
+        let mut buf = Vec::new();
+        for l in [a, b, c, a] {
+            marker(&mut buf, "f", l);
+        }
+        for round in 0..50 {
+            for i in 0..100u32 {
+                let seed = [1, 2, 3][(round + i as usize) % 3];
+                wal::encode_add(&mut buf, "f", seed, format!("k{i}").as_bytes());
+            }
+        }
+        // An add under a seed no marker claims, twice.
+        wal::encode_add(&mut buf, "f", 99, b"orphan");
+        wal::encode_add(&mut buf, "f", 99, b"orphan");
+        append(&p, &buf).unwrap();
+        let got = compact(&p, "f").unwrap();
+        assert!(got.after < got.before / 10, "{got:?}");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), got.after);
+        let c2 = load(&p, Repair::No).unwrap().contents;
+        assert_eq!(c2.lineage, vec![a, b, c]);
+        // Each key once per key rules (kinds 0 and 1), the orphan once.
+        let mut keys: Vec<(u8, Vec<u8>)> = c2
+            .adds
+            .iter()
+            .map(|(seed, k)| {
+                (
+                    if *seed == 3 {
+                        1
+                    } else if *seed == 99 {
+                        9
+                    } else {
+                        0
+                    },
+                    k.clone(),
+                )
+            })
+            .collect();
+        keys.sort();
+        let mut want: Vec<(u8, Vec<u8>)> = (0..100u32)
+            .flat_map(|i| {
+                [
+                    (0, format!("k{i}").into_bytes()),
+                    (1, format!("k{i}").into_bytes()),
+                ]
+            })
+            .collect();
+        want.push((9, b"orphan".to_vec()));
+        want.sort();
+        assert_eq!(keys, want);
+        // Compacting again changes nothing; appends go on after it.
+        assert_eq!(compact(&p, "f").unwrap().after, got.after);
+        let mut more = Vec::new();
+        wal::encode_add(&mut more, "f", 1, b"new");
+        append(&p, &more).unwrap();
+        assert_eq!(load(&p, Repair::No).unwrap().contents.adds.len(), 202);
     }
 }

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
 use crate::store::{AddOutcome, CreateSpec, Growth, Named, StoreError};
+use crate::wal::WalErrorKind;
 use crate::App;
 
 /// An API error: status, machine code, message.
@@ -62,6 +63,9 @@ impl From<StoreError> for ApiError {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
             StoreError::Io(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
+            StoreError::Wal(e) if e.kind == WalErrorKind::NoSpace => {
+                (StatusCode::INSUFFICIENT_STORAGE, "no_space")
+            }
             StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
         };
         ApiError::new(status, code, e.to_string())
@@ -178,8 +182,18 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
     resp
 }
 
-async fn healthz() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+/// Always 200 while the server answers (reads work); `status` is
+/// `read_only`, with the reason, while writes are refused (a full disk).
+async fn healthz(State(app): St) -> Response {
+    match app.store.write_failure() {
+        None => Json(json!({"status": "ok", "writable": true})).into_response(),
+        Some(e) => Json(json!({
+            "status": "read_only",
+            "writable": false,
+            "reason": e.to_string(),
+        }))
+        .into_response(),
+    }
 }
 
 async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
 pub use bloomgate_blacklist::journal::{
-    append, marker, path, remove, reset, Contents, Lineage, Loaded, Repair,
+    append, compact, marker, path, remove, reset, Compacted, Contents, Lineage, Loaded, Repair,
 };
 
 use crate::metrics::Metrics;

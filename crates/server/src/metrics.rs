@@ -66,6 +66,11 @@ pub struct Metrics {
     pub connections_rejected: [AtomicU64; 2],
     /// Log records discarded at startup (torn or corrupt tail).
     pub wal_records_lost: AtomicU64,
+    /// Times the log started refusing writes (a failed write or sync, or no
+    /// segment could be started: a full disk).
+    pub wal_failures: AtomicU64,
+    /// Journals compacted by snapshots.
+    pub journal_compactions: AtomicU64,
     /// Log records replayed at startup.
     pub wal_records_replayed: AtomicU64,
     /// Snapshots written.
@@ -149,7 +154,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 13] = [
+        let counters: [(&str, &str, &AtomicU64); 15] = [
             (
                 "bloomgate_items_checked_total",
                 "Items looked up.",
@@ -189,6 +194,16 @@ impl Metrics {
                 "bloomgate_wal_lost_records_total",
                 "Log records discarded at startup (torn or corrupt tail).",
                 &self.wal_records_lost,
+            ),
+            (
+                "bloomgate_wal_failures_total",
+                "Times the log started refusing writes (write, sync or new segment failed).",
+                &self.wal_failures,
+            ),
+            (
+                "bloomgate_journal_compactions_total",
+                "Live-add journals compacted (each distinct add kept once).",
+                &self.journal_compactions,
             ),
             (
                 "bloomgate_snapshots_total",

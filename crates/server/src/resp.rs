@@ -64,7 +64,7 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::{Op, Proto};
 use crate::store::{AddOutcome, CreateSpec, Growth, LookupScratch, Meta, Named, StoreError};
-use crate::wal::AckRx;
+use crate::wal::{AckRx, WalError};
 use crate::App;
 
 const MAX_INLINE: usize = 64 << 10;
@@ -336,7 +336,12 @@ struct Conn {
     authed: bool,
     scratch: Vec<Vec<u8>>,
     outcomes: Vec<AddOutcome>,
-    pending: Option<AckRx>,
+    /// Writes of this batch waiting to be durable, each with the range of
+    /// `Out::buf` holding its command's reply (replaced by an error if the
+    /// log fails to write it).
+    pending: Vec<(AckRx, std::ops::Range<usize>)>,
+    /// The acknowledgement of the command being executed, if it wrote.
+    ack: Option<AckRx>,
     quit: bool,
     name: Option<Vec<u8>>,
     id: u64,
@@ -496,7 +501,8 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         app,
         scratch: Vec::new(),
         outcomes: Vec::new(),
-        pending: None,
+        pending: Vec::new(),
+        ack: None,
         quit: false,
         name: None,
         id,
@@ -750,10 +756,20 @@ async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<us
 /// its replies. Returns the time the batch ended (after any wait).
 async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<Instant, ()> {
     let mut now = conn.end_batch();
-    if let Some(rx) = conn.pending.take() {
-        match rx.await {
-            Ok(Ok(())) => {}
-            _ => return Err(()),
+    if !conn.pending.is_empty() {
+        let mut failed = Vec::new();
+        for (rx, reply) in conn.pending.drain(..) {
+            let e = match rx.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => WalError::io("log thread stopped", &std::io::ErrorKind::Other.into()),
+            };
+            failed.push((reply, e));
+        }
+        if !failed.is_empty() {
+            // The replies of writes that are not durable become errors: a
+            // client is never told that an add it cannot count on succeeded.
+            out.buf = replace_replies(&out.buf, &failed);
         }
         now = Instant::now();
     }
@@ -766,6 +782,29 @@ async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result
         out.buf = Vec::with_capacity(16 << 10);
     }
     r.map(|()| now).map_err(|_| ())
+}
+
+/// `buf` with each of `failed`'s reply ranges (in order, disjoint) replaced
+/// by its error.
+fn replace_replies(buf: &[u8], failed: &[(std::ops::Range<usize>, WalError)]) -> Vec<u8> {
+    let mut out = Out {
+        buf: Vec::with_capacity(buf.len()),
+        proto: 2,
+    };
+    let mut at = 0;
+    for (r, e) in failed {
+        out.buf.extend_from_slice(&buf[at..r.start]);
+        out.error(&wal_err(e));
+        at = r.end;
+    }
+    out.buf.extend_from_slice(&buf[at..]);
+    out.buf
+}
+
+/// The reply to a write the log refused (on a full disk the message says so
+/// and that reads go on).
+fn wal_err(e: &WalError) -> String {
+    format!("ERR {e}")
 }
 
 fn upper(a: &[u8]) -> Vec<u8> {
@@ -789,6 +828,7 @@ fn store_err(e: &StoreError) -> String {
     match e {
         StoreError::NotFound(_) => "ERR not found".into(),
         StoreError::Exists(_) => "ERR item exists".into(),
+        StoreError::Wal(e) => wal_err(e),
         other => format!("ERR {other}"),
     }
 }
@@ -875,6 +915,9 @@ impl Conn {
             Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
             Some(d) => out.error(&format!("NOPERM {}", d.message())),
             None => self.dispatch(cmd, argv, out),
+        }
+        if let Some(rx) = self.ack.take() {
+            self.pending.push((rx, before..out.buf.len()));
         }
         self.run.n += 1;
         self.run.errors += (out.buf.get(before) == Some(&b'-')) as u64;
@@ -1363,9 +1406,7 @@ impl Conn {
         }
         match self.app.store.loadchunk(&name, iter as u64, argv[3]) {
             Ok(rx) => {
-                if rx.is_some() {
-                    self.pending = rx;
-                }
+                self.ack = rx;
                 out.ok()
             }
             // Created meanwhile by another client.
@@ -1548,9 +1589,7 @@ impl Conn {
         let mut outcomes = std::mem::take(&mut self.outcomes);
         match self.app.store.add(&named, items, &mut outcomes) {
             Ok(rx) => {
-                if rx.is_some() {
-                    self.pending = rx;
-                }
+                self.ack = rx;
             }
             Err(e) => {
                 self.outcomes = outcomes;

@@ -159,6 +159,10 @@ pub struct Named {
     /// Layer-0 seeds (and key rules) whose log records belong to this
     /// filter: the markers of `NAME.live` (changed under the snapshot lock).
     lineage: Mutex<Vec<Lineage>>,
+    /// A lineage marker that could not be journaled when the filter was
+    /// first served (a full disk): adds are refused until it is, so that no
+    /// add is logged under a seed its journal does not claim.
+    marker: Mutex<Option<Vec<u8>>>,
 }
 
 /// Reusable buffers of [`Named::lookup_batch`].
@@ -230,6 +234,7 @@ impl Named {
             hits: AtomicU64::new(0),
             fill_cache: Mutex::new(None),
             loaded: Mutex::new(loaded),
+            marker: Mutex::new(None),
         }
     }
 
@@ -517,9 +522,18 @@ pub struct Store {
     limits: Limits,
     metrics: Arc<Metrics>,
     snapshot_lock: Mutex<()>,
+    /// Per journal, its length after it was last compacted (under the
+    /// snapshot lock; see [`Store::compact_journal`]).
+    journal_base: Mutex<HashMap<String, u64>>,
     /// Held while the store is open: no second server, and no CLI writer.
     _dir_lock: DirLock,
 }
+
+/// A journal is compacted once it is this long and twice its length after
+/// its last compaction: it then stays within about twice the size of its
+/// distinct adds, and compaction's cost (a read and a rewrite of the
+/// journal) is amortized over at least as many bytes of appends.
+const JOURNAL_COMPACT_MIN: u64 = 64 << 10;
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -625,11 +639,18 @@ impl Store {
             let mut lineage = c.lineage;
             if !lineage.iter().any(|l| l.seed == current.seed) {
                 // First time served, or NAME.bgf was replaced while the
-                // server was down: the new file joins the lineage.
+                // server was down: the new file joins the lineage. On a full
+                // disk the marker waits, and adds with it (`write_marker`).
                 let mut m = Vec::new();
                 journal::marker(&mut m, &n.name, current);
-                journal::append(&jpath, &m)
-                    .map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))?;
+                if let Err(e) = journal::append(&jpath, &m) {
+                    eprintln!(
+                        "bloomgate serve: {}: {e}; adds to '{}' are refused until it can be written",
+                        jpath.display(),
+                        n.name
+                    );
+                    *lock(&n.marker) = Some(m);
+                }
                 lineage.push(current);
             }
             let mut inserted = 0u64;
@@ -683,11 +704,17 @@ impl Store {
             limits,
             metrics,
             snapshot_lock: Mutex::new(()),
+            journal_base: Mutex::new(HashMap::new()),
             _dir_lock: dir_lock,
         };
         let any_dirty = store.all().iter().any(|n| n.dirty.load(Relaxed));
         if !old.is_empty() || any_dirty {
-            store.snapshot()?;
+            // On a full disk the replayed log stays until a later snapshot
+            // succeeds; the server serves meanwhile (reads, and writes once
+            // the log can write).
+            if let Err(e) = store.snapshot() {
+                eprintln!("bloomgate serve: snapshot after replay failed, will retry: {e}");
+            }
         }
         Ok(store)
     }
@@ -758,6 +785,28 @@ impl Store {
     /// Bytes in the current log segment.
     pub fn wal_bytes(&self) -> u64 {
         self.wal.bytes()
+    }
+
+    /// Why writes are refused, if they are (the write-ahead log failed, e.g.
+    /// on a full disk; it retries by itself, see [`crate::wal`]).
+    pub fn write_failure(&self) -> Option<wal::WalError> {
+        self.wal.failure()
+    }
+
+    /// Journals the filter's pending lineage marker, if any (under the
+    /// snapshot lock, as every journal write).
+    fn write_marker(&self, named: &Named) -> Result<(), StoreError> {
+        if lock(&named.marker).is_none() {
+            return Ok(());
+        }
+        let _snap = lock(&self.snapshot_lock);
+        let mut pending = lock(&named.marker);
+        if let Some(m) = pending.as_ref() {
+            let jpath = journal::path(&self.dir, &named.name);
+            journal::append(&jpath, m).map_err(|e| wal::WalError::io(jpath.display(), &e))?;
+            *pending = None;
+        }
+        Ok(())
     }
 
     /// The limits in force.
@@ -882,6 +931,11 @@ impl Store {
         entries: &[&[u8]],
         out: &mut Vec<AddOutcome>,
     ) -> Result<Option<AckRx>, StoreError> {
+        // A log that cannot write refuses before anything changes.
+        if let Some(e) = self.wal.refusing() {
+            return Err(e.into());
+        }
+        self.write_marker(named)?;
         let mut log = Vec::new();
         let mut changed = false;
         {
@@ -1054,7 +1108,44 @@ impl Store {
                 .map_err(|e| StoreError::Io(format!("{}: {e}", jpath.display())))?;
         }
         self.metrics.journal_records.fetch_add(records, Relaxed);
+        for name in out.keys() {
+            self.compact_journal(name);
+        }
         Ok(())
+    }
+
+    /// Compacts `NAME.live` ([`journal::compact`]: each distinct live add
+    /// once) when it has grown to [`JOURNAL_COMPACT_MIN`] and twice its
+    /// length after its last compaction. Called under the snapshot lock,
+    /// which every writer of journals holds. The journal must keep each
+    /// distinct add: a reload replaces the snapshot's file with a rebuilt
+    /// one that need not contain them, and only the keys can be inserted
+    /// into a file of other parameters, seed or key rules. A failed
+    /// compaction leaves the journal as it was (the rewrite is atomic).
+    fn compact_journal(&self, name: &str) {
+        let jpath = journal::path(&self.dir, name);
+        let Ok(len) = std::fs::metadata(&jpath).map(|m| m.len()) else {
+            return;
+        };
+        let mut bases = lock(&self.journal_base);
+        let base = bases.get(name).copied().unwrap_or(0);
+        if len < JOURNAL_COMPACT_MIN || len < 2 * base {
+            return;
+        }
+        match journal::compact(&jpath, name) {
+            Ok(c) => {
+                bases.insert(name.to_string(), c.after);
+                self.metrics.journal_compactions.fetch_add(1, Relaxed);
+            }
+            Err(e) => {
+                // Not again before it has doubled once more.
+                bases.insert(name.to_string(), len);
+                eprintln!(
+                    "bloomgate serve: compacting {} failed (kept as it was): {e}",
+                    jpath.display()
+                );
+            }
+        }
     }
 
     fn save_named(&self, n: &Named) -> Result<(), StoreError> {
@@ -1352,7 +1443,11 @@ impl Store {
             self.install(name, &base, layers)?;
             return Ok(None);
         }
+        if let Some(e) = self.wal.refusing() {
+            return Err(e.into());
+        }
         let named = self.need(name)?;
+        self.write_marker(&named)?;
         let _w = lock(&named.write);
         let st = named.state.load();
         let no_link = || StoreError::Invalid("invalid offset - no link found".into());
@@ -1399,6 +1494,11 @@ impl Store {
             ),
             ("bloomgate_filter_hits_total", "Lookups that were hits."),
         ];
+        let _ = writeln!(
+            out,
+            "# HELP bloomgate_writable Whether the server accepts writes (0 while the write-ahead log refuses them, e.g. on a full disk).\n# TYPE bloomgate_writable gauge\nbloomgate_writable {}",
+            self.wal.failure().is_none() as u8
+        );
         let infos: Vec<(Info, (u64, u64))> =
             all.iter().map(|n| (n.info(true), n.counters())).collect();
         for (i, (name, help)) in gauges.iter().enumerate() {

@@ -15,9 +15,24 @@
 //! channel with a one-shot acknowledgement; the thread takes everything
 //! queued, writes it with one `write`, calls `fdatasync` once, and then acks
 //! the whole group. Under load many adds share one sync, so throughput is
-//! bounded by bandwidth rather than by sync latency. After any I/O error the
-//! log is *poisoned*: every later append fails (an fsync error may have lost
-//! data silently, so pretending later syncs are meaningful would be a lie).
+//! bounded by bandwidth rather than by sync latency.
+//!
+//! # When the disk fails or fills up
+//!
+//! A group whose write or sync fails is answered with the error: none of its
+//! adds is acknowledged. The segment it was written to is abandoned (its
+//! tail may be torn; readers keep the intact prefix, see below), because
+//! after a failed `fdatasync` the kernel may have dropped dirty pages
+//! silently and a later sync of the same file would prove nothing. The log
+//! is then *refusing*: appends fail at once ([`Wal::refusing`] lets callers
+//! refuse before they change anything) with the error that stopped it, and
+//! reads are unaffected. Every [`RETRY`] the writer tries to start a new
+//! segment (also when no one writes, so health reports recover by
+//! themselves); once one is created and synced, the log accepts writes
+//! again. Every acknowledged record was synced in a segment before its
+//! acknowledgement, so abandoning a segment loses nothing acknowledged. A
+//! log that cannot start a segment at startup (a full disk) starts refusing
+//! in the same way, so the server still comes up and serves reads.
 //!
 //! # Snapshots and replay
 //!
@@ -38,8 +53,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub use bloomgate_blacklist::log::{
     encode_add, encode_chunk, encode_lineage, read_bytes, read_segment, segment_path, segments,
@@ -50,8 +66,89 @@ use crate::metrics::Metrics;
 
 /// Error of a log operation.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("write-ahead log: {0}")]
-pub struct WalError(pub String);
+#[error("write-ahead log: {message}")]
+pub struct WalError {
+    /// What kind of failure.
+    pub kind: WalErrorKind,
+    /// What failed, for people.
+    pub message: String,
+}
+
+/// The kinds of [`WalError`], for choosing a reply (HTTP 507 for a full disk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalErrorKind {
+    /// The disk (or a quota) is full.
+    NoSpace,
+    /// Any other I/O error.
+    Io,
+    /// The log is shut down.
+    Stopped,
+}
+
+impl WalError {
+    /// An I/O error `e` of `what`.
+    pub fn io(what: impl std::fmt::Display, e: &std::io::Error) -> WalError {
+        let kind = if is_no_space(e) {
+            WalErrorKind::NoSpace
+        } else {
+            WalErrorKind::Io
+        };
+        let hint = if kind == WalErrorKind::NoSpace {
+            "; writes are refused until space is freed, reads go on"
+        } else {
+            ""
+        };
+        WalError {
+            kind,
+            message: format!("{what}: {e}{hint}"),
+        }
+    }
+
+    fn stopped(message: &str) -> WalError {
+        WalError {
+            kind: WalErrorKind::Stopped,
+            message: message.into(),
+        }
+    }
+}
+
+/// Whether `e` says the disk or a quota is full.
+pub fn is_no_space(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    matches!(e.kind(), StorageFull | QuotaExceeded)
+}
+
+/// How long a refusing log waits before it tries a new segment again.
+pub const RETRY: Duration = Duration::from_millis(500);
+
+/// Whether the log accepts writes, shared by the writer and its callers.
+#[derive(Default)]
+struct Health {
+    /// The error that stopped the log, while it refuses writes.
+    failed: Mutex<Option<(WalError, Instant)>>,
+    /// Quick check of `failed.is_some()`.
+    refusing: AtomicBool,
+}
+
+impl Health {
+    fn fail(&self, e: WalError, metrics: &Metrics) {
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            eprintln!("bloomgate serve: {e}");
+            metrics.wal_failures.fetch_add(1, Relaxed);
+        }
+        *f = Some((e, Instant::now()));
+        self.refusing.store(true, Relaxed);
+    }
+
+    fn recover(&self) {
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if f.take().is_some() {
+            eprintln!("bloomgate serve: write-ahead log: writable again");
+        }
+        self.refusing.store(false, Relaxed);
+    }
+}
 
 type Ack<T> = tokio::sync::oneshot::Sender<Result<T, WalError>>;
 
@@ -63,35 +160,52 @@ enum Msg {
 
 /// Handle to the log thread.
 pub struct Wal {
-    tx: std::sync::Mutex<mpsc::Sender<Msg>>,
+    tx: Mutex<mpsc::Sender<Msg>>,
     bytes: Arc<AtomicU64>,
-    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    health: Arc<Health>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Waits for one append to be durable.
 pub type AckRx = tokio::sync::oneshot::Receiver<Result<(), WalError>>;
 
 impl Wal {
-    /// Starts a new segment after every existing one in `dir` and the thread that owns it.
+    /// Starts a new segment after every existing one in `dir` and the thread
+    /// that owns it. If the segment cannot be started (a full disk), the log
+    /// starts refusing writes instead of failing, and retries.
     pub fn start(dir: &Path, metrics: Arc<Metrics>) -> Result<Wal, WalError> {
-        std::fs::create_dir_all(dir).map_err(|e| WalError(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| WalError::io(dir.display(), &e))?;
         let next = segments(dir)
-            .map_err(|e| WalError(format!("{}: {e}", dir.display())))?
+            .map_err(|e| WalError::io(dir.display(), &e))?
             .last()
             .map_or(1, |(n, _)| n + 1);
-        let file = new_segment(dir, next)?;
+        let health = Arc::new(Health::default());
+        let (file, current) = match new_segment(dir, next) {
+            Ok(f) => (Some(f), next),
+            Err(e) => {
+                health.fail(e, &metrics);
+                (None, next - 1)
+            }
+        };
         let (tx, rx) = mpsc::channel();
         let bytes = Arc::new(AtomicU64::new(0));
-        let b2 = bytes.clone();
-        let dir = dir.to_path_buf();
+        let writer = Writer {
+            dir: dir.to_path_buf(),
+            current,
+            file,
+            bytes: bytes.clone(),
+            health: health.clone(),
+            metrics,
+        };
         let thread = std::thread::Builder::new()
             .name("bloomgate-wal".into())
-            .spawn(move || writer(dir, next, file, rx, b2, metrics))
-            .map_err(|e| WalError(format!("cannot start log thread: {e}")))?;
+            .spawn(move || writer.run(rx))
+            .map_err(|e| WalError::io("cannot start log thread", &e))?;
         Ok(Wal {
-            tx: std::sync::Mutex::new(tx),
+            tx: Mutex::new(tx),
             bytes,
-            thread: std::sync::Mutex::new(Some(thread)),
+            health,
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -104,20 +218,39 @@ impl Wal {
         let (ack, rx) = tokio::sync::oneshot::channel();
         if !self.send(Msg::Append(records, ack)) {
             let (ack, rx) = tokio::sync::oneshot::channel();
-            let _ = ack.send(Err(WalError("log is shut down".into())));
+            let _ = ack.send(Err(WalError::stopped("log is shut down")));
             return rx;
         }
         rx
+    }
+
+    /// The error an append would fail with now: `Some` while the log refuses
+    /// writes and its next retry is not yet due (a caller refuses the write
+    /// before it changes anything). `None` when an append may succeed.
+    pub fn refusing(&self) -> Option<WalError> {
+        if !self.health.refusing.load(Relaxed) {
+            return None;
+        }
+        let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.as_ref()
+            .filter(|(_, since)| since.elapsed() < RETRY)
+            .map(|(e, _)| e.clone())
+    }
+
+    /// Why the log refuses writes, if it does (for health reports).
+    pub fn failure(&self) -> Option<WalError> {
+        let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.as_ref().map(|(e, _)| e.clone())
     }
 
     /// Starts a new segment; returns the paths of all older segments (blocking).
     pub fn rotate(&self) -> Result<Vec<PathBuf>, WalError> {
         let (ack, rx) = tokio::sync::oneshot::channel();
         if !self.send(Msg::Rotate(ack)) {
-            return Err(WalError("log is shut down".into()));
+            return Err(WalError::stopped("log is shut down"));
         }
         rx.blocking_recv()
-            .map_err(|_| WalError("log thread stopped".into()))?
+            .map_err(|_| WalError::stopped("log thread stopped"))?
     }
 
     /// Bytes written since the last rotation.
@@ -136,7 +269,7 @@ impl Wal {
 
 fn new_segment(dir: &Path, n: u64) -> Result<File, WalError> {
     let path = segment_path(dir, n);
-    let err = |e: std::io::Error| WalError(format!("{}: {e}", path.display()));
+    let err = |e: std::io::Error| WalError::io(path.display(), &e);
     let mut f = OpenOptions::new()
         .create(true)
         .truncate(true)
@@ -151,82 +284,155 @@ fn new_segment(dir: &Path, n: u64) -> Result<File, WalError> {
     Ok(f)
 }
 
-fn writer(
+/// The log thread's state.
+struct Writer {
     dir: PathBuf,
-    mut current: u64,
-    mut file: File,
-    rx: mpsc::Receiver<Msg>,
+    /// Number of the open segment (or of the last one, while refusing).
+    current: u64,
+    /// The open segment; `None` while the log refuses writes.
+    file: Option<File>,
     bytes: Arc<AtomicU64>,
+    health: Arc<Health>,
     metrics: Arc<Metrics>,
-) {
-    let mut poisoned: Option<WalError> = None;
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
-    let mut acks: Vec<Ack<()>> = Vec::new();
-    let mut stop = false;
-    while !stop {
-        let Ok(first) = rx.recv() else { break };
-        let mut next = Some(first);
-        let mut rotate: Option<Ack<Vec<PathBuf>>> = None;
-        // Take everything queued, up to a rotation or ~16 MiB.
-        while let Some(m) = next.take() {
-            match m {
-                Msg::Append(rec, ack) => {
-                    buf.extend_from_slice(&rec);
-                    acks.push(ack);
+}
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut acks: Vec<Ack<()>> = Vec::new();
+        let mut stop = false;
+        while !stop {
+            let first = if self.file.is_some() {
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
                 }
-                Msg::Rotate(ack) => {
-                    rotate = Some(ack);
-                    break;
-                }
-                Msg::Stop => {
-                    stop = true;
-                    break;
-                }
-            }
-            if buf.len() < (16 << 20) {
-                next = rx.try_recv().ok();
-            }
-        }
-        if !acks.is_empty() {
-            let result = match &poisoned {
-                Some(e) => Err(e.clone()),
-                None => file
-                    .write_all(&buf)
-                    .and_then(|_| file.sync_data())
-                    .map_err(|e| WalError(format!("segment {current}: {e}"))),
-            };
-            if let Err(e) = &result {
-                poisoned.get_or_insert_with(|| e.clone());
             } else {
-                bytes.fetch_add(buf.len() as u64, Relaxed);
-                metrics.wal_syncs.fetch_add(1, Relaxed);
-                metrics.wal_records.fetch_add(acks.len() as u64, Relaxed);
-            }
-            for a in acks.drain(..) {
-                let _ = a.send(result.clone());
-            }
-            buf.clear();
-            if buf.capacity() > (32 << 20) {
-                buf = Vec::with_capacity(1 << 20);
-            }
-        }
-        if let Some(ack) = rotate {
-            let result = match &poisoned {
-                Some(e) => Err(e.clone()),
-                None => new_segment(&dir, current + 1).map(|f| {
-                    file = f;
-                    current += 1;
-                    bytes.store(0, Relaxed);
-                    segments(&dir)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter(|(n, _)| *n < current)
-                        .map(|(_, p)| p)
-                        .collect()
-                }),
+                // Refusing: try a new segment now and then, written to or not.
+                match rx.recv_timeout(RETRY) {
+                    Ok(m) => m,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        self.resume();
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
             };
-            let _ = ack.send(result);
+            let mut next = Some(first);
+            let mut rotate: Option<Ack<Vec<PathBuf>>> = None;
+            // Take everything queued, up to a rotation or ~16 MiB.
+            while let Some(m) = next.take() {
+                match m {
+                    Msg::Append(rec, ack) => {
+                        buf.extend_from_slice(&rec);
+                        acks.push(ack);
+                    }
+                    Msg::Rotate(ack) => {
+                        rotate = Some(ack);
+                        break;
+                    }
+                    Msg::Stop => {
+                        stop = true;
+                        break;
+                    }
+                }
+                if buf.len() < (16 << 20) {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !acks.is_empty() {
+                let result = self.write_group(&buf);
+                if result.is_ok() {
+                    self.metrics
+                        .wal_records
+                        .fetch_add(acks.len() as u64, Relaxed);
+                }
+                for a in acks.drain(..) {
+                    let _ = a.send(result.clone());
+                }
+                buf.clear();
+                if buf.capacity() > (32 << 20) {
+                    buf = Vec::with_capacity(1 << 20);
+                }
+            }
+            if let Some(ack) = rotate {
+                let _ = ack.send(self.rotate());
+            }
         }
+    }
+
+    /// Writes and syncs one group; on failure abandons the segment.
+    fn write_group(&mut self, buf: &[u8]) -> Result<(), WalError> {
+        if self.file.is_none() && !self.resume() {
+            return Err(self.failure());
+        }
+        let file = self.file.as_mut().expect("resumed");
+        let current = self.current;
+        match file.write_all(buf).and_then(|_| file.sync_data()) {
+            Ok(()) => {
+                self.bytes.fetch_add(buf.len() as u64, Relaxed);
+                self.metrics.wal_syncs.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                let e = WalError::io(format_args!("segment {current}"), &e);
+                self.file = None;
+                self.health.fail(e.clone(), &self.metrics);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the next segment; returns the older ones.
+    fn rotate(&mut self) -> Result<Vec<PathBuf>, WalError> {
+        if self.file.is_none() && !self.resume() {
+            return Err(self.failure());
+        }
+        let f = new_segment(&self.dir, self.current + 1)?;
+        self.file = Some(f);
+        self.current += 1;
+        self.bytes.store(0, Relaxed);
+        Ok(segments(&self.dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(n, _)| *n < self.current)
+            .map(|(_, p)| p)
+            .collect())
+    }
+
+    /// While refusing, once the retry is due: tries to start a new segment.
+    /// Returns whether the log accepts writes.
+    fn resume(&mut self) -> bool {
+        if self.file.is_some() {
+            return true;
+        }
+        let due = {
+            let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
+            f.as_ref().is_none_or(|(_, since)| since.elapsed() >= RETRY)
+        };
+        if !due {
+            return false;
+        }
+        match new_segment(&self.dir, self.current + 1) {
+            Ok(f) => {
+                self.file = Some(f);
+                self.current += 1;
+                self.bytes.store(0, Relaxed);
+                self.health.recover();
+                true
+            }
+            Err(e) => {
+                self.health.fail(e, &self.metrics);
+                false
+            }
+        }
+    }
+
+    fn failure(&self) -> WalError {
+        let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.as_ref()
+            .map(|(e, _)| e.clone())
+            .unwrap_or_else(|| WalError::stopped("no open segment"))
     }
 }
 

@@ -20,7 +20,11 @@ pub struct Server {
 impl Server {
     #[allow(clippy::zombie_processes)] // waited for in Drop
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
-        let ready = dir.join(format!("ready-{}", std::process::id()));
+        // Outside the data directory, which may be a full disk.
+        static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ready =
+            std::env::temp_dir().join(format!("bloomgate-ready-{}-{n}", std::process::id()));
         let _ = std::fs::remove_file(&ready);
         let child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
             .arg("serve")
