@@ -442,6 +442,11 @@ pub struct ServeArgs {
     /// Most simultaneous connections per listener.
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Memory for all clients' buffered input together (Redis-protocol read
+    /// buffers and HTTP bodies in flight), e.g. 256M or 1G; past it the
+    /// connections holding the most are closed with an error. 0: no limit.
+    #[arg(long, default_value = "256M", value_parser = parse_size_or_zero)]
+    pub max_input_memory: u64,
     /// Once listening, write the bound addresses as JSON to this file.
     #[arg(long)]
     pub ready_file: Option<std::path::PathBuf>,

@@ -167,6 +167,40 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
     } else {
         Op::Other
     };
+    // A body holds its share of the input budget while the request runs
+    // (its announced length, or the largest allowed for a chunked one).
+    let has_body = req
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING);
+    let body_bytes = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .map(|n| n.min(app.limits.max_body_bytes))
+        .unwrap_or(if has_body {
+            app.limits.max_body_bytes
+        } else {
+            0
+        });
+    let _reserved = if body_bytes > 0 {
+        match app.input.reserve(body_bytes) {
+            Some(r) => Some(r),
+            None => {
+                app.metrics.record(Proto::Http, op, start.elapsed(), true);
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "input_budget",
+                    format!(
+                        "all clients' buffered input is at its budget ({} MiB, --max-input-memory); retry later",
+                        app.input.limit() >> 20
+                    ),
+                )
+                .into_response();
+            }
+        }
+    } else {
+        None
+    };
     let timeout = app.limits.request_timeout;
     let resp = match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(r) => r,
@@ -202,6 +236,15 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
         let mut out = String::with_capacity(16 << 10);
         app.metrics.render(&mut out);
         app.store.render_metrics(&mut out);
+        let (evicted, refused) = app.input.pressure();
+        out.push_str(&format!(
+            "# HELP bloomgate_input_buffered_bytes Clients' buffered input now (Redis-protocol read buffers, HTTP bodies in flight).\n# TYPE bloomgate_input_buffered_bytes gauge\nbloomgate_input_buffered_bytes {}\n\
+             # HELP bloomgate_input_budget_bytes The budget of all clients' buffered input.\n# TYPE bloomgate_input_budget_bytes gauge\nbloomgate_input_budget_bytes {}\n\
+             # HELP bloomgate_input_evictions_total Connections closed because all clients' input passed the budget (the largest first).\n# TYPE bloomgate_input_evictions_total counter\nbloomgate_input_evictions_total {evicted}\n\
+             # HELP bloomgate_input_refused_total HTTP bodies refused (503) because they did not fit the input budget.\n# TYPE bloomgate_input_refused_total counter\nbloomgate_input_refused_total {refused}\n",
+            app.input.used(),
+            app.input.limit(),
+        ));
         out
     })
     .await?;

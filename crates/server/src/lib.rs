@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod budget;
 pub mod http;
 pub mod journal;
 pub mod metrics;
@@ -62,6 +63,10 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// Largest filter that `create` / `BF.RESERVE` may allocate, in bytes.
     pub max_filter_bytes: u64,
+    /// All clients' buffered input together (Redis-protocol read buffers
+    /// and HTTP bodies in flight), in bytes; past it the largest are closed
+    /// ([`budget`]). 0: no limit.
+    pub max_input_bytes: usize,
 }
 
 impl Default for Limits {
@@ -77,6 +82,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(30),
             max_filter_bytes: 8 << 30,
+            max_input_bytes: 256 << 20,
         }
     }
 }
@@ -190,6 +196,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         policy,
         limits: config.limits.clone(),
         metrics,
+        input: budget::InputBudget::new(config.limits.max_input_bytes),
     });
 
     let mut bound = BoundAddrs::default();
@@ -315,4 +322,6 @@ pub struct App {
     pub limits: Limits,
     /// Counters and histograms.
     pub metrics: Arc<metrics::Metrics>,
+    /// The memory budget of all clients' buffered input.
+    pub input: Arc<budget::InputBudget>,
 }

@@ -522,6 +522,8 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         buf: Vec::with_capacity(16 << 10),
         proto: 2,
     };
+    // This connection's share of the input budget (see crate::budget).
+    let account = conn.app.input.register();
     let mut partial_since: Option<Instant> = None;
     // One timer for the idle and request timeouts, re-armed lazily: it is
     // only moved earlier when a deadline moves earlier, and when it fires
@@ -612,6 +614,7 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 << 10);
         }
+        account.set(buf.capacity());
         let deadline = match partial_since {
             Some(t) => t + limits.request_timeout,
             None => now + limits.idle_timeout,
@@ -627,6 +630,19 @@ async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                     Ok(0) | Err(_) => return,
                     Ok(_) => break,
                 },
+                () = account.killed() => {
+                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                        .fetch_add(1, Relaxed);
+                    out.error(&format!(
+                        "ERR client input buffer budget exceeded ({} MiB for all clients, --max-input-memory): this connection held the most and is closed",
+                        conn.app.input.limit() >> 20
+                    ));
+                    // The buffer goes before the reply is sent.
+                    drop(std::mem::take(&mut buf));
+                    account.set(0);
+                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    return;
+                }
                 () = &mut timer => {
                     if Instant::now() < deadline {
                         armed = deadline;

@@ -31,6 +31,7 @@ pub fn run(a: ServeArgs) -> Result<i32> {
     if let Some(n) = a.max_connections {
         config.limits.max_connections = n;
     }
+    config.limits.max_input_bytes = usize::try_from(a.max_input_memory).unwrap_or(usize::MAX);
     if config.http.is_none() && config.resp.is_none() {
         return Err(crate::cmd::UsageError(
             "both --http and --resp are off: nothing to serve".into(),

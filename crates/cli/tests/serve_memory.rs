@@ -1,0 +1,168 @@
+//! The input budget under attack: sixty authenticated Redis-protocol
+//! connections each send the first 30 MB of a 30 MB `BF.ADD` argument (1.8 GB
+//! that the server would otherwise buffer). The server's resident memory
+//! stays under the budget plus a margin, the connections holding the most
+//! are closed with an error, and a well-behaved client is served throughout.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Server, V};
+
+const TOKEN: &str = "budget-token-0123456789";
+
+/// Resident and peak resident memory of `pid`, in bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// One attacker: AUTH, then the start of a 30 MB argument, 1 MiB at a time,
+/// never finished. Returns the error line the server closed it with, if any.
+fn attack(addr: std::net::SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{TOKEN}\r\n", TOKEN.len());
+    s.write_all(auth.as_bytes()).unwrap();
+    let mut ok = [0u8; 5];
+    s.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+    let len = 30 << 20;
+    let head = format!("*3\r\n$6\r\nBF.ADD\r\n$4\r\nseen\r\n${len}\r\n");
+    if s.write_all(head.as_bytes()).is_err() {
+        return None;
+    }
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..30 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    // Closed by the server (an error line), or left waiting for the rest
+    // (a read timeout): the reply, if one came.
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+#[test]
+fn sixty_huge_half_sent_commands_stay_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("token");
+    std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
+    let budget: u64 = 256 << 20; // the default
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--request-secs",
+            "60",
+        ],
+    );
+    let pid = server.child.id();
+    let mut c = server.resp();
+    assert_eq!(c.cmd(&["AUTH", TOKEN]), V::Simple("OK".into()));
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "seen", "0.001", "100000"]),
+        V::Simple("OK".into())
+    );
+    let (before, _) = rss(pid);
+
+    // The well-behaved client: one add and one lookup at a time, timed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut times = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let item = format!("good-{}", times.len());
+                let t = Instant::now();
+                assert!(matches!(c.cmd(&["BF.ADD", "seen", &item]), V::Int(_)));
+                assert_eq!(c.cmd(&["BF.EXISTS", "seen", &item]), V::Int(1));
+                times.push(t.elapsed());
+            }
+            times.sort();
+            let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+            (times.len(), at(0.5), at(0.99), *times.last().unwrap())
+        })
+    };
+    let addr = server.resp;
+    let attackers: Vec<_> = (0..60)
+        .map(|_| std::thread::spawn(move || attack(addr)))
+        .collect();
+    // Sample the server's memory while the attack runs.
+    let mut peak_sampled = 0;
+    let t = Instant::now();
+    while attackers.iter().any(|a| !a.is_finished()) && t.elapsed() < Duration::from_secs(60) {
+        peak_sampled = peak_sampled.max(rss(pid).0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (served, p50, p99, worst) = good.join().unwrap();
+    let (_, hwm) = rss(pid);
+    let (_, metrics) = server.http("GET", "/metrics", None, Some(TOKEN));
+    // Each attacker is either closed with the budget's error or still
+    // waiting for its last bytes (those holding least, within the budget).
+    let closed: Vec<String> = attackers
+        .into_iter()
+        .filter_map(|a| a.join().unwrap())
+        .collect();
+    assert!(
+        closed.len() >= 50,
+        "only {} of 60 attackers closed",
+        closed.len()
+    );
+    for e in &closed {
+        assert!(
+            e.starts_with("-ERR client input buffer budget exceeded"),
+            "{e}"
+        );
+    }
+    let margin: u64 = 128 << 20;
+    assert!(
+        hwm <= before + budget + margin,
+        "peak RSS {} MiB > {} MiB before + {} MiB budget + {} MiB margin (sampled peak {} MiB)",
+        hwm >> 20,
+        before >> 20,
+        budget >> 20,
+        margin >> 20,
+        peak_sampled >> 20
+    );
+    assert!(
+        served > 100,
+        "the well-behaved client made only {served} round trips"
+    );
+    assert!(
+        p99 < Duration::from_millis(200) && worst < Duration::from_secs(2),
+        "the well-behaved client waited p99 {p99:?}, at worst {worst:?}"
+    );
+    let text = metrics["text"].as_str().unwrap();
+    assert!(
+        text.lines().any(|l| l
+            .strip_prefix("bloomgate_input_evictions_total ")
+            .is_some_and(|v| v.trim().parse::<u64>().unwrap() >= 50)),
+        "{text}"
+    );
+    eprintln!(
+        "RSS before {} MiB, peak {} MiB (sampled {} MiB); {} attackers closed; good client: {served} round trips (BF.ADD + BF.EXISTS), p50 {p50:?}, p99 {p99:?}, worst {worst:?}",
+        before >> 20,
+        hwm >> 20,
+        peak_sampled >> 20,
+        closed.len()
+    );
+}
