@@ -326,13 +326,17 @@ impl Items {
     }
 }
 
+/// Parses a batch body: a JSON array of strings, or `{"items": [...]}`.
+pub fn parse_item_list(body: &[u8]) -> Result<Vec<String>, serde_json::Error> {
+    serde_json::from_slice::<Items>(body).map(Items::into_vec)
+}
+
 fn parse_items(app: &App, body: &[u8]) -> Result<Vec<String>, ApiError> {
-    let items: Items = serde_json::from_slice(body).map_err(|e| {
+    let items = parse_item_list(body).map_err(|e| {
         ApiError::bad(format!(
             "body must be a JSON array of strings or {{\"items\": [...]}}: {e}"
         ))
     })?;
-    let items = items.into_vec();
     if items.len() > app.limits.max_batch {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

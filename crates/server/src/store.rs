@@ -499,6 +499,49 @@ struct DumpLayer {
     items: u64,
 }
 
+/// Parses the first chunk of a `BF.SCANDUMP` stream (the magic line and the
+/// JSON header): each layer's parameters and item count, and the growth
+/// rules. Anything malformed, any layer whose parameters do not validate,
+/// and filters larger than `max_filter_bytes` in all are refused with
+/// RedisBloom's texts.
+pub fn parse_dump_header(
+    data: &[u8],
+    max_filter_bytes: u64,
+) -> Result<(Vec<(Params, u64)>, Growth), StoreError> {
+    let bad_data = || StoreError::Invalid("received bad data".into());
+    let h: DumpHeader = data
+        .strip_prefix(DUMP_MAGIC)
+        .and_then(|json| serde_json::from_slice(json).ok())
+        .ok_or_else(bad_data)?;
+    if h.layers.is_empty() || h.layers.len() > 64 {
+        return Err(bad_data());
+    }
+    let mut specs = Vec::new();
+    let mut total = 0u64;
+    for l in &h.layers {
+        let p = Params {
+            layout: Layout::from_code(l.layout).ok_or_else(bad_data)?,
+            bits: l.bits,
+            k: l.k,
+            seed: l.seed,
+            key_kind: l.key_kind,
+            match_mode: l.match_mode,
+            planned_items: l.planned_items,
+            target_fp: l.target_fp,
+        };
+        p.validate().map_err(|_| bad_data())?;
+        total = total.saturating_add(p.bits / 8);
+        specs.push((p, l.items));
+    }
+    if total > max_filter_bytes {
+        return Err(StoreError::Invalid(
+            "filter too large for this server".into(),
+        ));
+    }
+    let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
+    Ok((specs, growth))
+}
+
 const DUMP_MAGIC: &[u8] = b"BLOOMGATE-DUMP-1\n";
 /// Bytes per `BF.SCANDUMP` data chunk.
 pub const DUMP_CHUNK: usize = 4 << 20;
@@ -1403,36 +1446,7 @@ impl Store {
             if !valid_name(name) {
                 return Err(StoreError::BadName(name.into()));
             }
-            let h: DumpHeader = data
-                .strip_prefix(DUMP_MAGIC)
-                .and_then(|json| serde_json::from_slice(json).ok())
-                .ok_or_else(bad_data)?;
-            if h.layers.is_empty() || h.layers.len() > 64 {
-                return Err(bad_data());
-            }
-            let mut specs = Vec::new();
-            let mut total = 0u64;
-            for l in &h.layers {
-                let p = Params {
-                    layout: Layout::from_code(l.layout).ok_or_else(bad_data)?,
-                    bits: l.bits,
-                    k: l.k,
-                    seed: l.seed,
-                    key_kind: l.key_kind,
-                    match_mode: l.match_mode,
-                    planned_items: l.planned_items,
-                    target_fp: l.target_fp,
-                };
-                p.validate().map_err(|_| bad_data())?;
-                total = total.saturating_add(p.bits / 8);
-                specs.push((p, l.items));
-            }
-            if total > self.limits.max_filter_bytes {
-                return Err(StoreError::Invalid(
-                    "filter too large for this server".into(),
-                ));
-            }
-            let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
+            let (specs, growth) = parse_dump_header(data, self.limits.max_filter_bytes)?;
             let _snap = lock(&self.snapshot_lock);
             if self.get(name).is_some() {
                 return Err(StoreError::Exists(name.into()));

@@ -1,0 +1,159 @@
+//! Fuzz targets: every parser that reads bytes from outside the process.
+//!
+//! Each target takes arbitrary bytes and must return without panicking,
+//! hanging or allocating without bound, whatever they are; where a parser
+//! has a round trip or an invariant, the target asserts it too (a failed
+//! assertion is a finding like a crash). The AFL++ binary
+//! (`src/bin/fuzz.rs`, built by `scripts/fuzz.sh`) runs one target chosen
+//! by name; `tests/replay.rs` runs every target over its corpus
+//! (`fuzz/corpus/TARGET/`) and the inputs that once failed
+//! (`fuzz/regressions/TARGET/`) in the ordinary test run.
+//!
+//! ```
+//! bloomgate_fuzz::run("url", b"HTTP://WWW.Evil.COM:80/a/./b/../c#top");
+//! ```
+
+use bloomgate_url::{KeyKind, MatchMode};
+
+/// The targets, by name.
+pub const TARGETS: [&str; 8] = [
+    "resp", "http_json", "bgf_header", "log", "journal", "dump", "whitelist", "url",
+];
+
+/// Runs target `name` on `data`. Panics on an unknown name.
+pub fn run(name: &str, data: &[u8]) {
+    match name {
+        "resp" => resp(data),
+        "http_json" => http_json(data),
+        "bgf_header" => bgf_header(data),
+        "log" => log(data),
+        "journal" => journal(data),
+        "dump" => dump(data),
+        "whitelist" => whitelist(data),
+        "url" => url(data),
+        other => panic!("unknown fuzz target {other:?}"),
+    }
+}
+
+/// The Redis-protocol framing: as many commands as parse from the bytes,
+/// with small caps so that the limits are reached too. Every argument range
+/// lies inside the buffer, and a parsed command consumes at least one byte.
+pub fn resp(data: &[u8]) {
+    let mut args = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        match bloomgate_server::resp::parse(&data[pos..], 1 << 12, 64, &mut args) {
+            Ok(Some(used)) => {
+                assert!(used > 0 && pos + used <= data.len());
+                for r in &args {
+                    assert!(r.start <= r.end && r.end <= used, "{r:?} outside {used}");
+                }
+                pos += used;
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+/// HTTP batch bodies (`["a", …]` or `{"items": […]}`).
+pub fn http_json(data: &[u8]) {
+    let _ = bloomgate_server::http::parse_item_list(data);
+}
+
+/// A `.bgf` header, checked against a file of every plausible length.
+pub fn bgf_header(data: &[u8]) {
+    let (lens, header) = data.split_at(data.len().min(8));
+    let mut len = [0u8; 8];
+    len[..lens.len()].copy_from_slice(lens);
+    let file_len = u64::from_le_bytes(len);
+    for l in [file_len, header.len() as u64, 4096, u64::MAX] {
+        if let Ok(h) = bloomgate_engine::Header::decode(header, l) {
+            // What decodes re-encodes to a header that decodes the same.
+            let again = h.encode();
+            let back = bloomgate_engine::Header::decode(&again, l).expect("re-encoded header");
+            assert_eq!(format!("{h:?}"), format!("{back:?}"));
+        }
+    }
+}
+
+/// Write-ahead-log segments (the journal's format too): records are read up
+/// to the first damaged one, and what was kept plus what was discarded is
+/// the whole segment.
+pub fn log(data: &[u8]) {
+    let mut n = 0u64;
+    let rep = bloomgate_blacklist::log::read_bytes(data, |_| n += 1);
+    assert_eq!(rep.records, n);
+    assert!(rep.lost_bytes <= data.len() as u64);
+    // Fed behind a valid magic as well, so the records themselves are reached.
+    let mut seg = bloomgate_blacklist::log::MAGIC.to_vec();
+    seg.extend_from_slice(data);
+    let rep = bloomgate_blacklist::log::read_bytes(&seg, |_| {});
+    assert!(rep.lost_bytes <= data.len() as u64);
+}
+
+/// A `NAME.live` journal on disk, read by its owner (which cuts a damaged
+/// tail off the file) and then appended to: the append must be readable.
+pub fn journal(data: &[u8]) {
+    use bloomgate_blacklist::journal;
+    let dir = std::env::temp_dir().join(format!("bloomgate-fuzz-journal-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let path = journal::path(&dir, "f");
+    let mut bytes = bloomgate_blacklist::log::MAGIC.to_vec();
+    bytes.extend_from_slice(data);
+    std::fs::write(&path, &bytes).expect("write journal");
+    let before = journal::load(&path, journal::Repair::Truncate).expect("load");
+    let mut rec = Vec::new();
+    bloomgate_blacklist::log::encode_add(&mut rec, "f", 7, b"after");
+    journal::append(&path, &rec).expect("append");
+    let after = journal::load(&path, journal::Repair::No).expect("reload");
+    assert_eq!(after.contents.adds.len(), before.contents.adds.len() + 1);
+    assert_eq!(after.report.lost_bytes, 0);
+    if let Ok(c) = journal::compact(&path, "f") {
+        assert!(c.after <= c.before);
+    }
+}
+
+/// The header chunk of a `BF.LOADCHUNK` stream.
+pub fn dump(data: &[u8]) {
+    if let Ok((specs, _)) = bloomgate_server::store::parse_dump_header(data, 1 << 30) {
+        assert!(!specs.is_empty());
+        for (p, _) in specs {
+            p.validate().expect("accepted parameters validate");
+        }
+    }
+    let mut with_magic = b"BLOOMGATE-DUMP-1\n".to_vec();
+    with_magic.extend_from_slice(data);
+    let _ = bloomgate_server::store::parse_dump_header(&with_magic, 1 << 30);
+}
+
+/// Whitelist files: what parses, saved and parsed again, is the same set.
+pub fn whitelist(data: &[u8]) {
+    let mut file = b"# bloomgate whitelist v1\n".to_vec();
+    file.extend_from_slice(data);
+    for bytes in [data, &file[..]] {
+        if let Ok(w) = bloomgate_blacklist::Whitelist::parse(bytes) {
+            let again = bloomgate_blacklist::Whitelist::parse(&w.to_bytes()).expect("round trip");
+            assert_eq!(w, again);
+        }
+    }
+}
+
+/// URL canonicalization and key extraction for every key kind and mode:
+/// canonicalizing is idempotent, expressions are bounded.
+pub fn url(data: &[u8]) {
+    if let Ok(c) = bloomgate_url::canonicalize(data) {
+        let again = bloomgate_url::canonicalize(c.as_bytes()).expect("canonical form canonicalizes");
+        assert_eq!(c, again, "canonicalization is not idempotent");
+    }
+    if let Ok(e) = bloomgate_url::expressions(data) {
+        assert!(e.len() <= bloomgate_url::MAX_EXPRESSIONS);
+    }
+    let _ = bloomgate_url::canonical_host(data);
+    let mut scratch = Vec::new();
+    for kind in [KeyKind::Url, KeyKind::Host, KeyKind::Email, KeyKind::Raw] {
+        for mode in [MatchMode::Exact, MatchMode::Prefix] {
+            let _ = bloomgate_url::entry_key(kind, mode, data);
+            let _ = bloomgate_url::query_keys(kind, mode, data, &mut scratch);
+        }
+    }
+}
