@@ -17,7 +17,14 @@ use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
 pub const TARGETS: [&str; 8] = [
-    "resp", "http_json", "bgf_header", "log", "journal", "dump", "whitelist", "url",
+    "resp",
+    "http_json",
+    "bgf_header",
+    "log",
+    "journal",
+    "dump",
+    "whitelist",
+    "url",
 ];
 
 /// Runs target `name` on `data`. Panics on an unknown name.
@@ -142,7 +149,8 @@ pub fn whitelist(data: &[u8]) {
 /// canonicalizing is idempotent, expressions are bounded.
 pub fn url(data: &[u8]) {
     if let Ok(c) = bloomgate_url::canonicalize(data) {
-        let again = bloomgate_url::canonicalize(c.as_bytes()).expect("canonical form canonicalizes");
+        let again =
+            bloomgate_url::canonicalize(c.as_bytes()).expect("canonical form canonicalizes");
         assert_eq!(c, again, "canonicalization is not idempotent");
     }
     if let Ok(e) = bloomgate_url::expressions(data) {
