@@ -45,7 +45,8 @@ for t in "${targets[@]}"; do
   cargo afl fuzz -V "$secs" -i "fuzz/corpus/$t" -o "$out" -- "$bin" "$t" >"$out/log.txt" 2>&1 || true
   stats="$out/default/fuzzer_stats"
   if [ -f "$stats" ]; then
-    grep -E '^(execs_done|execs_per_sec|corpus_count|bitmap_cvg|edges_found|total_edges|saved_crashes|saved_hangs|last_find) ' "$stats" | sed "s/^/  $t: /"
+    val() { grep -E "^$1 " "$stats" | sed 's/.*: *//'; }
+    echo "  $t: $(val execs_done) execs ($(val execs_per_sec)/s), corpus $(val corpus_count), edges $(val edges_found) of $(val total_edges) ($(val bitmap_cvg)), crashes $(val saved_crashes), hangs $(val saved_hangs), last new path $(( $(val last_update) - $(val last_find) )) s before the end"
   else
     echo "fuzz.sh: $t did not start; see $out/log.txt" >&2
     tail -20 "$out/log.txt" >&2
