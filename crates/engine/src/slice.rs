@@ -622,9 +622,6 @@ impl Slice {
     /// blocks, as [`Slice::insert_batch`].
     pub fn rules_out_batch(&self, prepared: &[Prepared], out: &mut Vec<Option<bool>>) {
         self.settle();
-        if self.stage.is_some() {
-            return self.rules_out_sorted(prepared, out);
-        }
         if self.params.layout != Layout::Blocked {
             for (i, p) in prepared.iter().enumerate() {
                 if let Some(ahead) = prepared.get(i + CLASSIC_PIPELINE) {
@@ -647,66 +644,6 @@ impl Slice {
         self.blocked_ring(prepared.iter().copied().enumerate(), |j, at, h| {
             out[base + j] = Some(test((at, h)))
         });
-    }
-
-    /// [`Slice::rules_out_batch`] for a large slice (one that stages its
-    /// writes, [`STAGE_MIN_BYTES`]): the batch's probes are sorted by the
-    /// 2 MiB bucket they read (a counting sort, as staged writes are) and
-    /// tested in that order, so that the page walks of a bucket are paid
-    /// once per batch rather than once per probe. Answers are those of
-    /// [`Slice::rules_out`] for each item, in order.
-    fn rules_out_sorted(&self, prepared: &[Prepared], out: &mut Vec<Option<bool>>) {
-        let base = out.len();
-        out.resize(base + prepared.len(), None);
-        let (start, end) = (self.range.start, self.range.end);
-        // (word offset in the slice, item index, mask or in-block hash).
-        let mut probes: Vec<(u64, u32, u64)> = Vec::with_capacity(prepared.len());
-        for (j, p) in prepared.iter().enumerate() {
-            match self.params.layout {
-                Layout::Blocked => {
-                    if (start..end).contains(&p.a) {
-                        probes.push((p.a - start, j as u32, p.b as u32 as u64));
-                    }
-                }
-                Layout::Classic => for_each_position(&self.params, p, |word, mask| {
-                    if (start..end).contains(&word) {
-                        probes.push((word - start, j as u32, mask));
-                    }
-                }),
-            }
-        }
-        // Word offset to bucket: 2 MiB = 2^18 words.
-        let shift = BUCKET_SHIFT - 3;
-        let buckets = ((end - start) >> shift) as usize + 1;
-        let mut next = vec![0usize; buckets + 1];
-        for &(w, _, _) in &probes {
-            next[(w >> shift) as usize + 1] += 1;
-        }
-        for b in 1..next.len() {
-            next[b] += next[b - 1];
-        }
-        let mut sorted = vec![(0u64, 0u32, 0u64); probes.len()];
-        for &pr in &probes {
-            let at = &mut next[(pr.0 >> shift) as usize];
-            sorted[*at] = pr;
-            *at += 1;
-        }
-        let words = self.bits.words();
-        let k = self.params.k;
-        for (i, &(w, j, m)) in sorted.iter().enumerate() {
-            if let Some(&(ahead, _, _)) = sorted.get(i + PIPELINE) {
-                arch::prefetch(words[ahead as usize..].as_ptr());
-            }
-            let missing = match self.params.layout {
-                Layout::Blocked => arch::block_mask(m as u32, k)
-                    .iter()
-                    .enumerate()
-                    .any(|(i, &b)| words[w as usize + i].load(Relaxed) & b != b),
-                Layout::Classic => words[w as usize].load(Relaxed) & m != m,
-            };
-            let v = &mut out[base + j as usize];
-            *v = Some(v.unwrap_or(false) | missing);
-        }
     }
 
     /// The prefetch ring of the blocked batches: for every `(tag, item)`
@@ -950,37 +887,6 @@ mod tests {
                 if layout == Layout::Blocked {
                     assert!(new <= whole_new + slack, "{case}: {new} vs {whole_new}");
                 }
-            }
-        }
-    }
-
-    #[test]
-    fn sorted_lookups_answer_as_single_ones() {
-        // A large slice (one that stages) sorts a batch's probes by bucket;
-        // every answer must be rules_out's, in order, for both layouts, for
-        // items inside and outside the slice, present and absent.
-        for layout in [Layout::Blocked, Layout::Classic] {
-            let params = Params::from_plan(&plan(layout, 200_000, 1e-3).unwrap(), 9);
-            let data = items(100_000, "in");
-            let absent = items(100_000, "out");
-            for r in plan_slices(&params, 64 * 4096) {
-                let direct = Slice::new(&params, r.clone()).unwrap().with_staging(0);
-                let sorted = Slice::new(&params, r.clone()).unwrap().with_staging(1000);
-                direct.insert_batch(&data);
-                sorted.insert_batch(&data);
-                let prepared: Vec<Prepared> = data
-                    .iter()
-                    .chain(&absent)
-                    .map(|d| position_of(&params, d))
-                    .collect();
-                let want: Vec<Option<bool>> =
-                    prepared.iter().map(|p| direct.rules_out(p)).collect();
-                let mut got = vec![Some(true)]; // appended after what is there
-                sorted.rules_out_batch(&prepared, &mut got);
-                assert_eq!(got[0], Some(true));
-                assert!(got[1..] == want[..], "{layout:?} slice {r:?}");
-                assert!(want[..data.len()].iter().all(|v| *v != Some(true)));
-                assert!(want[data.len()..].contains(&Some(true)));
             }
         }
     }

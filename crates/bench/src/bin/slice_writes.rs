@@ -1,11 +1,8 @@
-//! What a sliced build's writes and a sliced check's lookups cost: items
-//! inserted into one slice of a filter's bit array, written directly (each
-//! item's bits as it is hashed, prefetched a few items ahead) and staged
-//! (records sorted by 2 MiB bucket, then written;
-//! `bloomgate_engine::slice::Slice`'s "Staged writes"), and then looked up
-//! in batches of 65,536 (about one 4 MiB input chunk of URLs), one item at a
-//! time through a prefetch ring against sorted by bucket, for both layouts
-//! and several slice sizes, on every core.
+//! What a sliced build's writes cost: items inserted into one slice of a
+//! filter's bit array, written directly (each item's bits as it is hashed,
+//! prefetched a few items ahead) and staged (records sorted by 2 MiB bucket,
+//! then written; `bloomgate_engine::slice::Slice`'s "Staged writes"), for
+//! both layouts and several slice sizes, on every core.
 //!
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin slice_writes -- [--gib 1,4,11] [--items 1e8] [--reps 3]
@@ -19,7 +16,7 @@
 use std::time::Instant;
 
 use bloomgate_bench::{cpu_model, median, thp_policy};
-use bloomgate_engine::slice::{plan_slices, position_of, Slice};
+use bloomgate_engine::slice::{plan_slices, Slice};
 use bloomgate_engine::{plan, Layout, Params};
 use clap::Parser;
 use rayon::prelude::*;
@@ -53,23 +50,6 @@ fn fill(s: &Slice, from: u64, n: u64) {
     });
 }
 
-/// Looks up `n` keys from `from` in batches; returns how many were ruled out.
-fn lookups(s: &Slice, params: &Params, from: u64, n: u64) -> u64 {
-    (0..n.div_ceil(BATCH))
-        .into_par_iter()
-        .map(|b| {
-            let lo = from + b * BATCH;
-            let hi = (lo + BATCH).min(from + n);
-            let prepared: Vec<_> = (lo..hi)
-                .map(|i| position_of(params, &i.to_le_bytes()))
-                .collect();
-            let mut out = Vec::with_capacity(prepared.len());
-            s.rules_out_batch(&prepared, &mut out);
-            out.iter().filter(|v| **v == Some(true)).count() as u64
-        })
-        .sum()
-}
-
 fn main() -> anyhow::Result<()> {
     let o = Opts::parse();
     println!(
@@ -78,7 +58,7 @@ fn main() -> anyhow::Result<()> {
         rayon::current_num_threads(),
         thp_policy()
     );
-    println!("layout    slice     write: direct  staged  ratio   lookup: ring  sorted  ratio");
+    println!("layout    slice      direct ns/item   staged ns/item   staged/direct");
     let items = o.items as u64;
     for layout in &o.layout {
         let layout: Layout = layout.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -94,9 +74,7 @@ fn main() -> anyhow::Result<()> {
             let params = Params::from_plan(&plan(layout, n, 1e-4)?, 7);
             let range = plan_slices(&params, bytes)[0].clone();
             let mut times = [Vec::new(), Vec::new()];
-            let mut looks = [Vec::new(), Vec::new()];
             let mut sums = [0u64; 2];
-            let mut outs = [0u64; 2];
             for rep in 0..o.reps {
                 for (way, time) in times.iter_mut().enumerate() {
                     let s = Slice::new(&params, range.clone())?;
@@ -108,30 +86,20 @@ fn main() -> anyhow::Result<()> {
                     s.new_items(); // writes what is still staged
                     time.push(t.elapsed().as_nanos() as f64 / items as f64);
                     let sum = s.checksum();
-                    // Half inserted keys, half never inserted.
-                    let t = Instant::now();
-                    let out = lookups(&s, &params, (1 << 40) + items / 2, items);
-                    looks[way].push(t.elapsed().as_nanos() as f64 / items as f64);
                     if rep == 0 {
                         sums[way] = sum;
-                        outs[way] = out;
                     }
                 }
             }
             anyhow::ensure!(sums[0] == sums[1], "staged and direct bits differ");
-            anyhow::ensure!(outs[0] == outs[1], "sorted and ring lookups differ");
             let (d, st) = (median(&times[0]), median(&times[1]));
-            let (lr, ls) = (median(&looks[0]), median(&looks[1]));
             println!(
-                "{:<9} {:>5.1} GiB {:>13.1} {:>7.1} {:>6.2} {:>13.1} {:>7.1} {:>6.2}",
+                "{:<9} {:>5.1} GiB {:>13.1} {:>16.1} {:>15.2}",
                 layout.to_string(),
                 (range.end - range.start) as f64 * 8.0 / (1u64 << 30) as f64,
                 d,
                 st,
-                st / d,
-                lr,
-                ls,
-                ls / lr
+                st / d
             );
         }
     }
