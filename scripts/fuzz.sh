@@ -35,7 +35,8 @@ export CARGO_TARGET_DIR=target/afl
 cargo afl build --release -p bloomgate-fuzz --features afl --bin fuzz
 bin=target/afl/release/fuzz
 
-export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1
+# AFL_AUTORESUME: a second run of a target goes on from its queue.
+export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_AUTORESUME=1
 # The journal target writes a file per input: keep it in memory.
 [ -d /dev/shm ] && export TMPDIR=/dev/shm
 for t in "${targets[@]}"; do
