@@ -7,7 +7,8 @@
 //! (`src/bin/fuzz.rs`, built by `scripts/fuzz.sh`) runs one target chosen
 //! by name; `tests/replay.rs` runs every target over its corpus
 //! (`fuzz/corpus/TARGET/`) and the inputs that once failed
-//! (`fuzz/regressions/TARGET/`) in the ordinary test run.
+//! (`fuzz/regressions/TARGET/`, when there are any) in the ordinary test
+//! run.
 //!
 //! ```
 //! bloomgate_fuzz::run("url", b"HTTP://WWW.Evil.COM:80/a/./b/../c#top");
