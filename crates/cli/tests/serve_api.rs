@@ -532,13 +532,9 @@ fn hostile_clients_are_cut_off_without_harming_others() {
 #[test]
 fn redis_cli_works() {
     if !common::have("redis-cli") {
-        // scripts/test.sh installs the real clients and sets this, so CI can
-        // never pass by skipping them.
-        assert!(
-            std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
-            "redis-cli is required (apt-get install redis-tools)"
-        );
-        eprintln!("SKIPPED: redis-cli not installed (apt-get install redis-tools)");
+        // scripts/test.sh installs the real clients, so CI can never pass
+        // by skipping them.
+        common::skip("redis-cli is not installed (apt-get install redis-tools)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -281,6 +281,17 @@ pub fn have(cmd: &str) -> bool {
         .is_ok()
 }
 
+/// Says that a test is skipped because `why`, which fails the test instead
+/// when the test command requires everything (`BLOOMGATE_REQUIRE_CLIENTS`,
+/// set by `scripts/test.sh`, which installs what the tests need).
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
+        "required by scripts/test.sh but missing: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}
+
 /// Runs a redis-py script from `tests/python` with `args`; fails with its
 /// output if it fails. `false` (after saying so) when python3 has no redis
 /// module and `BLOOMGATE_REQUIRE_CLIENTS` is unset; with it set, that fails.
@@ -291,11 +302,7 @@ pub fn run_redis_py(script: &str, args: &[String]) -> bool {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        assert!(
-            std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
-            "python3 with redis-py is required (pip install redis)"
-        );
-        eprintln!("SKIPPED: python3 with the `redis` module is not installed (pip install redis)");
+        skip("python3 with the `redis` module is not installed (pip install redis)");
         return false;
     }
     let path = format!("{}/../../tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
