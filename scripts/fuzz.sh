@@ -8,9 +8,8 @@
 #   bash scripts/fuzz.sh resp url 600    # these targets, 600 s each
 #
 # Findings land in target/fuzz/TARGET/default/crashes (and hangs); copy each
-# into fuzz/regressions/TARGET/ once fixed, so the tests replay it. With
-# BLOOMGATE_FUZZ_MINIMIZE=1 the queue is minimized (afl-cmin) back into the
-# corpus afterwards.
+# into fuzz/regressions/TARGET/ once fixed, so the tests replay it. A second
+# run of a target resumes from its queue in target/fuzz/TARGET.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,15 +46,11 @@ for t in "${targets[@]}"; do
   stats="$out/default/fuzzer_stats"
   if [ -f "$stats" ]; then
     val() { grep -E "^$1 " "$stats" | sed 's/.*: *//'; }
-    echo "  $t: $(val execs_done) execs ($(val execs_per_sec)/s), corpus $(val corpus_count), edges $(val edges_found) of $(val total_edges) ($(val bitmap_cvg)), crashes $(val saved_crashes), hangs $(val saved_hangs), last new path $(( $(val last_update) - $(val last_find) )) s before the end"
+    lf=$(val last_find)
+    if [ "$lf" = 0 ]; then last="no new path in this run"; else last="last new path $(( $(val last_update) - lf )) s before the end"; fi
+    echo "  $t: $(val execs_done) execs in all ($(val execs_per_sec)/s), corpus $(val corpus_count), edges $(val edges_found) of $(val total_edges) ($(val bitmap_cvg)), crashes $(val saved_crashes), hangs $(val saved_hangs), $last"
   else
     echo "fuzz.sh: $t did not start; see $out/log.txt" >&2
     tail -20 "$out/log.txt" >&2
-  fi
-  if [ "${BLOOMGATE_FUZZ_MINIMIZE:-0}" = 1 ]; then
-    tmp=$(mktemp -d)
-    cargo afl cmin -i "$out/default/queue" -o "$tmp" -- "$bin" "$t" >/dev/null 2>&1 && \
-      cp "$tmp"/* "fuzz/corpus/$t/" || true
-    rm -rf "$tmp"
   fi
 done
