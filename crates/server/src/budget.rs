@@ -161,6 +161,10 @@ impl Account {
     /// This connection now holds `bytes` of input buffers. Past the budget,
     /// the largest holders (perhaps this one) are told to close.
     pub fn set(&self, bytes: usize) {
+        // Called after every read: most leave the buffer as it was.
+        if self.holder.size.load(Relaxed) == bytes {
+            return;
+        }
         let old = self.holder.size.swap(bytes, Relaxed);
         if bytes > old {
             let used = self.budget.used.fetch_add(bytes - old, Relaxed) + (bytes - old);
