@@ -141,6 +141,12 @@ impl Health {
         self.refusing.store(true, Relaxed);
     }
 
+    /// The error that stopped the log, while it refuses writes.
+    fn error(&self) -> Option<WalError> {
+        let f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.as_ref().map(|(e, _)| e.clone())
+    }
+
     fn recover(&self) {
         let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if f.take().is_some() {
@@ -239,8 +245,7 @@ impl Wal {
 
     /// Why the log refuses writes, if it does (for health reports).
     pub fn failure(&self) -> Option<WalError> {
-        let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
-        f.as_ref().map(|(e, _)| e.clone())
+        self.health.error()
     }
 
     /// Starts a new segment; returns the paths of all older segments (blocking).
@@ -429,9 +434,8 @@ impl Writer {
     }
 
     fn failure(&self) -> WalError {
-        let f = self.health.failed.lock().unwrap_or_else(|e| e.into_inner());
-        f.as_ref()
-            .map(|(e, _)| e.clone())
+        self.health
+            .error()
             .unwrap_or_else(|| WalError::stopped("no open segment"))
     }
 }
