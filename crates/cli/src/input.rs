@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Write};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -397,19 +397,36 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
         // Level 1: the spool is written once and read once per pass; speed
         // matters more than the last few percent of size.
         let mut enc = zstd::Encoder::new(io::BufWriter::new(tmp.as_file()), 1)?;
-        io::copy(&mut io::stdin().lock(), &mut enc)?;
+        let mut stdin = io::stdin().lock();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            // A signal stops the copy at the next read, like the readers of
+            // [`process`]; the spool is then removed by its drop.
+            if interrupted() {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+            }
+            match stdin.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => enc.write_all(&buf[..n])?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
         enc.finish()?
             .into_inner()
             .map_err(|e| e.into_error())?
             .sync_all()
     };
-    write().with_context(|| {
-        format!(
-            "{}: cannot spool standard input (is the disk full? --tmp-dir chooses another directory)",
-            tmp.path().display()
-        )
-    })?;
-    Ok(tmp)
+    match write() {
+        Ok(()) => Ok(tmp),
+        Err(_) if interrupted() => anyhow::bail!("interrupted"),
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "{}: cannot spool standard input (is the disk full? --tmp-dir chooses another directory)",
+                tmp.path().display()
+            )
+        }),
+    }
 }
 
 /// `inputs` with standard input (`-`) replaced by a spool of it in `dir`
