@@ -1,0 +1,1 @@
+//! Filters stored in Redis and Redis Cluster.
