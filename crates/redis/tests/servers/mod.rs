@@ -1,0 +1,275 @@
+//! Real Redis servers for tests: a standalone `redis-server`, or a Redis
+//! Cluster of three masters and three replicas made by
+//! `redis-cli --cluster create`, each on a free loopback port in a
+//! temporary directory, killed when dropped. Shared by this crate's tests
+//! and the CLI's (`#[path]`-included), so both start servers one way.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// True if the program runs (`--version`).
+pub fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Skips a test because redis-server or redis-cli is missing, or fails it
+/// when the test command requires everything (`BLOOMGATE_REQUIRE_CLIENTS`,
+/// set by `scripts/test.sh`, which installs them).
+pub fn redis_missing() -> bool {
+    if have("redis-server") && have("redis-cli") {
+        return false;
+    }
+    assert!(
+        std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
+        "required by scripts/test.sh but missing: redis-server and redis-cli (apt install redis-server redis-tools)"
+    );
+    eprintln!("SKIPPED: redis-server or redis-cli is not installed");
+    true
+}
+
+/// A port that is free, and whose cluster bus port (+10000) is free too.
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Below 55536 so that the bus port exists; spread by process id so
+    // parallel test binaries rarely try the same ones.
+    let base = 20_000 + (std::process::id() % 3_000) as u16 * 10;
+    loop {
+        let p = base + NEXT.fetch_add(1, Ordering::Relaxed) % 30_000;
+        let ok = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if ok(p) && ok(p + 10_000) {
+            return p;
+        }
+    }
+}
+
+/// One redis-server process.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server in `dir` with extra arguments, and waits for PING.
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    pub fn start(dir: &Path, extra: &[&str]) -> RedisServer {
+        let port = free_port();
+        let dir = dir.join(format!("redis-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("log"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let s = RedisServer { child, port, dir };
+        let t = Instant::now();
+        while s.cli(&["PING"]).trim() != "PONG" {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Runs redis-cli against this server (raw output).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--no-raw"])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs redis-cli with `--raw` output (strings as they are).
+    pub fn cli_raw(&self, args: &[&str]) -> Vec<u8> {
+        Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--raw"])
+            .args(args)
+            .output()
+            .expect("redis-cli")
+            .stdout
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A Redis Cluster of three masters with one replica each.
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    pub failed: bool,
+    /// Slot ranges, inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Cluster {
+    /// Starts six cluster-enabled servers and joins them with
+    /// `redis-cli --cluster create … --cluster-replicas 1`; waits until
+    /// every node reports `cluster_state:ok`.
+    pub fn start(dir: &Path) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|i| {
+                let conf = dir.join(format!("nodes-{i}.conf"));
+                RedisServer::start(
+                    dir,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        conf.to_str().unwrap(),
+                        "--cluster-node-timeout",
+                        "1000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = Cluster { nodes };
+        c.wait_ok(Duration::from_secs(30));
+        c
+    }
+
+    /// Waits until every live node says `cluster_state:ok` and sees three
+    /// masters that cover all slots.
+    pub fn wait_ok(&self, limit: Duration) {
+        let t = Instant::now();
+        loop {
+            let ok = self
+                .nodes
+                .iter()
+                .filter(|n| n.cli(&["PING"]).trim() == "PONG")
+                .all(|n| {
+                    n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                        && parse_nodes(&n.cli_raw(&["CLUSTER", "NODES"]))
+                            .iter()
+                            .filter(|x| x.master && !x.failed && !x.slots.is_empty())
+                            .map(|x| x.slots.iter().map(|(a, b)| (b - a) as u32 + 1).sum::<u32>())
+                            .sum::<u32>()
+                            == 16384
+                });
+            if ok {
+                return;
+            }
+            assert!(t.elapsed() < limit, "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The first live node.
+    pub fn any(&self) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.cli(&["PING"]).trim() == "PONG")
+            .expect("a live node")
+    }
+
+    /// The cluster's view of its nodes, from a live node.
+    pub fn topology(&self) -> Vec<NodeInfo> {
+        parse_nodes(&self.any().cli_raw(&["CLUSTER", "NODES"]))
+    }
+
+    /// Masters that serve slots.
+    pub fn masters(&self) -> Vec<NodeInfo> {
+        self.topology()
+            .into_iter()
+            .filter(|n| n.master && !n.failed && !n.slots.is_empty())
+            .collect()
+    }
+
+    /// The server process listening on `port`.
+    pub fn node(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node on that port")
+    }
+
+    /// `redis+cluster://` address of filter `name` (seeds: every node).
+    pub fn address(&self, name: &str) -> String {
+        let addrs: Vec<String> = self.nodes.iter().map(RedisServer::addr).collect();
+        format!("redis+cluster://{}/{name}", addrs.join(","))
+    }
+}
+
+/// Parses `CLUSTER NODES`.
+pub fn parse_nodes(text: &[u8]) -> Vec<NodeInfo> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 8 {
+                return None;
+            }
+            let port = f[1].split('@').next()?.rsplit(':').next()?.parse().ok()?;
+            let flags = f[2];
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|a| (a, a)),
+                })
+                .collect();
+            Some(NodeInfo {
+                id: f[0].to_string(),
+                port,
+                master: flags.contains("master"),
+                failed: flags.contains("fail"),
+                slots,
+            })
+        })
+        .collect()
+}

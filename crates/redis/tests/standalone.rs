@@ -1,0 +1,246 @@
+//! The Redis filter store against a real standalone redis-server: the
+//! stored bytes, lookups and adds compared with the same filter in a file.
+
+mod servers;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bloomgate_engine::{plan, Access, Filter, Layout, Params};
+use bloomgate_redis::layout::{self, BLOCK_BYTES};
+use bloomgate_redis::{pull, push, Address, Error, RedisFilter};
+use servers::{redis_missing, RedisServer};
+
+/// A blocked raw-key filter file holding `item-0..n`: planned for 2·10⁶
+/// items at 10⁻³, 3.6 MB of data, so four shards of 16,383 blocks (the
+/// last one short).
+fn build_file(path: &Path, n: u32) -> Filter {
+    let mut params = Params::from_plan(&plan(Layout::Blocked, 2_000_000, 1e-3).unwrap(), 99);
+    params.key_kind = 0;
+    let f = Filter::new(params).unwrap();
+    for i in 0..n {
+        f.insert(format!("item-{i}").as_bytes());
+    }
+    f.save(path).unwrap();
+    Filter::open(path, Access::ReadOnly).unwrap()
+}
+
+fn address(server: &RedisServer, name: &str) -> Address {
+    Address::parse(&format!("redis://{}/{name}", server.addr())).unwrap()
+}
+
+#[test]
+fn shards_are_the_files_bytes_and_lookups_agree() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("f.bgf");
+    let file = build_file(&path, 20_000);
+    let addr = address(&server, "f");
+    let sent = AtomicU64::new(0);
+    let t = push(&path, &addr, false, &|n| {
+        sent.fetch_add(n, Ordering::Relaxed);
+    })
+    .unwrap();
+    assert!(t.shards >= 3, "{} shards", t.shards);
+    assert_eq!(sent.load(Ordering::Relaxed), file.as_bytes().len() as u64);
+
+    let rf = RedisFilter::open(&addr).unwrap();
+    let meta = rf.meta().clone();
+    assert_eq!(&meta.params, file.params());
+    // Bit order pinned: the block of an item, read with redis-cli GETRANGE,
+    // is the file's 64 bytes at that place, and one of its bits read with
+    // GETBIT is the Redis bit number the layout computes.
+    for key in ["item-1", "item-17", "item-19999"] {
+        let place = meta.place(key.as_bytes());
+        let skey = layout::shard_key("f", place.shard);
+        let got = server.cli_raw(&[
+            "GETRANGE",
+            &skey,
+            &place.offset.to_string(),
+            &(place.offset + BLOCK_BYTES - 1).to_string(),
+        ]);
+        let start = (meta.shard_bytes(place.shard).start + place.offset) as usize;
+        let want = &file.as_bytes()[start..start + 64];
+        assert_eq!(&got[..64], want, "{key}");
+        let bit = place.redis_bits().next().unwrap();
+        assert_eq!(
+            server.cli(&["GETBIT", &skey, &bit.to_string()]).trim(),
+            "(integer) 1"
+        );
+    }
+    // Every shard is exactly its bytes of the file.
+    for i in 0..meta.shards() {
+        let r = meta.shard_bytes(i);
+        let got = server.cli_raw(&["GET", &layout::shard_key("f", i)]);
+        assert_eq!(
+            got.len() as u64,
+            r.end - r.start + 1,
+            "shard {i} (+ newline)"
+        );
+        assert!(got[..got.len() - 1] == file.as_bytes()[r.start as usize..r.end as usize]);
+    }
+    // Lookups answer as the file: every added item, and the same false
+    // positives among items never added.
+    let keys: Vec<String> = (0..60_000).map(|i| format!("item-{i}")).collect();
+    let found = rf.contains_keys(&keys).unwrap();
+    for (k, f) in keys.iter().zip(&found) {
+        assert_eq!(*f, file.contains(k.as_bytes()), "{k}");
+    }
+    assert!(found[..20_000].iter().all(|&f| f));
+
+    // Pull: the very file, byte for byte.
+    let back = dir.path().join("back.bgf");
+    let t2 = pull(&addr, &back, false, &|_| {}).unwrap();
+    assert_eq!(t2.data_checksum, t.data_checksum);
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&path).unwrap());
+    // Pushing over an existing filter needs force.
+    assert!(matches!(
+        push(&path, &addr, false, &|_| {}),
+        Err(Error::Exists { .. })
+    ));
+    push(&path, &addr, true, &|_| {}).unwrap();
+}
+
+#[test]
+fn adds_say_new_once_and_missing_shards_read_as_zeros() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("e.bgf");
+    let file = build_file(&path, 0);
+    let addr = address(&server, "e");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+
+    let keys: Vec<String> = (0..5000).map(|i| format!("new-{i}")).collect();
+    assert!(rf.contains_keys(&keys).unwrap().iter().all(|&f| !f));
+    let first = rf.insert_keys(&keys).unwrap();
+    // At 2e6 planned items a few of 5000 collide with earlier ones at most.
+    assert!(first.iter().filter(|&&n| n).count() >= 4990);
+    assert!(rf.insert_keys(&keys).unwrap().iter().all(|&n| !n));
+    assert!(rf.contains_keys(&keys).unwrap().iter().all(|&f| f));
+    // The same item twice in one batch: new once.
+    assert_eq!(
+        rf.insert_keys(&["twice", "twice"]).unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(
+        rf.items().unwrap(),
+        first.iter().filter(|&&n| n).count() as u64 + 1
+    );
+    // The bits are the engine's: the same inserts into the file's filter
+    // give the bytes a pull writes.
+    let mem = Filter::new(file.params().clone()).unwrap();
+    for k in keys.iter().map(String::as_str).chain(["twice"]) {
+        mem.insert(k.as_bytes());
+    }
+    let back = dir.path().join("back.bgf");
+    pull(&addr, &back, false, &|_| {}).unwrap();
+    let pulled = Filter::open(&back, Access::ReadOnly).unwrap();
+    pulled.verify().unwrap();
+    assert!(pulled.as_bytes() == mem.as_bytes());
+
+    // A shard that is missing reads as zeros: nothing found there, and no
+    // error (an empty shard may be absent).
+    let place = rf.meta().place(b"new-0");
+    let skey = layout::shard_key("e", place.shard);
+    server.cli(&["DEL", &skey]);
+    assert_eq!(rf.contains_keys(&["new-0"]).unwrap(), vec![false]);
+}
+
+#[test]
+fn racing_writers_are_told_new_exactly_once() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("r.bgf");
+    build_file(&path, 0);
+    let addr = address(&server, "r");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    // Four writers add the same 4000 items in different orders, in
+    // batches of 100 (interleaved pipelines).
+    let keys: Vec<String> = (0..4000).map(|i| format!("race-{i}")).collect();
+    let told: Vec<Vec<bool>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4usize)
+            .map(|w| {
+                let (addr, keys) = (&addr, &keys);
+                s.spawn(move || {
+                    let rf = RedisFilter::open(addr).unwrap();
+                    let mut order: Vec<usize> = (0..keys.len()).collect();
+                    order.rotate_left(w * 1000);
+                    if w % 2 == 1 {
+                        order.reverse();
+                    }
+                    let mut new = vec![false; keys.len()];
+                    for batch in order.chunks(100) {
+                        let ks: Vec<&str> = batch.iter().map(|&i| keys[i].as_str()).collect();
+                        for (&i, n) in batch.iter().zip(rf.insert_keys(&ks).unwrap()) {
+                            new[i] = n;
+                        }
+                    }
+                    new
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let rf = RedisFilter::open(&addr).unwrap();
+    let found = rf.contains_keys(&keys).unwrap();
+    let mut claimed_once = 0;
+    for i in 0..keys.len() {
+        assert!(found[i], "{} lost", keys[i]);
+        let n = told.iter().filter(|t| t[i]).count();
+        // At most one writer is told "new"; none only when the item's bits
+        // were all set already by other items (a false positive).
+        assert!(n <= 1, "{} claimed {n} times", keys[i]);
+        claimed_once += n;
+    }
+    assert!(claimed_once >= keys.len() - 5, "{claimed_once}");
+    assert_eq!(rf.items().unwrap(), claimed_once as u64);
+}
+
+#[test]
+fn a_down_server_is_an_error_never_absent() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("d.bgf");
+    build_file(&path, 100);
+    let addr = address(&server, "d");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    assert_eq!(rf.contains_keys(&["item-1"]).unwrap(), vec![true]);
+    server.kill9();
+    let e = rf.contains_keys(&["item-1", "never-added"]).unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    assert!(rf.insert_keys(&["x"]).unwrap_err().is_unavailable());
+    assert!(RedisFilter::open(&addr).unwrap_err().is_unavailable());
+}
+
+#[test]
+fn classic_filters_are_refused_with_the_reason() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("c.bgf");
+    let params = Params::from_plan(&plan(Layout::Classic, 1000, 1e-3).unwrap(), 1);
+    Filter::new(params).unwrap().save(&path).unwrap();
+    let e = push(&path, &address(&server, "c"), false, &|_| {}).unwrap_err();
+    assert!(matches!(e, Error::WrongLayout(_)), "{e:?}");
+    assert!(e.to_string().contains("blocked"), "{e}");
+    assert!(matches!(
+        RedisFilter::open(&address(&server, "c")),
+        Err(Error::NotFound { .. })
+    ));
+}
