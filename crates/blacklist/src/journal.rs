@@ -30,9 +30,11 @@
 //! reported ([`Loaded::report`]). Read-only readers ([`Repair::No`]) leave
 //! the file as it is.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use bloomgate_engine::atomic::sync_parent;
 
 use crate::log::{self as wal, Record, SegmentReport, MAGIC};
 
@@ -217,31 +219,7 @@ pub fn marker(out: &mut Vec<u8>, name: &str, l: Lineage) {
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let res = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res?;
-    sync_parent(path);
-    Ok(())
-}
-
-fn sync_parent(path: &Path) {
-    let d = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if let Ok(d) = File::open(d) {
-        let _ = d.sync_all();
-    }
+    Ok(bloomgate_engine::atomic::write_atomic(path, bytes)?)
 }
 
 #[cfg(test)]

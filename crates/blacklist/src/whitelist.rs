@@ -15,7 +15,6 @@
 //! rename, directory fsync.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// First line of every whitelist file.
@@ -124,28 +123,8 @@ impl Whitelist {
                 source,
             }
         };
-        let mut name = path
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".tmp-{}", std::process::id()));
-        let tmp = path.with_file_name(name);
-        let result = (|| {
-            let mut f = std::fs::File::create(&tmp).map_err(io("create"))?;
-            f.write_all(&self.to_bytes()).map_err(io("write"))?;
-            f.sync_all().map_err(io("fsync"))?;
-            std::fs::rename(&tmp, path).map_err(io("rename into place"))?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                if let Ok(d) = std::fs::File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        bloomgate_engine::atomic::write_atomic(path, &self.to_bytes())
+            .map_err(|e| io(e.op)(e.source))
     }
 
     /// True if `key` is whitelisted.

@@ -400,16 +400,13 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Makes a rename into the directory of `path` durable
+/// ([`crate::atomic::sync_parent`]). Filter files are not replaced with
+/// [`crate::atomic::replace_with`]: their temporary is created with a
+/// unique name first, memory-mapped and filled over time, and renamed by
+/// `persist`/`save` once its header is written.
 pub(crate) fn sync_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    // Directory fsync makes the rename durable. Some filesystems refuse to
-    // open directories for sync; that is not worth failing a write for.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    crate::atomic::sync_parent(path);
     Ok(())
 }
 

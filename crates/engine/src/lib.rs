@@ -33,6 +33,7 @@
 compile_error!("bloomgate's file format and SIMD kernels assume a little-endian CPU");
 
 pub mod arch;
+pub mod atomic;
 mod error;
 mod filter;
 pub mod format;
