@@ -230,3 +230,72 @@ fn add_until_refused_or(
     }
     None
 }
+
+/// Writes that do not go through the log — whitelist changes, creating a
+/// filter — fail with the same full-disk answers (HTTP 507 `no_space`, a
+/// Redis error that says the disk is full), change nothing, and work again
+/// once space returns.
+#[test]
+fn a_full_disk_refuses_whitelist_changes_and_creations_as_no_space() {
+    let Some(fs) = Tmpfs::mount("6M") else {
+        return;
+    };
+    let dir = fs.dir.clone();
+    let server = Server::start(&dir, &[]);
+    let mut c = server.resp();
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "seen", "0.001", "1000"]),
+        V::Simple("OK".into())
+    );
+    assert!(matches!(c.cmd(&["BF.ADD", "seen", "a"]), V::Int(1)));
+    fill(&dir);
+
+    let (st, v) = server.http("POST", "/v1/filters/seen/whitelist", Some(r#"["a"]"#), None);
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"]["code"], "no_space", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{v}"
+    );
+    let (st, v) = server.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name": "made", "items": 1000, "fp": 0.01}"#),
+        None,
+    );
+    assert_eq!(st, 507, "{v}");
+    assert_eq!(v["error"]["code"], "no_space", "{v}");
+    for cmd in [
+        &["BF.RESERVE", "other", "0.01", "1000"][..],
+        &["BF.ADD", "created-by-add", "x"],
+    ] {
+        let e = c.cmd(cmd);
+        let e = e.err();
+        assert!(
+            e.starts_with("ERR ")
+                && e.contains("No space left on device")
+                && e.contains("reads go on"),
+            "{cmd:?}: {e}"
+        );
+    }
+    // Nothing changed, reads go on.
+    assert_eq!(c.cmd(&["BF.EXISTS", "seen", "a"]), V::Int(1));
+    assert_eq!(
+        c.cmd(&["EXISTS", "other", "made", "created-by-add"]),
+        V::Int(0)
+    );
+    let (_, v) = server.http("GET", "/v1/filters/seen", None, None);
+    assert_eq!(v["whitelist_entries"], 0, "{v}");
+
+    free(&dir, 2 << 20);
+    let (st, v) = server.http("POST", "/v1/filters/seen/whitelist", Some(r#"["a"]"#), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(c.cmd(&["BF.EXISTS", "seen", "a"]), V::Int(0));
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "other", "0.01", "1000"]),
+        V::Simple("OK".into())
+    );
+}

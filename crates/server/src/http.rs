@@ -29,8 +29,7 @@ use tokio::sync::Semaphore;
 
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
-use crate::store::{AddOutcome, CreateSpec, Growth, Named, StoreError};
-use crate::wal::WalErrorKind;
+use crate::store::{AddOutcome, CreateSpec, Filter, Growth, LookupScratch, StoreError};
 use crate::App;
 
 /// An API error: status, machine code, message.
@@ -54,19 +53,23 @@ impl ApiError {
     }
 }
 
+/// The one place where store errors become HTTP errors.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let (status, code) = match &e {
+            e if e.is_no_space() => (StatusCode::INSUFFICIENT_STORAGE, "no_space"),
             StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
             StoreError::BadName(_) | StoreError::Invalid(_) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
-            StoreError::Io(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
-            StoreError::Wal(e) if e.kind == WalErrorKind::NoSpace => {
-                (StatusCode::INSUFFICIENT_STORAGE, "no_space")
-            }
+            StoreError::Io { .. }
+            | StoreError::File(_)
+            | StoreError::Files(_)
+            | StoreError::DirBusy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
             StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
+            StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            StoreError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
         };
         ApiError::new(status, code, e.to_string())
     }
@@ -235,16 +238,8 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
     let text = blocking(move || {
         let mut out = String::with_capacity(16 << 10);
         app.metrics.render(&mut out);
-        app.store.render_metrics(&mut out);
-        let (evicted, refused) = app.input.pressure();
-        out.push_str(&format!(
-            "# HELP bloomgate_input_buffered_bytes Clients' buffered input now (Redis-protocol read buffers, HTTP bodies in flight).\n# TYPE bloomgate_input_buffered_bytes gauge\nbloomgate_input_buffered_bytes {}\n\
-             # HELP bloomgate_input_budget_bytes The budget of all clients' buffered input.\n# TYPE bloomgate_input_budget_bytes gauge\nbloomgate_input_budget_bytes {}\n\
-             # HELP bloomgate_input_evictions_total Connections closed because all clients' input passed the budget (the largest first).\n# TYPE bloomgate_input_evictions_total counter\nbloomgate_input_evictions_total {evicted}\n\
-             # HELP bloomgate_input_refused_total HTTP bodies refused (503) because they did not fit the input budget.\n# TYPE bloomgate_input_refused_total counter\nbloomgate_input_refused_total {refused}\n",
-            app.input.used(),
-            app.input.limit(),
-        ));
+        crate::metrics::render_filters(&app.store, &mut out);
+        crate::metrics::render_input(&app.input, &mut out);
         out
     })
     .await?;
@@ -253,18 +248,23 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
 
 async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
     can_read(&app, &headers)?;
-    let infos: Vec<_> = app.store.all().iter().map(|n| n.info(false)).collect();
+    let infos = app
+        .store
+        .filters()
+        .iter()
+        .map(|n| n.info(false))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Json(json!({ "filters": infos })).into_response())
 }
 
-fn named(app: &App, name: &str) -> Result<Arc<Named>, ApiError> {
+fn named(app: &App, name: &str) -> Result<Filter, ApiError> {
     Ok(app.store.need(name)?)
 }
 
 async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     can_read(&app, &headers)?;
     let n = named(&app, &name)?;
-    let info = blocking(move || n.info(true)).await?;
+    let info = blocking(move || n.info(true)).await??;
     Ok(Json(info).into_response())
 }
 
@@ -273,23 +273,66 @@ struct ItemQuery {
     item: Option<String>,
 }
 
-fn verdict_json(app: &App, n: &Named, item: &str, scratch: &mut Vec<Vec<u8>>) -> Value {
-    app.metrics.items_checked.fetch_add(1, Relaxed);
-    if item.len() > app.limits.max_item_bytes {
-        return json!({"item": item, "error": "item is too long"});
+/// Runs `f` on the blocking pool when `off_loop` (a remote store's calls),
+/// else right here.
+async fn maybe_blocking<T: Send + 'static>(
+    off_loop: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    if off_loop {
+        blocking(f).await
+    } else {
+        Ok(f())
     }
-    match n.check(item.as_bytes(), scratch) {
-        Ok(v) => {
-            if v.hit {
-                app.metrics.hits.fetch_add(1, Relaxed);
+}
+
+/// The verdicts on `items`, one JSON object each (an item too long or not
+/// a valid key gets an `error` instead).
+fn check_items(app: &App, n: &Filter, items: &[String]) -> Result<Vec<Value>, StoreError> {
+    app.metrics
+        .items_checked
+        .fetch_add(items.len() as u64, Relaxed);
+    let max = app.limits.max_item_bytes;
+    let queries: Vec<&[u8]> = items
+        .iter()
+        .filter(|i| i.len() <= max)
+        .map(|i| i.as_bytes())
+        .collect();
+    let mut verdicts = Vec::with_capacity(queries.len());
+    n.check_batch(&queries, &mut LookupScratch::default(), |v| {
+        verdicts.push(v)
+    })?;
+    let mut verdicts = verdicts.into_iter();
+    Ok(items
+        .iter()
+        .map(|item| {
+            if item.len() > max {
+                return json!({"item": item, "error": "item is too long"});
             }
-            if v.whitelisted {
-                app.metrics.whitelisted.fetch_add(1, Relaxed);
+            match verdicts.next() {
+                Some(Ok(v)) => {
+                    if v.hit {
+                        app.metrics.hits.fetch_add(1, Relaxed);
+                    }
+                    if v.whitelisted {
+                        app.metrics.whitelisted.fetch_add(1, Relaxed);
+                    }
+                    json!({"item": item, "hit": v.hit, "whitelisted": v.whitelisted, "matched": v.matched})
+                }
+                Some(Err(e)) => json!({"item": item, "error": e.to_string()}),
+                None => json!({"item": item, "error": "no answer"}),
             }
-            json!({"item": item, "hit": v.hit, "whitelisted": v.whitelisted, "matched": v.matched})
-        }
-        Err(e) => json!({"item": item, "error": e.to_string()}),
-    }
+        })
+        .collect())
+}
+
+/// [`check_items`], off the event loop when the store's calls block.
+async fn check_off_loop(
+    app: Arc<App>,
+    n: Filter,
+    items: Vec<String>,
+) -> Result<Vec<Value>, ApiError> {
+    Ok(maybe_blocking(app.store.is_remote(), move || check_items(&app, &n, &items)).await??)
 }
 
 async fn check_one(
@@ -303,7 +346,10 @@ async fn check_one(
     let item = q
         .item
         .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
-    let v = verdict_json(&app, &n, &item, &mut Vec::new());
+    let v = check_off_loop(app, n, vec![item])
+        .await?
+        .pop()
+        .unwrap_or_default();
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         return Err(ApiError::bad(format!("invalid item: {e}")));
     }
@@ -360,11 +406,7 @@ async fn check_batch(
     can_read(&app, &headers)?;
     let n = named(&app, &name)?;
     let items = parse_items(&app, &body)?;
-    let mut scratch = Vec::new();
-    let results: Vec<Value> = items
-        .iter()
-        .map(|i| verdict_json(&app, &n, i, &mut scratch))
-        .collect();
+    let results = check_off_loop(app, n, items).await?;
     Ok(Json(json!({ "results": results })).into_response())
 }
 
@@ -377,22 +419,15 @@ async fn add(
     can_write(&app, &headers)?;
     let n = named(&app, &name)?;
     let items = parse_items(&app, &body)?;
-    let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
-    let mut outcomes = Vec::with_capacity(refs.len());
-    let rx = app.store.add(&n, &refs, &mut outcomes)?;
-    if let Some(rx) = rx {
-        match rx.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(StoreError::Wal(e).into()),
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "log_failed",
-                    "log stopped",
-                ))
-            }
-        }
-    }
+    let app2 = app.clone();
+    let (items, outcomes, ack) = maybe_blocking(app.store.is_remote(), move || {
+        let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
+        let mut outcomes = Vec::with_capacity(refs.len());
+        let ack = app2.store.add(&n, &refs, &mut outcomes)?;
+        Ok::<_, StoreError>((items, outcomes, ack))
+    })
+    .await??;
+    ack.wait().await?;
     let mut added = 0;
     let results: Vec<Value> = items
         .iter()
@@ -514,7 +549,8 @@ async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> 
         growth: Growth::Fixed,
     };
     let name = b.name;
-    let info = blocking(move || app.store.create(&name, &spec).map(|n| n.info(true))).await??;
+    let info =
+        blocking(move || app.store.create(&name, &spec).and_then(|n| n.info(true))).await??;
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
@@ -557,7 +593,7 @@ async fn reload(
                 b.path.as_deref().map(std::path::Path::new),
                 b.drop_live_adds,
             )
-            .map(|n| n.info(true))
+            .and_then(|n| n.info(true))
     })
     .await??;
     Ok(Json(info).into_response())

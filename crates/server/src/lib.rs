@@ -186,7 +186,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         let dir = config.data_dir.clone();
         let limits = config.limits.clone();
         let metrics = metrics.clone();
-        move || store::Store::open(&dir, limits, metrics)
+        move || store::LocalStore::open(&dir, limits, metrics).map(store::Store::Local)
     })
     .await
     .map_err(|e| ServerError::Setup(format!("startup task failed: {e}")))??;
@@ -235,9 +235,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     );
     if let Some(path) = &config.ready_file {
         let json = serde_json::to_vec(&bound).unwrap_or_default();
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, json)?;
-        std::fs::rename(&tmp, path)?;
+        bloomgate_engine::atomic::write_atomic(path, &json).map_err(std::io::Error::from)?;
     }
 
     // Periodic snapshots.
@@ -252,11 +250,12 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = snap_stop.changed() => return,
             }
-            if last.elapsed() >= interval || snap_store.wal_bytes() >= wal_limit {
+            if last.elapsed() >= interval || snap_store.unsnapshotted_bytes() >= wal_limit {
                 last = tokio::time::Instant::now();
                 let s = snap_store.clone();
                 match tokio::task::spawn_blocking(move || s.snapshot()).await {
-                    Ok(Ok(_)) => {}
+                    // A store without snapshots of its own has nothing to do.
+                    Ok(Ok(_)) | Ok(Err(store::StoreError::Unsupported(_))) => {}
                     Ok(Err(e)) => eprintln!("bloomgate serve: snapshot failed: {e}"),
                     Err(e) => eprintln!("bloomgate serve: snapshot task failed: {e}"),
                 }
@@ -275,7 +274,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     let snap = tokio::task::spawn_blocking(move || s.snapshot())
         .await
         .map_err(|e| ServerError::Setup(format!("shutdown snapshot task failed: {e}")))?;
-    snap?;
+    match snap {
+        Ok(_) | Err(store::StoreError::Unsupported(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
     store.shutdown();
     Ok(())
 }
@@ -299,7 +301,8 @@ async fn wait_for_signals(store: &Arc<store::Store>) {
                 let s = store.clone();
                 let res = tokio::task::spawn_blocking(move || s.reload_changed()).await;
                 match res {
-                    Ok(report) => eprintln!("bloomgate serve: SIGHUP: {report}"),
+                    Ok(Ok(report)) => eprintln!("bloomgate serve: SIGHUP: {report}"),
+                    Ok(Err(e)) => eprintln!("bloomgate serve: SIGHUP reload failed: {e}"),
                     Err(e) => eprintln!("bloomgate serve: SIGHUP reload failed: {e}"),
                 }
             }

@@ -9,6 +9,9 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::budget::InputBudget;
+use crate::store::{Info, Store};
+
 /// Front end a request came through.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Proto {
@@ -276,4 +279,69 @@ pub fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Renders the store's gauges: whether it accepts writes, and per filter
+/// its items, fill ratio, predicted false-positive rate, layers and lookup
+/// counters.
+pub fn render_filters(store: &Store, out: &mut String) {
+    let all = store.filters();
+    let gauges: [(&str, &str); 6] = [
+        ("bloomgate_filter_items", "Items in the filter."),
+        ("bloomgate_filter_fill_ratio", "Fraction of bits set."),
+        (
+            "bloomgate_filter_predicted_fp",
+            "Predicted false-positive rate per lookup.",
+        ),
+        ("bloomgate_filter_layers", "Layers (sub-filters)."),
+        (
+            "bloomgate_filter_checks_total",
+            "Lookups against the filter.",
+        ),
+        ("bloomgate_filter_hits_total", "Lookups that were hits."),
+    ];
+    let _ = writeln!(
+        out,
+        "# HELP bloomgate_writable Whether the server accepts writes (0 while the write-ahead log refuses them, e.g. on a full disk).\n# TYPE bloomgate_writable gauge\nbloomgate_writable {}",
+        store.write_failure().is_none() as u8
+    );
+    // A filter whose information cannot be read now (a remote store) is
+    // left out of this scrape.
+    let infos: Vec<(Info, (u64, u64))> = all
+        .iter()
+        .filter_map(|n| Some((n.info(true).ok()?, n.counters())))
+        .collect();
+    for (i, (name, help)) in gauges.iter().enumerate() {
+        let ty = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
+        for (info, (checks, hits)) in &infos {
+            let v = match i {
+                0 => info.items as f64,
+                1 => info.fill_ratio,
+                2 => info.predicted_fp,
+                3 => info.layers as f64,
+                4 => *checks as f64,
+                _ => *hits as f64,
+            };
+            let _ = writeln!(out, "{name}{{filter=\"{}\"}} {v}", label(&info.name));
+        }
+    }
+}
+
+/// Renders the gauges and counters of all clients' buffered input ([`crate::budget`]).
+pub fn render_input(input: &InputBudget, out: &mut String) {
+    let (evicted, refused) = input.pressure();
+    let _ = write!(
+        out,
+        "# HELP bloomgate_input_buffered_bytes Clients' buffered input now (Redis-protocol read buffers, HTTP bodies in flight).\n# TYPE bloomgate_input_buffered_bytes gauge\nbloomgate_input_buffered_bytes {}\n\
+         # HELP bloomgate_input_budget_bytes The budget of all clients' buffered input.\n# TYPE bloomgate_input_budget_bytes gauge\nbloomgate_input_budget_bytes {}\n\
+         # HELP bloomgate_input_evictions_total Connections closed because all clients' input passed the budget (the largest first).\n# TYPE bloomgate_input_evictions_total counter\nbloomgate_input_evictions_total {evicted}\n\
+         # HELP bloomgate_input_refused_total HTTP bodies refused (503) because they did not fit the input budget.\n# TYPE bloomgate_input_refused_total counter\nbloomgate_input_refused_total {refused}\n",
+        input.used(),
+        input.limit(),
+    );
 }

@@ -1,0 +1,388 @@
+//! Command dispatch (with the access check and per-kind timing), and the
+//! connection and keyspace commands: `PING`, `ECHO`, `HELLO`, `AUTH`,
+//! `SELECT`, `CLIENT`, `COMMAND`, `CONFIG`, `INFO`, `DBSIZE`, `KEYS`,
+//! `SCAN`, `EXISTS`, `TYPE`, `DEL`/`UNLINK`. The `BF.*` commands are in
+//! `bf`.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::codec::Out;
+use super::conn::Conn;
+use crate::metrics::Proto;
+use crate::store::{CreateSpec, Filter, StoreError};
+
+pub(super) fn upper(a: &[u8]) -> Vec<u8> {
+    a.to_ascii_uppercase()
+}
+
+pub(super) fn lossy(a: &[u8]) -> String {
+    String::from_utf8_lossy(a).into_owned()
+}
+
+pub(super) fn parse_i64(a: &[u8]) -> Option<i64> {
+    std::str::from_utf8(a).ok()?.parse().ok()
+}
+
+pub(super) fn parse_f64(a: &[u8]) -> Option<f64> {
+    let v: f64 = std::str::from_utf8(a).ok()?.trim().parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+/// The Redis error reply to a store error: the one place where store errors
+/// become RESP errors. A store that cannot answer now gets `TRYAGAIN`
+/// (clients retry it); a write refused for a full disk says so and that
+/// reads go on (the log's own errors say it already).
+pub(super) fn error_reply(e: &StoreError) -> String {
+    match e {
+        StoreError::NotFound(_) => "ERR not found".into(),
+        StoreError::Exists(_) => "ERR item exists".into(),
+        StoreError::Unavailable(_) => format!("TRYAGAIN {e}"),
+        StoreError::Wal(_) => format!("ERR {e}"),
+        e if e.is_no_space() => {
+            format!("ERR {e}; the disk is full: writes fail until space is freed, reads go on")
+        }
+        other => format!("ERR {other}"),
+    }
+}
+
+/// Glob matching as Redis' `KEYS` does (`*`, `?`, `[...]`, `\`).
+pub fn glob(p: &[u8], s: &[u8]) -> bool {
+    if p.is_empty() {
+        return s.is_empty();
+    }
+    match p[0] {
+        b'*' => (0..=s.len()).any(|i| glob(&p[1..], &s[i..])),
+        b'?' => !s.is_empty() && glob(&p[1..], &s[1..]),
+        b'[' => {
+            let Some(end) = p.iter().skip(1).position(|&c| c == b']').map(|i| i + 1) else {
+                return !s.is_empty() && s[0] == b'[' && glob(&p[1..], &s[1..]);
+            };
+            if s.is_empty() {
+                return false;
+            }
+            let class = &p[1..end];
+            let (neg, class) = match class.first() {
+                Some(b'^') => (true, &class[1..]),
+                _ => (false, class),
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == b'-' {
+                    hit |= class[i] <= s[0] && s[0] <= class[i + 2];
+                    i += 3;
+                } else {
+                    hit |= class[i] == s[0];
+                    i += 1;
+                }
+            }
+            hit != neg && glob(&p[end + 1..], &s[1..])
+        }
+        b'\\' if p.len() > 1 => !s.is_empty() && s[0] == p[1] && glob(&p[2..], &s[1..]),
+        c => !s.is_empty() && s[0] == c && glob(&p[1..], &s[1..]),
+    }
+}
+
+impl Conn {
+    pub(super) fn wrong_arity(out: &mut Out, cmd: &[u8]) {
+        out.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            lossy(cmd).to_ascii_lowercase()
+        ));
+    }
+
+    pub(super) fn dispatch(&mut self, cmd: &[u8], argv: &[&[u8]], out: &mut Out) {
+        let argc = argv.len();
+        match cmd {
+            b"PING" => match argc {
+                1 => out.simple("PONG"),
+                2 => out.bulk(argv[1]),
+                _ => Self::wrong_arity(out, argv[0]),
+            },
+            b"ECHO" if argc == 2 => out.bulk(argv[1]),
+            b"QUIT" => {
+                out.ok();
+                self.quit = true;
+            }
+            b"RESET" => {
+                out.proto = 2;
+                self.authed = false;
+                self.name = None;
+                out.simple("RESET");
+            }
+            b"HELLO" => self.hello(argv, out),
+            b"AUTH" => {
+                let token = match argc {
+                    2 => Some(argv[1]),
+                    3 if argv[1] == b"default" => Some(argv[2]),
+                    3 => None,
+                    _ => return Self::wrong_arity(out, argv[0]),
+                };
+                if !self.app.policy.has_token() {
+                    out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+                } else if token.is_some_and(|t| self.app.policy.token_matches(t)) {
+                    self.authed = true;
+                    out.ok();
+                } else {
+                    out.error("WRONGPASS invalid username-password pair or user is disabled.");
+                }
+            }
+            b"SELECT" if argc == 2 => {
+                if argv[1] == b"0" {
+                    out.ok()
+                } else {
+                    out.error("ERR DB index is out of range")
+                }
+            }
+            b"CLIENT" if argc >= 2 => match upper(argv[1]).as_slice() {
+                b"SETINFO" | b"NO-EVICT" | b"NO-TOUCH" | b"REPLY" => out.ok(),
+                b"SETNAME" if argc == 3 => {
+                    self.name = Some(argv[2].to_vec());
+                    out.ok()
+                }
+                b"GETNAME" => match &self.name {
+                    Some(n) => {
+                        let n = n.clone();
+                        out.bulk(&n)
+                    }
+                    None => out.null(),
+                },
+                b"ID" => out.int(self.id as i64),
+                _ => out.error(&format!(
+                    "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                    lossy(argv[1])
+                )),
+            },
+            b"COMMAND" => {
+                // Enough for redis-cli: no command table (it falls back to
+                // plain behaviour), a count, empty docs.
+                match argv.get(1).map(|a| upper(a)).as_deref() {
+                    Some(b"COUNT") => out.int(0),
+                    Some(b"DOCS") => out.map(0),
+                    _ => out.array(0),
+                }
+            }
+            b"CONFIG" if argc >= 2 => match upper(argv[1]).as_slice() {
+                b"GET" => out.map(0),
+                b"SET" | b"RESETSTAT" | b"REWRITE" => out.ok(),
+                _ => out.error("ERR unknown CONFIG subcommand"),
+            },
+            b"INFO" => {
+                let names = self.app.store.names();
+                let text = format!(
+                    "# Server\r\nredis_version:7.4.0\r\nbloomgate_version:{}\r\nredis_mode:standalone\r\nprocess_id:{}\r\n\r\n# Clients\r\nconnected_clients:{}\r\n\r\n# Modules\r\nmodule:name=bf,ver=20800,api=1,filters=0,usedby=[],using=[],options=[]\r\n\r\n# Keyspace\r\ndb0:keys={},expires=0,avg_ttl=0\r\n",
+                    env!("CARGO_PKG_VERSION"),
+                    std::process::id(),
+                    self.app.metrics.connections[Proto::Resp as usize].load(Relaxed),
+                    names.len()
+                );
+                if out.proto >= 3 {
+                    // Verbatim string.
+                    let body = format!("txt:{text}");
+                    out.buf
+                        .extend_from_slice(format!("={}\r\n{}\r\n", body.len(), body).as_bytes());
+                } else {
+                    out.bulk(text.as_bytes());
+                }
+            }
+            b"DBSIZE" => out.int(self.app.store.names().len() as i64),
+            b"KEYS" if argc == 2 => {
+                let names: Vec<String> = self
+                    .app
+                    .store
+                    .names()
+                    .into_iter()
+                    .filter(|n| glob(argv[1], n.as_bytes()))
+                    .collect();
+                out.array(names.len());
+                for n in names {
+                    out.bulk(n.as_bytes());
+                }
+            }
+            b"SCAN" if argc >= 2 => self.scan(argv, out),
+            b"EXISTS" if argc >= 2 => {
+                let n = argv[1..].iter().filter(|k| self.named(k).is_some()).count();
+                out.int(n as i64)
+            }
+            b"TYPE" if argc == 2 => {
+                if self.named(argv[1]).is_some() {
+                    out.simple("MBbloom--")
+                } else {
+                    out.simple("none")
+                }
+            }
+            b"DEL" | b"UNLINK" if argc >= 2 => {
+                let mut n = 0;
+                for k in &argv[1..] {
+                    match self.app.store.delete(&lossy(k)) {
+                        Ok(true) => n += 1,
+                        Ok(false) => {}
+                        Err(e) => return out.error(&error_reply(&e)),
+                    }
+                }
+                out.int(n)
+            }
+            b"BF.RESERVE" => self.reserve(argv, out),
+            b"BF.ADD" if argc == 3 => self.add(
+                argv[1],
+                &argv[2..],
+                false,
+                Some(CreateSpec::redis_default()),
+                out,
+            ),
+            b"BF.MADD" if argc >= 3 => self.add(
+                argv[1],
+                &argv[2..],
+                true,
+                Some(CreateSpec::redis_default()),
+                out,
+            ),
+            b"BF.INSERT" => self.insert(argv, out),
+            b"BF.EXISTS" if argc == 3 => self.exists(argv[1], &argv[2..], false, out),
+            b"BF.MEXISTS" if argc >= 3 => self.exists(argv[1], &argv[2..], true, out),
+            b"BF.INFO" if argc == 2 || argc == 3 => self.info(argv, out),
+            b"BF.CARD" if argc == 2 => self.card(argv[1], out),
+            b"BF.SCANDUMP" if argc == 3 => self.scandump(argv, out),
+            b"BF.LOADCHUNK" if argc == 4 => self.loadchunk(argv, out),
+            b"BF.DEBUG" if argc == 2 => self.debug(argv[1], out),
+            b"ECHO" | b"SELECT" | b"CLIENT" | b"CONFIG" | b"KEYS" | b"SCAN" | b"EXISTS"
+            | b"TYPE" | b"DEL" | b"UNLINK" | b"BF.ADD" | b"BF.MADD" | b"BF.EXISTS"
+            | b"BF.MEXISTS" | b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.LOADCHUNK"
+            | b"BF.DEBUG" => Self::wrong_arity(out, argv[0]),
+            _ => {
+                let mut msg = format!(
+                    "ERR unknown command '{}', with args beginning with: ",
+                    lossy(&argv[0][..argv[0].len().min(128)])
+                );
+                let mut budget = 128usize;
+                for a in &argv[1..] {
+                    if budget == 0 {
+                        break;
+                    }
+                    let a = &a[..a.len().min(budget)];
+                    budget -= a.len();
+                    msg.push_str(&format!("'{}' ", lossy(a)));
+                }
+                out.error(&msg)
+            }
+        }
+    }
+
+    pub(super) fn named(&self, key: &[u8]) -> Option<Filter> {
+        std::str::from_utf8(key)
+            .ok()
+            .and_then(|k| self.app.store.get(k))
+    }
+
+    pub(super) fn hello(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let mut i = 1;
+        let mut proto = out.proto;
+        if let Some(v) = argv.get(1) {
+            match parse_i64(v) {
+                Some(2) => proto = 2,
+                Some(3) => proto = 3,
+                _ => return out.error("NOPROTO unsupported protocol version"),
+            }
+            i = 2;
+        }
+        while i < argv.len() {
+            match upper(argv[i]).as_slice() {
+                b"AUTH" if i + 2 < argv.len() => {
+                    if !self.app.policy.has_token() {
+                        return out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+                    }
+                    if argv[i + 1] != b"default" || !self.app.policy.token_matches(argv[i + 2]) {
+                        return out.error(
+                            "WRONGPASS invalid username-password pair or user is disabled.",
+                        );
+                    }
+                    self.authed = true;
+                    i += 3;
+                }
+                b"SETNAME" if i + 1 < argv.len() => {
+                    self.name = Some(argv[i + 1].to_vec());
+                    i += 2;
+                }
+                _ => {
+                    return out.error(&format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        lossy(argv[i])
+                    ))
+                }
+            }
+        }
+        if self.app.policy.check_read(self.authed).is_err() {
+            return out.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        }
+        out.proto = proto;
+        out.map(7);
+        out.bulk(b"server");
+        out.bulk(b"redis");
+        out.bulk(b"version");
+        out.bulk(b"7.4.0");
+        out.bulk(b"proto");
+        out.int(proto as i64);
+        out.bulk(b"id");
+        out.int(self.id as i64);
+        out.bulk(b"mode");
+        out.bulk(b"standalone");
+        out.bulk(b"role");
+        out.bulk(b"master");
+        out.bulk(b"modules");
+        out.array(1);
+        out.map(2);
+        out.bulk(b"name");
+        out.bulk(b"bf");
+        out.bulk(b"ver");
+        out.int(20800);
+    }
+
+    pub(super) fn scan(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let mut pattern: Option<&[u8]> = None;
+        let mut i = 2;
+        while i < argv.len() {
+            match upper(argv[i]).as_slice() {
+                b"MATCH" if i + 1 < argv.len() => {
+                    pattern = Some(argv[i + 1]);
+                    i += 2;
+                }
+                b"COUNT" | b"TYPE" if i + 1 < argv.len() => i += 2,
+                _ => return out.error("ERR syntax error"),
+            }
+        }
+        if parse_i64(argv[1]).is_none() {
+            return out.error("ERR invalid cursor");
+        }
+        let names: Vec<String> = self
+            .app
+            .store
+            .names()
+            .into_iter()
+            .filter(|n| match pattern {
+                None => true,
+                Some(p) => glob(p, n.as_bytes()),
+            })
+            .collect();
+        out.array(2);
+        out.bulk(b"0");
+        out.array(names.len());
+        for n in names {
+            out.bulk(n.as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globbing() {
+        assert!(glob(b"*", b"abc"));
+        assert!(glob(b"a?c", b"abc"));
+        assert!(glob(b"a[b-d]c", b"acc"));
+        assert!(!glob(b"a[^b]c", b"abc"));
+        assert!(glob(b"bf:*", b"bf:1"));
+        assert!(!glob(b"bf:*", b"x"));
+    }
+}

@@ -1,0 +1,548 @@
+//! One Redis-protocol connection: reads, pipelined execution with
+//! prefetch, timeouts, the input budget, waiting for durability
+//! acknowledgements, and writes (see the [module doc](super) for the design).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+use super::codec::{Out, Parsed, ProtocolError, MAX_PARSED};
+use super::commands::error_reply;
+use crate::metrics::{Op, Proto};
+use crate::store::{Ack, AddOutcome, Filter, LookupScratch, StoreError};
+use crate::App;
+
+pub(super) struct Conn {
+    pub(super) app: Arc<App>,
+    pub(super) authed: bool,
+    pub(super) outcomes: Vec<AddOutcome>,
+    /// Writes of this batch waiting to be durable, each with the range of
+    /// `Out::buf` holding its command's reply (replaced by an error if the
+    /// log fails to write it).
+    pub(super) pending: Vec<(Ack, std::ops::Range<usize>)>,
+    /// The acknowledgement of the command being executed, if it wrote.
+    pub(super) ack: Option<Ack>,
+    pub(super) quit: bool,
+    pub(super) name: Option<Vec<u8>>,
+    pub(super) id: u64,
+    /// The filter of the last lookup (see [`Lookup`]).
+    pub(super) last: Lookup,
+    pub(super) lookup_scratch: LookupScratch,
+    /// Items looked up and hits not yet added to the shared metrics.
+    pub(super) items_checked: u64,
+    pub(super) hits: u64,
+    /// The run of commands being timed (see [`Conn::execute`]).
+    pub(super) run: Run,
+}
+
+/// A connection's cached name lookup. Pipelined lookups usually name one
+/// filter over and over; while the store's generation is unchanged (no
+/// filter created, replaced or deleted) the cached [`Filter`] is the one
+/// [`Store::get`](crate::store::Store::get) would return, without taking the
+/// map's lock, hashing the name or touching a shared reference count. The
+/// filter's lookup counters are accumulated here and added once per batch.
+#[derive(Default)]
+pub(super) struct Lookup {
+    pub(super) valid: bool,
+    pub(super) generation: u64,
+    pub(super) key: Vec<u8>,
+    pub(super) named: Option<Filter>,
+    pub(super) checks: u64,
+    pub(super) hits: u64,
+}
+
+/// Longest filter name worth caching (longer ones are looked up each time).
+const MAX_CACHED_NAME: usize = 256;
+
+/// Consecutive commands of one kind, timed together: reading the clock
+/// twice per command cost more than a pipelined `BF.EXISTS` itself.
+pub(super) struct Run {
+    pub(super) op: Op,
+    pub(super) n: u64,
+    pub(super) errors: u64,
+    pub(super) start: Instant,
+}
+
+pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
+    let limits = app.limits.clone();
+    let now = Instant::now();
+    let mut conn = Conn {
+        authed: false,
+        app,
+        outcomes: Vec::new(),
+        pending: Vec::new(),
+        ack: None,
+        quit: false,
+        name: None,
+        id,
+        last: Lookup::default(),
+        lookup_scratch: LookupScratch::default(),
+        items_checked: 0,
+        hits: 0,
+        run: Run {
+            op: Op::Other,
+            n: 0,
+            errors: 0,
+            start: now,
+        },
+    };
+    let mut buf = BytesMut::with_capacity(16 << 10);
+    let mut out = Out {
+        buf: Vec::with_capacity(16 << 10),
+        proto: 2,
+    };
+    // This connection's share of the input budget (see crate::budget).
+    let account = conn.app.input.register();
+    let mut partial_since: Option<Instant> = None;
+    // One timer for the idle and request timeouts, re-armed lazily: it is
+    // only moved earlier when a deadline moves earlier, and when it fires
+    // early (there was activity since it was set) it is moved to the real
+    // deadline. Arming a timer for every read cost more than the read.
+    let mut armed = now + limits.idle_timeout;
+    let timer = tokio::time::sleep_until(armed.into());
+    tokio::pin!(timer);
+    let mut batch = Parsed::default();
+    loop {
+        // Execute every complete command in the buffer, up to 1 MiB of replies.
+        let mut more = false;
+        loop {
+            let error = batch.parse(&buf, &limits);
+            if !batch.cmds.is_empty() {
+                partial_since = None;
+            }
+            let mut next = 0;
+            let stopped = loop {
+                let (i, stop) = conn.run_batch(&buf, &batch, next, &mut out);
+                next = i;
+                if stop != Stop::Blocking {
+                    break stop == Stop::Full;
+                }
+                // Off this thread, with the connection's state moved along
+                // and back (no copy of the arguments).
+                let args = batch.args[batch.cmds[i].0.clone()].to_vec();
+                let job = tokio::task::spawn_blocking(move || {
+                    conn.execute_at(&buf, &args, &mut out);
+                    (conn, out, buf)
+                });
+                let Ok(back) = job.await else {
+                    return;
+                };
+                (conn, out, buf) = back;
+                next += 1;
+                if conn.quit || out.buf.len() > (1 << 20) {
+                    break true;
+                }
+            };
+            let done = if next > 0 { batch.cmds[next - 1].1 } else { 0 };
+            buf.advance(done);
+            // `need` describes the incomplete command after the last parsed
+            // one; if parsed commands are still waiting, parse them first.
+            batch.need = if next < batch.cmds.len() {
+                0
+            } else {
+                batch.need.saturating_sub(done)
+            };
+            if conn.quit {
+                break;
+            }
+            if stopped {
+                // Send these replies, then go on with the buffer (its
+                // commands may be all the client will send).
+                more = !buf.is_empty();
+                break;
+            }
+            if let Some(ProtocolError(msg)) = error {
+                conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
+                out.error(&format!("ERR Protocol error: {msg}"));
+                let _ = flush(&mut stream, &mut conn, &mut out).await;
+                return;
+            }
+            if batch.cmds.len() < MAX_PARSED {
+                break;
+            }
+        }
+        let Ok(now) = flush(&mut stream, &mut conn, &mut out).await else {
+            return;
+        };
+        if conn.quit {
+            return;
+        }
+        if more {
+            continue;
+        }
+        if !buf.is_empty() && partial_since.is_none() {
+            partial_since = Some(now);
+        }
+        // Keep the memory of one huge command only while it is needed.
+        if buf.is_empty() && buf.capacity() > (1 << 20) {
+            buf = BytesMut::with_capacity(16 << 10);
+        }
+        if batch.args.capacity() > (1 << 16) {
+            batch.args = Vec::new();
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 << 10);
+        }
+        account.set(buf.capacity());
+        let deadline = match partial_since {
+            Some(t) => t + limits.request_timeout,
+            None => now + limits.idle_timeout,
+        };
+        if deadline < armed {
+            armed = deadline;
+            timer.as_mut().reset(armed.into());
+        }
+        loop {
+            tokio::select! {
+                biased;
+                r = read_some(&stream, &mut buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => break,
+                },
+                () = account.killed() => {
+                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                        .fetch_add(1, Relaxed);
+                    out.error(&format!(
+                        "ERR client input buffer budget exceeded ({} MiB for all clients, --max-input-memory): this connection held the most and is closed",
+                        conn.app.input.limit() >> 20
+                    ));
+                    // The buffer goes before the reply is sent.
+                    drop(std::mem::take(&mut buf));
+                    account.set(0);
+                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    return;
+                }
+                () = &mut timer => {
+                    if Instant::now() < deadline {
+                        armed = deadline;
+                        timer.as_mut().reset(armed.into());
+                        continue;
+                    }
+                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                        .fetch_add(1, Relaxed);
+                    out.error(if partial_since.is_some() {
+                        "ERR request timeout: command not completed in time"
+                    } else {
+                        "ERR idle timeout"
+                    });
+                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    return;
+                }
+            }
+        }
+        conn.run.start = Instant::now();
+    }
+}
+
+/// Why [`Conn::run_batch`] returned.
+#[derive(PartialEq, Eq)]
+enum Stop {
+    /// Every parsed command ran.
+    Done,
+    /// `QUIT`, or enough replies to send before going on.
+    Full,
+    /// The next command must run on the blocking pool.
+    Blocking,
+}
+
+/// How many commands ahead the memory of a `BF.EXISTS` lookup is prefetched.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Reads once into `buf` (which has free space). A read that returns less
+/// than the free space has drained the socket's receive queue, so the
+/// socket's readiness is cleared right away: the next read waits for the
+/// reactor instead of first making a `read` that can only fail with
+/// `EAGAIN`. A batch of pipelined commands then costs one `read` and one
+/// `write`. (Tokio ignores the clearing if the reactor saw new data
+/// meanwhile, so no wake-up is lost.)
+async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        let free = buf.capacity() - buf.len();
+        let mut got = 0;
+        let r = stream.try_io(Interest::READABLE, || {
+            got = stream.try_read_buf(buf)?;
+            if got > 0 && got < free {
+                Err(std::io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+        match r {
+            Ok(()) => return Ok(got),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if got > 0 {
+                    return Ok(got);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Ends the batch (metrics), waits for its writes to be durable, then sends
+/// its replies. Returns the time the batch ended (after any wait).
+async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<Instant, ()> {
+    let mut now = conn.end_batch();
+    if !conn.pending.is_empty() {
+        let mut failed = Vec::new();
+        for (ack, reply) in conn.pending.drain(..) {
+            if let Err(e) = ack.wait().await {
+                failed.push((reply, e));
+            }
+        }
+        if !failed.is_empty() {
+            // The replies of writes that are not durable become errors: a
+            // client is never told that an add it cannot count on succeeded.
+            out.buf = replace_replies(&out.buf, &failed);
+        }
+        now = Instant::now();
+    }
+    if out.buf.is_empty() {
+        return Ok(now);
+    }
+    let r = stream.write_all(&out.buf).await;
+    out.buf.clear();
+    if out.buf.capacity() > (4 << 20) {
+        out.buf = Vec::with_capacity(16 << 10);
+    }
+    r.map(|()| now).map_err(|_| ())
+}
+
+/// `buf` with each of `failed`'s reply ranges (in order, disjoint) replaced
+/// by its error.
+fn replace_replies(buf: &[u8], failed: &[(std::ops::Range<usize>, StoreError)]) -> Vec<u8> {
+    let mut out = Out {
+        buf: Vec::with_capacity(buf.len()),
+        proto: 2,
+    };
+    let mut at = 0;
+    for (r, e) in failed {
+        out.buf.extend_from_slice(&buf[at..r.start]);
+        out.error(&error_reply(e));
+        at = r.end;
+    }
+    out.buf.extend_from_slice(&buf[at..]);
+    out.buf
+}
+
+#[derive(PartialEq, Eq)]
+pub(super) enum Class {
+    Conn,
+    Read,
+    Write,
+}
+
+impl Conn {
+    fn execute(&mut self, argv: &[&[u8]], out: &mut Out) {
+        // Upper-case the command name on the stack (no allocation).
+        let mut name = [0u8; 24];
+        let cmd: &[u8] = if argv[0].len() <= name.len() {
+            let n = argv[0].len();
+            name[..n].copy_from_slice(argv[0]);
+            name[..n].make_ascii_uppercase();
+            &name[..n]
+        } else {
+            b"\0unknown"
+        };
+        let (class, op) = match cmd {
+            b"BF.EXISTS" | b"BF.MEXISTS" => (Class::Read, Op::Check),
+            b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.DEBUG" | b"EXISTS" | b"TYPE"
+            | b"KEYS" | b"SCAN" | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
+            b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" => (Class::Write, Op::Add),
+            b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" => (Class::Write, Op::Admin),
+            b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
+            _ => (Class::Conn, Op::Other),
+        };
+        // Time runs of commands of one kind; adds and admin commands each
+        // on their own (they can be slow).
+        if self.run.n > 0 && self.run.op != op {
+            self.end_run(Instant::now());
+        }
+        self.run.op = op;
+        let before = out.buf.len();
+        let denied = match class {
+            Class::Conn => None,
+            Class::Read => self.app.policy.check_read(self.authed).err(),
+            Class::Write => self.app.policy.check_write(self.authed).err(),
+        };
+        match denied {
+            Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
+            Some(d) => out.error(&format!("NOPERM {}", d.message())),
+            None => self.dispatch(cmd, argv, out),
+        }
+        if let Some(ack) = self.ack.take().filter(|a| !a.is_done()) {
+            self.pending.push((ack, before..out.buf.len()));
+        }
+        self.run.n += 1;
+        self.run.errors += (out.buf.get(before) == Some(&b'-')) as u64;
+        if matches!(op, Op::Add | Op::Admin) {
+            self.end_run(Instant::now());
+        }
+    }
+
+    /// Executes the parsed commands from the `from`th on, in order, until
+    /// the end, a `QUIT`, 1 MiB of replies, or a command that must not run
+    /// on this thread ([`Conn::blocks`]). Returns the index of the first
+    /// command not executed and why it stopped.
+    fn run_batch(
+        &mut self,
+        buf: &[u8],
+        batch: &Parsed,
+        from: usize,
+        out: &mut Out,
+    ) -> (usize, Stop) {
+        let cmds = &batch.cmds;
+        for (args, _) in cmds.iter().skip(from).take(PREFETCH_AHEAD) {
+            self.prefetch(buf, &batch.args[args.clone()]);
+        }
+        for i in from..cmds.len() {
+            if let Some((ahead, _)) = cmds.get(i + PREFETCH_AHEAD) {
+                self.prefetch(buf, &batch.args[ahead.clone()]);
+            }
+            let args = &batch.args[cmds[i].0.clone()];
+            if self.blocks(buf, args) {
+                return (i, Stop::Blocking);
+            }
+            self.execute_at(buf, args, out);
+            if self.quit || out.buf.len() > (1 << 20) {
+                return (i + 1, Stop::Full);
+            }
+        }
+        (cmds.len(), Stop::Done)
+    }
+
+    /// Executes the command whose arguments are `args` (ranges of `buf`).
+    fn execute_at(&mut self, buf: &[u8], args: &[std::ops::Range<usize>], out: &mut Out) {
+        if args.is_empty() {
+            return;
+        }
+        // Most commands have few arguments: avoid an allocation.
+        let mut small: [&[u8]; 8] = [&[]; 8];
+        let big: Vec<&[u8]>;
+        let argv: &[&[u8]] = if args.len() <= small.len() {
+            for (slot, r) in small.iter_mut().zip(args) {
+                *slot = &buf[r.clone()];
+            }
+            &small[..args.len()]
+        } else {
+            big = args.iter().map(|r| &buf[r.clone()]).collect();
+            &big
+        };
+        self.execute(argv, out);
+    }
+
+    /// True for commands that do file I/O or wait for the store's snapshot
+    /// lock (which a snapshot holds while it writes filter files): creating
+    /// (`BF.RESERVE`, `BF.LOADCHUNK`, an add to a missing filter) and
+    /// deleting filters, and loading chunks; and adds while a filter's write
+    /// lock is taken (by a reload, say); and every `BF.*` command of a store
+    /// whose calls go over the network ([`Store::is_remote`](crate::store::Store::is_remote)).
+    /// They run on Tokio's blocking pool so that they cannot stall the other
+    /// connections of this thread.
+    fn blocks(&mut self, buf: &[u8], args: &[std::ops::Range<usize>]) -> bool {
+        let Some(cmd) = args.first() else {
+            return false;
+        };
+        let cmd = &buf[cmd.clone()];
+        let is = |name: &[u8]| cmd.eq_ignore_ascii_case(name);
+        if is(b"BF.RESERVE") || is(b"BF.LOADCHUNK") || is(b"DEL") || is(b"UNLINK") {
+            return true;
+        }
+        if self.app.store.is_remote() {
+            return cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"BF.");
+        }
+        if (is(b"BF.ADD") || is(b"BF.MADD") || is(b"BF.INSERT")) && args.len() >= 2 {
+            self.look_up(&buf[args[1].clone()]);
+            return self.last.named.as_ref().is_none_or(|n| n.add_would_block());
+        }
+        false
+    }
+
+    /// Starts loading the filter memory a `BF.EXISTS` of the filter of the
+    /// last lookup will read (a hint: other commands and filters are left
+    /// alone, so that a pipeline over several filters does not thrash
+    /// [`Conn::last`]).
+    #[inline]
+    fn prefetch(&self, buf: &[u8], args: &[std::ops::Range<usize>]) {
+        if let [cmd, key, item] = args {
+            let l = &self.last;
+            if let Some(n) = &l.named {
+                if l.valid
+                    && buf[key.clone()] == l.key[..]
+                    && buf[cmd.clone()].eq_ignore_ascii_case(b"BF.EXISTS")
+                    && l.generation == self.app.store.generation()
+                {
+                    n.prefetch(&buf[item.clone()]);
+                }
+            }
+        }
+    }
+
+    /// Records the current run of commands as ending at `now`.
+    fn end_run(&mut self, now: Instant) {
+        let r = &mut self.run;
+        self.app.metrics.record_many(
+            Proto::Resp,
+            r.op,
+            r.n,
+            now.saturating_duration_since(r.start),
+            r.errors,
+        );
+        r.n = 0;
+        r.errors = 0;
+        r.start = now;
+    }
+
+    /// Ends a batch: records its timing and adds its lookup counts to the
+    /// shared counters. Returns the current time.
+    fn end_batch(&mut self) -> Instant {
+        let now = Instant::now();
+        if self.run.n > 0 {
+            self.end_run(now);
+        }
+        self.flush_lookup_counts();
+        let m = &self.app.metrics;
+        if self.items_checked > 0 {
+            m.items_checked.fetch_add(self.items_checked, Relaxed);
+            self.items_checked = 0;
+        }
+        if self.hits > 0 {
+            m.hits.fetch_add(self.hits, Relaxed);
+            self.hits = 0;
+        }
+        now
+    }
+
+    fn flush_lookup_counts(&mut self) {
+        let l = &mut self.last;
+        if let Some(n) = &l.named {
+            n.count(l.checks, l.hits);
+        }
+        l.checks = 0;
+        l.hits = 0;
+    }
+
+    /// Points `self.last` at the filter called `key` (or at nothing).
+    pub(super) fn look_up(&mut self, key: &[u8]) {
+        let generation = self.app.store.generation();
+        let l = &self.last;
+        if l.valid && l.generation == generation && l.key == key {
+            return;
+        }
+        self.flush_lookup_counts();
+        let named = self.named(key);
+        let l = &mut self.last;
+        l.named = named;
+        l.generation = generation;
+        l.key.clear();
+        l.valid = key.len() <= MAX_CACHED_NAME;
+        if l.valid {
+            l.key.extend_from_slice(key);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `BF.SCANDUMP` / `BF.LOADCHUNK`: a filter as a stream of chunks, a JSON
+//! header first (each layer's parameters, growth rules), then the bit
+//! arrays of all layers in order.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+pub use bloomgate_blacklist::layers::{Growth, Meta};
+use bloomgate_engine::{Layout, Params};
+use serde::{Deserialize, Serialize};
+
+use crate::wal::{self, AckRx};
+
+use super::*;
+
+/// The header of a `BF.SCANDUMP` stream (JSON after a magic line).
+#[derive(Serialize, Deserialize)]
+struct DumpHeader {
+    layers: Vec<DumpLayer>,
+    meta: Option<Meta>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DumpLayer {
+    layout: u8,
+    bits: u64,
+    k: u32,
+    seed: u64,
+    key_kind: u8,
+    match_mode: u8,
+    planned_items: u64,
+    target_fp: f64,
+    items: u64,
+}
+
+/// Parses the first chunk of a `BF.SCANDUMP` stream (the magic line and the
+/// JSON header): each layer's parameters and item count, and the growth
+/// rules. Anything malformed, any layer whose parameters do not validate,
+/// and filters larger than `max_filter_bytes` in all are refused with
+/// RedisBloom's texts.
+pub fn parse_dump_header(
+    data: &[u8],
+    max_filter_bytes: u64,
+) -> Result<(Vec<(Params, u64)>, Growth), StoreError> {
+    let bad_data = || StoreError::Invalid("received bad data".into());
+    let h: DumpHeader = data
+        .strip_prefix(DUMP_MAGIC)
+        .and_then(|json| serde_json::from_slice(json).ok())
+        .ok_or_else(bad_data)?;
+    if h.layers.is_empty() || h.layers.len() > 64 {
+        return Err(bad_data());
+    }
+    let mut specs = Vec::new();
+    let mut total = 0u64;
+    for l in &h.layers {
+        let p = Params {
+            layout: Layout::from_code(l.layout).ok_or_else(bad_data)?,
+            bits: l.bits,
+            k: l.k,
+            seed: l.seed,
+            key_kind: l.key_kind,
+            match_mode: l.match_mode,
+            planned_items: l.planned_items,
+            target_fp: l.target_fp,
+        };
+        p.validate().map_err(|_| bad_data())?;
+        total = total.saturating_add(p.bits / 8);
+        specs.push((p, l.items));
+    }
+    if total > max_filter_bytes {
+        return Err(StoreError::Invalid(
+            "filter too large for this server".into(),
+        ));
+    }
+    let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
+    Ok((specs, growth))
+}
+
+const DUMP_MAGIC: &[u8] = b"BLOOMGATE-DUMP-1\n";
+/// Bytes per `BF.SCANDUMP` data chunk.
+pub const DUMP_CHUNK: usize = 4 << 20;
+
+impl LocalStore {
+    /// `BF.SCANDUMP`: iteration 0 gives the header; later iterations the bit
+    /// arrays of all layers in order, [`DUMP_CHUNK`] bytes at a time; `(0, [])` ends.
+    pub fn scandump(&self, named: &Named, iter: u64) -> (u64, Vec<u8>) {
+        let st = named.state.load();
+        if iter == 0 {
+            let header = DumpHeader {
+                layers: st
+                    .layers
+                    .iter()
+                    .map(|f| {
+                        let p = f.params();
+                        DumpLayer {
+                            layout: p.layout.code(),
+                            bits: p.bits,
+                            k: p.k,
+                            seed: p.seed,
+                            key_kind: p.key_kind,
+                            match_mode: p.match_mode,
+                            planned_items: p.planned_items,
+                            target_fp: p.target_fp,
+                            items: f.items(),
+                        }
+                    })
+                    .collect(),
+                meta: match &st.growth {
+                    Growth::Fixed => None,
+                    Growth::Redis(m) => Some(m.clone()),
+                },
+            };
+            let mut out = DUMP_MAGIC.to_vec();
+            out.extend_from_slice(&serde_json::to_vec(&header).unwrap_or_default());
+            return (1, out);
+        }
+        let mut pos = iter - 1;
+        for f in &st.layers {
+            let bytes = f.as_bytes();
+            let len = bytes.len() as u64;
+            if pos < len {
+                let end = (pos + DUMP_CHUNK as u64).min(len);
+                let chunk = bytes[pos as usize..end as usize].to_vec();
+                let consumed: u64 = iter - 1 + (end - pos);
+                return (consumed + 1, chunk);
+            }
+            pos -= len;
+        }
+        (0, Vec::new())
+    }
+
+    /// `BF.LOADCHUNK`: iteration 1 creates the filter from a header; later
+    /// iterations OR data into it (logged like adds): a chunk of `n` bytes
+    /// covers bytes `iter - 1 - n .. iter - 1` of the layers laid end to end.
+    /// A bad header or chunk is refused with RedisBloom's texts (`received bad data`, `invalid offset
+    /// - no link found`, `invalid chunk - Too big for current filter`).
+    pub fn loadchunk(
+        &self,
+        name: &str,
+        iter: u64,
+        data: &[u8],
+    ) -> Result<Option<AckRx>, StoreError> {
+        let bad_data = || StoreError::Invalid("received bad data".into());
+        if iter == 1 {
+            if !valid_name(name) {
+                return Err(StoreError::BadName(name.into()));
+            }
+            let (specs, growth) = parse_dump_header(data, self.limits.max_filter_bytes)?;
+            let _snap = lock(&self.snapshot_lock);
+            if self.get(name).is_some() {
+                return Err(StoreError::Exists(name.into()));
+            }
+            let base = self.base(name);
+            self.fresh_journal(name, &specs[0].0)?;
+            let layers = self.write_new(&base, &specs, &growth, 0)?;
+            self.install(name, &base, layers)?;
+            return Ok(None);
+        }
+        if let Some(e) = self.wal.refusing() {
+            return Err(e.into());
+        }
+        let named = self.need(name)?;
+        self.write_marker(&named)?;
+        let _w = lock(&named.write);
+        let st = named.state.load();
+        let no_link = || StoreError::Invalid("invalid offset - no link found".into());
+        let mut start = iter
+            .checked_sub(data.len() as u64)
+            .ok_or_else(bad_data)?
+            .checked_sub(1)
+            .ok_or_else(no_link)?;
+        for (i, f) in st.layers.iter().enumerate() {
+            let len = f.as_bytes().len() as u64;
+            if start < len {
+                if data.len() as u64 > len - start {
+                    return Err(StoreError::Invalid(
+                        "invalid chunk - Too big for current filter".into(),
+                    ));
+                }
+                // In range: only a misaligned chunk fails.
+                f.or_bytes_at(start, data).map_err(|_| bad_data())?;
+                let mut log = Vec::with_capacity(data.len() + 64);
+                wal::encode_chunk(&mut log, &named.name, st.seed(), i as u32, start, data);
+                named.dirty.store(true, Relaxed);
+                return Ok(Some(self.wal.append(log)));
+            }
+            start -= len;
+        }
+        Err(no_link())
+    }
+}

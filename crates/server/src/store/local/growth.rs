@@ -1,0 +1,42 @@
+//! Adds to a served filter, growing a scaling filter by a layer when its
+//! newest is full ([`Layers::insert`]); new layers live in memory until a
+//! snapshot writes them.
+
+use std::sync::Arc;
+
+use bloomgate_blacklist::layers::{Added, GrowLimits};
+use bloomgate_engine::{Filter, Params};
+
+use crate::Limits;
+
+use super::*;
+
+/// RedisBloom's add ([`Layers::insert`]) on a filter's published state: a
+/// grown chain is published before the add returns.
+pub(super) fn add_key(
+    named: &Named,
+    key: &[u8],
+    limits: &Limits,
+) -> Result<AddOutcome, StoreError> {
+    let st = named.state.load_full();
+    let (added, grown) = st.insert(key, false, grow_limits(limits), &mut in_memory_layer)?;
+    if let Some(g) = grown {
+        named.state.store(Arc::new(g));
+    }
+    Ok(match added {
+        Added::New => AddOutcome::New,
+        Added::Exists => AddOutcome::Exists,
+        Added::Full => AddOutcome::Full,
+    })
+}
+
+pub(super) fn grow_limits(limits: &Limits) -> GrowLimits {
+    GrowLimits {
+        max_bytes: limits.max_filter_bytes,
+    }
+}
+
+/// New layers of served filters live in memory until a snapshot saves them.
+pub(super) fn in_memory_layer(p: Params) -> Result<Filter, bloomgate_blacklist::Error> {
+    Ok(Filter::new(p)?)
+}

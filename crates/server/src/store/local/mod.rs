@@ -1,0 +1,593 @@
+//! The named filters of a data directory, their live updates and their files.
+//!
+//! # Files
+//!
+//! A filter's files (`NAME.bgf`, its further layers `NAME.bgf.layerN`, its
+//! growth settings `NAME.bgf.meta`, its whitelist) and how a scaling filter
+//! grows are [`bloomgate_blacklist::layers`], shared with the CLI so that
+//! both read the same filter the same way. The server adds:
+//!
+//! | file | what |
+//! |---|---|
+//! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
+//! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
+//! | `.bloomgate-wal/lock` | held (`flock`) while the server runs ([`DirLock`]) |
+//!
+//! # Live adds survive reloads
+//!
+//! An acknowledged add is never lost: a snapshot copies the add records it
+//! trims from the log into `NAME.live` (fsynced) before deleting the log
+//! segments, and every time a filter file is (re)loaded — HTTP reload,
+//! SIGHUP, startup — the journal and the filter's not-yet-trimmed log
+//! records are inserted into the new layers *before* they are published.
+//! Log records are matched to a filter by the seeds of its lineage (see
+//! [`crate::journal`]), so records made before a reload still count after
+//! it, while those of a deleted filter do not come back with a new one of
+//! the same name. Only a reload with `drop_live_adds` (which resets the
+//! journal) or deleting the filter discards them.
+//!
+//! # Growth
+//!
+//! Filters with growth settings behave like RedisBloom's scalable filters
+//! ([`Layers::insert`]): `NONSCALING` filters refuse with `ERR non scaling
+//! filter is full`; filters built with the CLI are *fixed* and accept adds
+//! past their planned size, with a rising false-positive rate that `info`
+//! reports.
+//!
+//! # Concurrency
+//!
+//! Lookups are lock-free: a filter's layers and whitelist are published
+//! through [`arc_swap::ArcSwap`]s and the bit arrays are atomic. Adds, growth
+//! and whitelist edits of one filter are serialized by a mutex (adds are
+//! bounded by the log's fsync anyway). Snapshots, deletes, reloads and
+//! creations are serialized with each other by the store's snapshot lock, so
+//! a snapshot can never write an old filter over a freshly reloaded file or
+//! resurrect a deleted one.
+//!
+//! All layer-0 files are mapped copy-on-write ([`Access::ReadOnly`]): live
+//! adds change only this process's pages, the log makes them durable, and a
+//! snapshot writes a new file with `Filter::save` (atomic rename).
+//!
+//! The store's files are in this module and its children: [`named`] (one
+//! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
+
+pub(crate) mod dump;
+mod growth;
+mod named;
+mod reload;
+mod replay;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bloomgate_blacklist::datadir::DirLock;
+use bloomgate_blacklist::layers::{first_layer_rate, layer_path, meta_path};
+pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
+use bloomgate_blacklist::{per_lookup_rate, Whitelist};
+use bloomgate_engine::atomic::{sync_parent, write_atomic};
+use bloomgate_engine::{plan, random_seed, Access, Filter, Params};
+use bloomgate_url::{entry_key, query_keys, KeyError};
+
+use crate::journal::{self, Lineage};
+use crate::metrics::Metrics;
+use crate::wal::{self, AckRx, Wal};
+use crate::Limits;
+
+use super::{AddOutcome, CreateSpec, Info, SnapshotReport, StoreError};
+
+use growth::add_key;
+pub use named::{LookupScratch, Named};
+use replay::{apply_replay, replay_key};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct FileId {
+    len: u64,
+    mtime: Option<std::time::SystemTime>,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId {
+        len: m.len(),
+        mtime: m.modified().ok(),
+        #[cfg(unix)]
+        ino: std::os::unix::fs::MetadataExt::ino(&m),
+    })
+}
+
+/// All served filters plus the log.
+pub struct LocalStore {
+    dir: PathBuf,
+    filters: RwLock<HashMap<String, Arc<Named>>>,
+    /// Bumped after every change of `filters` (see [`LocalStore::generation`]).
+    generation: AtomicU64,
+    wal: Wal,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    snapshot_lock: Mutex<()>,
+    /// Per journal, its length after it was last compacted (under the
+    /// snapshot lock; see [`LocalStore::compact_journal`]).
+    journal_base: Mutex<HashMap<String, u64>>,
+    /// Held while the store is open: no second server, and no CLI writer.
+    _dir_lock: DirLock,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Loads a filter's layers, meta and whitelist from `base` (`NAME.bgf`).
+fn load_layers(base: &Path) -> Result<(Layers, Whitelist), StoreError> {
+    let layers = Layers::open(base, Access::ReadOnly)?;
+    let whitelist =
+        Whitelist::load(&Whitelist::path_for(base)).map_err(bloomgate_blacklist::Error::from)?;
+    Ok((layers, whitelist))
+}
+
+impl LocalStore {
+    /// Opens every `*.bgf` in `dir`, replays the log and snapshots what it replayed.
+    pub fn open(
+        dir: &Path,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> Result<LocalStore, StoreError> {
+        if !dir.is_dir() {
+            return Err(StoreError::io(
+                format_args!("{}: cannot read data directory", dir.display()),
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+            ));
+        }
+        let dir_lock = DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2))?;
+        let rd = std::fs::read_dir(dir).map_err(|e| {
+            StoreError::io(
+                format_args!("{}: cannot read data directory", dir.display()),
+                e,
+            )
+        })?;
+        let mut filters = HashMap::new();
+        for e in rd.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("bgf") || !path.is_file() {
+                continue;
+            }
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+                continue;
+            };
+            if !valid_name(&name) {
+                eprintln!(
+                    "bloomgate serve: skipping {}: unusable name",
+                    path.display()
+                );
+                continue;
+            }
+            match load_layers(&path) {
+                Ok((layers, wl)) => {
+                    let id = file_id(&path);
+                    filters.insert(name.clone(), Arc::new(Named::new(name, layers, wl, id)));
+                }
+                Err(e) => eprintln!("bloomgate serve: skipping {}: {e}", path.display()),
+            }
+        }
+        // Journals of live adds: learn each filter's lineage and insert its
+        // journaled adds (a no-op unless the file was replaced while the
+        // server was down, or a crash followed a reload).
+        for n in filters.values() {
+            let jpath = journal::path(dir, &n.name);
+            let c =
+                journal::load(&jpath, &metrics).map_err(|e| StoreError::io(jpath.display(), e))?;
+            let current = n.state.load().lineage();
+            let mut lineage = c.lineage;
+            if !lineage.iter().any(|l| l.seed == current.seed) {
+                // First time served, or NAME.bgf was replaced while the
+                // server was down: the new file joins the lineage. On a full
+                // disk the marker waits, and adds with it (`write_marker`).
+                let mut m = Vec::new();
+                journal::marker(&mut m, &n.name, current);
+                if let Err(e) = journal::append(&jpath, &m) {
+                    eprintln!(
+                        "bloomgate serve: {}: {e}; adds to '{}' are refused until it can be written",
+                        jpath.display(),
+                        n.name
+                    );
+                    *lock(&n.marker) = Some(m);
+                }
+                lineage.push(current);
+            }
+            let mut inserted = 0u64;
+            for (seed, key) in &c.adds {
+                if let Ok(true) = replay_key(&n.state, &lineage, *seed, key, &limits) {
+                    inserted += 1;
+                }
+            }
+            if inserted > 0 {
+                eprintln!(
+                    "bloomgate serve: {}: re-inserted {inserted} journaled live add(s) missing from its file",
+                    n.name
+                );
+                metrics.journal_replayed.fetch_add(inserted, Relaxed);
+                n.dirty.store(true, Relaxed);
+            }
+            *lock(&n.lineage) = lineage;
+        }
+        let wal_dir = dir.join(".bloomgate-wal");
+        std::fs::create_dir_all(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
+        // Replay.
+        let old = wal::segments(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
+        let mut replayed = 0u64;
+        for (_, seg) in &old {
+            let rep = wal::read_segment(seg, |rec| {
+                replayed += 1;
+                apply_replay(&filters, rec);
+            })
+            .map_err(|e| StoreError::io(seg.display(), e))?;
+            if let Some(problem) = &rep.problem {
+                eprintln!(
+                    "bloomgate serve: write-ahead log {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
+                    seg.display(),
+                    rep.records,
+                    rep.lost_bytes
+                );
+                metrics.wal_records_lost.fetch_add(1, Relaxed);
+            }
+        }
+        metrics.wal_records_replayed.store(replayed, Relaxed);
+        if replayed > 0 {
+            eprintln!("bloomgate serve: replayed {replayed} log record(s)");
+        }
+        let wal = Wal::start(&wal_dir, metrics.clone())?;
+        let store = LocalStore {
+            dir: dir.to_path_buf(),
+            filters: RwLock::new(filters),
+            generation: AtomicU64::new(0),
+            wal,
+            limits,
+            metrics,
+            snapshot_lock: Mutex::new(()),
+            journal_base: Mutex::new(HashMap::new()),
+            _dir_lock: dir_lock,
+        };
+        let any_dirty = store.all().iter().any(|n| n.dirty.load(Relaxed));
+        if !old.is_empty() || any_dirty {
+            // On a full disk the replayed log stays until a later snapshot
+            // succeeds; the server serves meanwhile (reads, and writes once
+            // the log can write).
+            if let Err(e) = store.snapshot() {
+                eprintln!("bloomgate serve: snapshot after replay failed, will retry: {e}");
+            }
+        }
+        Ok(store)
+    }
+
+    fn base(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.bgf"))
+    }
+
+    /// The filter called `name`.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<Arc<Named>> {
+        self.filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// A number that changes whenever a filter is added, replaced or
+    /// removed: a caller may keep an `Arc<Named>` from [`LocalStore::get`] for as
+    /// long as this stays the same (the Redis front end caches its last
+    /// lookup per connection this way).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
+    }
+
+    /// Inserts or removes under the map's write lock and bumps the generation.
+    fn change_filters<R>(&self, f: impl FnOnce(&mut HashMap<String, Arc<Named>>) -> R) -> R {
+        let mut map = self.filters.write().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut map);
+        self.generation.fetch_add(1, Release);
+        r
+    }
+
+    /// The filter called `name`, or [`StoreError::NotFound`].
+    pub fn need(&self, name: &str) -> Result<Arc<Named>, StoreError> {
+        self.get(name)
+            .ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    /// All names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// All filters, sorted by name.
+    pub fn all(&self) -> Vec<Arc<Named>> {
+        let mut v: Vec<Arc<Named>> = self
+            .filters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Bytes in the current log segment.
+    pub fn wal_bytes(&self) -> u64 {
+        self.wal.bytes()
+    }
+
+    /// Why writes are refused, if they are (the write-ahead log failed, e.g.
+    /// on a full disk; it retries by itself, see [`crate::wal`]).
+    pub fn write_failure(&self) -> Option<wal::WalError> {
+        self.wal.failure()
+    }
+
+    /// Journals the filter's pending lineage marker, if any (under the
+    /// snapshot lock, as every journal write).
+    fn write_marker(&self, named: &Named) -> Result<(), StoreError> {
+        if lock(&named.marker).is_none() {
+            return Ok(());
+        }
+        let _snap = lock(&self.snapshot_lock);
+        let mut pending = lock(&named.marker);
+        if let Some(m) = pending.as_ref() {
+            let jpath = journal::path(&self.dir, &named.name);
+            journal::append(&jpath, m).map_err(|e| wal::WalError::io(jpath.display(), &e))?;
+            *pending = None;
+        }
+        Ok(())
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Creates a filter file and serves it.
+    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<Named>, StoreError> {
+        if !valid_name(name) {
+            return Err(StoreError::BadName(name.into()));
+        }
+        let _snap = lock(&self.snapshot_lock);
+        if self.get(name).is_some() {
+            return Err(StoreError::Exists(name.into()));
+        }
+        let per_lookup = match spec.growth {
+            Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
+            Growth::Redis(_) => first_layer_rate(&spec.growth, spec.fp),
+        };
+        let plan = plan(spec.layout, spec.items, per_lookup)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if plan.bytes() > self.limits.max_filter_bytes {
+            return Err(StoreError::Invalid(format!(
+                "a filter of {} bytes exceeds the server's limit of {} bytes",
+                plan.bytes(),
+                self.limits.max_filter_bytes
+            )));
+        }
+        let mut params = Params::from_plan(&plan, random_seed());
+        params.key_kind = spec.kind.as_u8();
+        params.match_mode = spec.mode.as_u8();
+        let base = self.base(name);
+        self.fresh_journal(name, &params)?;
+        let growth = match &spec.growth {
+            Growth::Redis(m) => Growth::Redis(Meta {
+                error_rate: Some(spec.fp),
+                ..m.clone()
+            }),
+            Growth::Fixed => Growth::Fixed,
+        };
+        let layers = self.write_new(&base, &[(params, 0)], &growth, 0)?;
+        self.install(name, &base, layers)
+    }
+
+    /// A new filter starts a new journal holding only its lineage marker
+    /// (written before its files, so stale adds of a deleted namesake can
+    /// never attach to it).
+    fn fresh_journal(&self, name: &str, layer0: &Params) -> Result<(), StoreError> {
+        let jpath = journal::path(&self.dir, name);
+        let mut m = Vec::new();
+        journal::marker(
+            &mut m,
+            name,
+            Lineage {
+                seed: layer0.seed,
+                key_kind: layer0.key_kind,
+                match_mode: layer0.match_mode,
+            },
+        );
+        journal::reset(&jpath, &m).map_err(|e| StoreError::io(jpath.display(), e))
+    }
+
+    /// Writes a new filter's files (removing stale ones) and opens it.
+    fn write_new(
+        &self,
+        base: &Path,
+        layers: &[(Params, u64)],
+        growth: &Growth,
+        _unused: u8,
+    ) -> Result<Layers, StoreError> {
+        remove_files(base);
+        for (i, (params, items)) in layers.iter().enumerate().rev() {
+            let mut f = Filter::create_file(layer_path(base, i), params.clone())?;
+            f.set_items(*items);
+            f.persist()?;
+        }
+        if let Growth::Redis(meta) = growth {
+            let json = serde_json::to_vec(meta).unwrap_or_default();
+            write_atomic(&meta_path(base), &json)
+                .map_err(|e| StoreError::io(meta_path(base).display(), e.into()))?;
+        }
+        let (layers, _) = load_layers(base)?;
+        Ok(layers)
+    }
+
+    fn install(&self, name: &str, base: &Path, layers: Layers) -> Result<Arc<Named>, StoreError> {
+        let named = Arc::new(Named::new(
+            name.into(),
+            layers,
+            Whitelist::default(),
+            file_id(base),
+        ));
+        self.change_filters(|m| m.insert(name.into(), named.clone()));
+        Ok(named)
+    }
+
+    /// Deletes a filter and its files. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        let _snap = lock(&self.snapshot_lock);
+        let Some(named) = self.get(name) else {
+            return Ok(false);
+        };
+        let _w = lock(&named.write);
+        named.deleted.store(true, Relaxed);
+        self.change_filters(|m| m.remove(name));
+        let base = self.base(name);
+        remove_files(&base);
+        let _ = std::fs::remove_file(Whitelist::path_for(&base));
+        sync_parent(&base);
+        // Last: a crash before this leaves a journal without a filter, which
+        // a later create resets (and a later reload of the name reuses).
+        journal::remove(&journal::path(&self.dir, name));
+        Ok(true)
+    }
+
+    /// Adds entries under the filter's write lock; returns the outcomes and,
+    /// if anything was logged, the receiver that resolves once it is durable.
+    pub fn add(
+        &self,
+        named: &Named,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<Option<AckRx>, StoreError> {
+        // A log that cannot write refuses before anything changes.
+        if let Some(e) = self.wal.refusing() {
+            return Err(e.into());
+        }
+        self.write_marker(named)?;
+        let mut log = Vec::new();
+        let mut changed = false;
+        {
+            let _w = lock(&named.write);
+            if named.deleted.load(Relaxed) {
+                return Err(StoreError::NotFound(named.name.clone()));
+            }
+            for entry in entries {
+                if entry.len() > self.limits.max_item_bytes {
+                    out.push(AddOutcome::TooLong);
+                    continue;
+                }
+                let st = named.state.load();
+                let key = match entry_key(st.kind, st.mode, entry) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        out.push(AddOutcome::Invalid(e));
+                        continue;
+                    }
+                };
+                let outcome = add_key(named, &key, &self.limits)?;
+                if outcome == AddOutcome::New {
+                    self.metrics.items_added.fetch_add(1, Relaxed);
+                    changed = true;
+                }
+                let stop = outcome == AddOutcome::Full;
+                // "Exists" is logged too: the bits that answered it may belong
+                // to the file's own items (or be a false positive), and a
+                // reload can replace them; the acknowledged add must survive.
+                if matches!(outcome, AddOutcome::New | AddOutcome::Exists) {
+                    wal::encode_add(&mut log, &named.name, st.seed(), &key);
+                }
+                out.push(outcome);
+                if stop {
+                    break;
+                }
+            }
+            if log.is_empty() {
+                return Ok(None);
+            }
+            if changed {
+                named.dirty.store(true, Relaxed);
+            }
+            Ok(Some(self.wal.append(log)))
+        }
+    }
+
+    /// Adds or removes whitelist entries and writes the whitelist file.
+    /// Returns, per item, whether it was a hit (add) or was present (remove).
+    pub fn whitelist(
+        &self,
+        named: &Named,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        let _w = lock(&named.write);
+        let st = named.state.load();
+        let mut wl: Whitelist = (**named.whitelist.load()).clone();
+        let mut out = Vec::with_capacity(items.len());
+        let mut scratch = Vec::new();
+        for item in items {
+            let key = match entry_key(st.kind, st.mode, item) {
+                Ok(k) => k.into_owned(),
+                Err(e) => {
+                    out.push(Err(e));
+                    continue;
+                }
+            };
+            if add {
+                let was_hit = st.contains(&key)
+                    || query_keys(st.kind, st.mode, item, &mut scratch)
+                        .map(|_| scratch.iter().any(|k| st.contains(k)))
+                        .unwrap_or(false);
+                wl.insert(key);
+                out.push(Ok(was_hit));
+            } else {
+                out.push(Ok(wl.remove(&key)));
+            }
+        }
+        wl.save(&Whitelist::path_for(&self.base(&named.name)))
+            .map_err(bloomgate_blacklist::Error::from)?;
+        named.whitelist.store(Arc::new(wl));
+        Ok(out)
+    }
+
+    /// Stops the log thread (after a final snapshot).
+    pub fn shutdown(&self) {
+        self.wal.stop();
+    }
+}
+
+fn remove_files(base: &Path) {
+    let _ = std::fs::remove_file(base);
+    let _ = std::fs::remove_file(meta_path(base));
+    for i in 1.. {
+        if std::fs::remove_file(layer_path(base, i)).is_err() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Re-inserting acknowledged adds from a journal or the write-ahead log
+//! (at startup and on reload), converted to the filter's current key rules.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bloomgate_blacklist::datadir::{self, Replayed};
+pub use bloomgate_blacklist::layers::Layers;
+
+use crate::journal::Lineage;
+use crate::wal::Record;
+use crate::Limits;
+
+use super::growth::{grow_limits, in_memory_layer};
+use super::*;
+
+/// Re-inserts an acknowledged add (from a journal or the log) made under
+/// `seed` into `state` ([`datadir::replay_key`]: converted to the state's key
+/// rules if they changed; never refused for lack of room). Returns whether
+/// it was new.
+pub(super) fn replay_key(
+    state: &ArcSwap<Layers>,
+    lineage: &[Lineage],
+    seed: u64,
+    key: &[u8],
+    limits: &Limits,
+) -> Result<bool, StoreError> {
+    let st = state.load_full();
+    let (r, grown) = datadir::replay_key(
+        &st,
+        lineage,
+        seed,
+        key,
+        grow_limits(limits),
+        &mut in_memory_layer,
+    )?;
+    if let Some(g) = grown {
+        state.store(Arc::new(g));
+    }
+    Ok(match r {
+        Replayed::New => true,
+        Replayed::Present => false,
+        Replayed::Unconvertible(e) => {
+            eprintln!(
+                "bloomgate serve: a journaled live add cannot be converted to the new file's key rules ({} {}): {e}: {:?}",
+                st.kind.as_str(),
+                st.mode.as_str(),
+                String::from_utf8_lossy(key)
+            );
+            false
+        }
+    })
+}
+
+pub(super) fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
+    match rec {
+        Record::Add { name, seed, key } => {
+            if let Some(n) = filters.get(&name) {
+                let lineage = lock(&n.lineage);
+                if lineage.iter().any(|l| l.seed == seed) {
+                    let limits = Limits::default();
+                    if let Ok(true) = replay_key(&n.state, &lineage, seed, &key, &limits) {
+                        n.dirty.store(true, Relaxed);
+                    }
+                }
+            }
+        }
+        Record::Chunk {
+            name,
+            seed,
+            layer,
+            offset,
+            data,
+        } => {
+            if let Some(n) = filters.get(&name) {
+                let st = n.state.load();
+                if st.seed() == seed {
+                    if let Some(f) = st.layers.get(layer as usize) {
+                        if f.or_bytes_at(offset, &data).is_ok() {
+                            n.dirty.store(true, Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        Record::Lineage { .. } => {}
+    }
+}

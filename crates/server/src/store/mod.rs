@@ -1,0 +1,595 @@
+//! The filters a server serves, behind one interface.
+//!
+//! The front ends ([`crate::http`], [`crate::resp`]) reach filters only
+//! through [`Store`] and [`Filter`]: neither knows which implementation
+//! serves a filter. Today there is one, [`LocalStore`]: memory-mapped files
+//! in a data directory, made durable by the write-ahead log
+//! ([`crate::wal`]). The interface is shaped so that a store whose
+//! operations are network calls (Redis) fits without changing the front
+//! ends:
+//!
+//! * **Batches.** Lookups ([`Filter::contains_batch`], [`Filter::check_batch`])
+//!   and adds ([`Store::add`]) take many items at once, so that a remote
+//!   store can answer a batch with one round trip.
+//! * **Typed failure.** Every operation that a remote store cannot always
+//!   complete returns a [`StoreError`]; a shard that cannot be read is
+//!   [`StoreError::Unavailable`] (HTTP 503, RESP `-TRYAGAIN`), never
+//!   "absent". What a store cannot do at all (snapshots, reloading from a
+//!   file, `BF.SCANDUMP`) is [`StoreError::Unsupported`], not assumed.
+//! * **Durability as a value.** A write returns an [`Ack`] that the front
+//!   end waits on before it answers: the local store's resolves when the log
+//!   has synced the write (a whole pipeline of adds shares one fsync); a
+//!   store whose writes are durable when they return hands back one that is
+//!   already done.
+//! * **Blocking is declared.** [`Store::is_remote`] and
+//!   [`Filter::add_would_block`] tell a front end when a call may wait (on
+//!   a lock or the network), so that it moves the call off its event loop.
+//!
+//! # Why an enum, not a trait object
+//!
+//! [`Store`] and [`Filter`] are enums over the implementations rather than
+//! `dyn` traits. The set is closed (the implementations live in this crate),
+//! and the local store's hot path — a pipelined `BF.EXISTS` costs a few
+//! hundred nanoseconds, with the next lookups' memory prefetched — stays
+//! statically dispatched and inlinable: with one implementation every
+//! `match` compiles away, with two it is one predictable branch, not a
+//! virtual call per lookup and prefetch. An enum also lets the methods take
+//! closures (`each`, called per result without collecting a `Vec`) and
+//! lets a connection cache a [`Filter`] by value, which a trait object with
+//! generic methods could not offer.
+//!
+//! # Files
+//!
+//! | file | role |
+//! |---|---|
+//! | `store/mod.rs` | the interface: [`Store`], [`Filter`], [`Ack`], [`StoreError`] and the types they exchange |
+//! | `store/local/mod.rs` | [`LocalStore`]: the data directory's filters: open, create, delete, add, whitelist |
+//! | `store/local/named.rs` | one local filter ([`Named`]): lock-free lookups, counters, info |
+//! | `store/local/growth.rs` | adds that grow a scaling filter |
+//! | `store/local/replay.rs` | re-inserting journaled and logged adds |
+//! | `store/local/snapshot.rs` | rewriting changed filters, trimming the log into journals |
+//! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
+//! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
+
+mod local;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bloomgate_blacklist::Verdict;
+use bloomgate_engine::Layout;
+use bloomgate_url::{KeyError, KeyKind, MatchMode};
+use serde::Serialize;
+
+use crate::wal;
+
+pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
+pub use local::dump::{parse_dump_header, DUMP_CHUNK};
+pub use local::{LocalStore, LookupScratch, Named};
+
+/// The filters the server serves (see the [module doc](self)).
+pub enum Store {
+    /// Filter files in a data directory, with the write-ahead log.
+    Local(LocalStore),
+}
+
+/// One served filter, as a cheap handle (clone it freely; it stays valid
+/// while the store replaces the filter's contents, and refers to a deleted
+/// filter's last state once the name is gone).
+#[derive(Clone)]
+pub enum Filter {
+    /// A filter of the [`LocalStore`].
+    Local(Arc<Named>),
+}
+
+/// The acknowledgement of a write: resolves once the write is durable.
+/// A front end must not report a write as done before [`Ack::wait`] says so.
+#[must_use = "a write is not durable before its Ack resolves"]
+pub struct Ack(Option<wal::AckRx>);
+
+impl Ack {
+    /// An acknowledgement that is complete already (nothing to wait for).
+    pub fn done() -> Ack {
+        Ack(None)
+    }
+
+    /// Whether there is nothing to wait for.
+    pub fn is_done(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Waits until the write is durable, or says why it is not.
+    pub async fn wait(self) -> Result<(), StoreError> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => match rx.await {
+                Ok(r) => r.map_err(StoreError::Wal),
+                Err(_) => Err(StoreError::Wal(wal::WalError::io(
+                    "log thread stopped",
+                    &std::io::ErrorKind::Other.into(),
+                ))),
+            },
+        }
+    }
+}
+
+impl From<Option<wal::AckRx>> for Ack {
+    fn from(rx: Option<wal::AckRx>) -> Ack {
+        Ack(rx)
+    }
+}
+
+impl Store {
+    /// The filter called `name`.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<Filter> {
+        match self {
+            Store::Local(s) => s.get(name).map(Filter::Local),
+        }
+    }
+
+    /// The filter called `name`, or [`StoreError::NotFound`].
+    pub fn need(&self, name: &str) -> Result<Filter, StoreError> {
+        self.get(name)
+            .ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    /// A number that changes whenever a filter is added, replaced or
+    /// removed: a caller may keep a [`Filter`] from [`Store::get`] for as
+    /// long as this stays the same (the Redis front end caches its last
+    /// lookup per connection this way).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        match self {
+            Store::Local(s) => s.generation(),
+        }
+    }
+
+    /// All names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Store::Local(s) => s.names(),
+        }
+    }
+
+    /// All filters, sorted by name.
+    pub fn filters(&self) -> Vec<Filter> {
+        match self {
+            Store::Local(s) => s.all().into_iter().map(Filter::Local).collect(),
+        }
+    }
+
+    /// Whether the store's calls go over the network and may block: a
+    /// front end then makes lookups and adds off its event loop.
+    #[inline]
+    pub fn is_remote(&self) -> bool {
+        match self {
+            Store::Local(_) => false,
+        }
+    }
+
+    /// Creates a filter and serves it.
+    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Filter, StoreError> {
+        match self {
+            Store::Local(s) => s.create(name, spec).map(Filter::Local),
+        }
+    }
+
+    /// Deletes a filter. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Local(s) => s.delete(name),
+        }
+    }
+
+    /// Adds entries to `filter`: one outcome per entry is pushed to `out`
+    /// (fewer if a non-scaling filter fills up, [`AddOutcome::Full`] last).
+    /// The adds are visible to lookups at once, durable once the [`Ack`]
+    /// resolves.
+    pub fn add(
+        &self,
+        filter: &Filter,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<Ack, StoreError> {
+        match (self, filter) {
+            (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
+        }
+    }
+
+    /// Adds (`add`) or removes whitelist entries. Returns, per item, whether
+    /// it was a hit (add) or was present (remove). Durable when it returns.
+    pub fn whitelist(
+        &self,
+        filter: &Filter,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        match (self, filter) {
+            (Store::Local(s), Filter::Local(n)) => s.whitelist(n, items, add),
+        }
+    }
+
+    /// `BF.SCANDUMP`: iteration 0 gives the header; later iterations the
+    /// filter's bits, [`DUMP_CHUNK`] bytes at a time; `(0, [])` ends.
+    pub fn scandump(&self, filter: &Filter, iter: u64) -> Result<(u64, Vec<u8>), StoreError> {
+        match (self, filter) {
+            (Store::Local(s), Filter::Local(n)) => Ok(s.scandump(n, iter)),
+        }
+    }
+
+    /// `BF.LOADCHUNK`: iteration 1 creates the filter from a header, later
+    /// ones load its bits.
+    pub fn loadchunk(&self, name: &str, iter: u64, data: &[u8]) -> Result<Ack, StoreError> {
+        match self {
+            Store::Local(s) => s.loadchunk(name, iter, data).map(Ack::from),
+        }
+    }
+
+    /// Makes every change durable in the store's own files and trims its
+    /// log ([`StoreError::Unsupported`] for a store without one).
+    pub fn snapshot(&self) -> Result<SnapshotReport, StoreError> {
+        match self {
+            Store::Local(s) => s.snapshot(),
+        }
+    }
+
+    /// Bytes of changes not yet in a snapshot (a snapshot is due when they
+    /// pass a limit); 0 for a store without snapshots.
+    pub fn unsnapshotted_bytes(&self) -> u64 {
+        match self {
+            Store::Local(s) => s.wal_bytes(),
+        }
+    }
+
+    /// Replaces a filter with a rebuilt file (see [`LocalStore::reload`]).
+    pub fn reload(
+        &self,
+        name: &str,
+        source: Option<&Path>,
+        drop_live_adds: bool,
+    ) -> Result<Filter, StoreError> {
+        match self {
+            Store::Local(s) => s.reload(name, source, drop_live_adds).map(Filter::Local),
+        }
+    }
+
+    /// Reloads every filter whose file changed and serves new ones (SIGHUP);
+    /// returns what it did, for the log.
+    pub fn reload_changed(&self) -> Result<String, StoreError> {
+        match self {
+            Store::Local(s) => Ok(s.reload_changed()),
+        }
+    }
+
+    /// Why writes are refused, if they are (the log cannot write, e.g. on a
+    /// full disk; it recovers by itself).
+    pub fn write_failure(&self) -> Option<StoreError> {
+        match self {
+            Store::Local(s) => s.write_failure().map(StoreError::Wal),
+        }
+    }
+
+    /// Stops background work (after a final snapshot).
+    pub fn shutdown(&self) {
+        match self {
+            Store::Local(s) => s.shutdown(),
+        }
+    }
+}
+
+impl Filter {
+    /// The filter's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Filter::Local(n) => n.name(),
+        }
+    }
+
+    /// Looks up many queries (the same key rules and whitelist as
+    /// `bloomgate check`): `each` gets one result per query, in order. An
+    /// error means no result can be trusted (a store that cannot read a part
+    /// of the filter says so rather than answer "absent"); results already
+    /// given to `each` are then void.
+    #[inline]
+    pub fn contains_batch(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut LookupScratch,
+        mut each: impl FnMut(Result<bool, KeyError>),
+    ) -> Result<(), StoreError> {
+        match self {
+            Filter::Local(n) => {
+                if let [q] = queries {
+                    each(n.lookup(q, &mut scratch.keys));
+                } else {
+                    n.lookup_batch(queries, scratch, each);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Like [`Filter::contains_batch`], with each verdict's details (whitelisted,
+    /// the key that matched), and counted in the filter's counters.
+    pub fn check_batch(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut LookupScratch,
+        mut each: impl FnMut(Result<Verdict, KeyError>),
+    ) -> Result<(), StoreError> {
+        match self {
+            Filter::Local(n) => {
+                for q in queries {
+                    each(n.check(q, &mut scratch.keys));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts loading the memory a lookup of `query` will read (a hint).
+    #[inline]
+    pub fn prefetch(&self, query: &[u8]) {
+        match self {
+            Filter::Local(n) => n.prefetch(query),
+        }
+    }
+
+    /// Adds to the filter's lookup counters (for lookups made with
+    /// [`Filter::contains_batch`], counted by the caller once per batch).
+    #[inline]
+    pub fn count(&self, checks: u64, hits: u64) {
+        match self {
+            Filter::Local(n) => n.count(checks, hits),
+        }
+    }
+
+    /// (checks, hits) counters.
+    pub fn counters(&self) -> (u64, u64) {
+        match self {
+            Filter::Local(n) => n.counters(),
+        }
+    }
+
+    /// Whether an add would wait (another thread holds the filter's write
+    /// lock, say for a reload, or the store is remote): a front end then
+    /// makes it off its event loop.
+    pub fn add_would_block(&self) -> bool {
+        match self {
+            Filter::Local(n) => n.write_busy(),
+        }
+    }
+
+    /// Information about the filter. `fill` computes the fill ratio (a
+    /// full scan, cached for 30 s); without it the cached value or 0.
+    pub fn info(&self, fill: bool) -> Result<Info, StoreError> {
+        match self {
+            Filter::Local(n) => Ok(n.info(fill)),
+        }
+    }
+}
+
+/// Errors of store operations. Each maps to an HTTP status and a Redis error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No filter of that name.
+    #[error("filter '{0}' not found")]
+    NotFound(String),
+    /// A filter of that name exists already.
+    #[error("filter '{0}' already exists")]
+    Exists(String),
+    /// The name is not usable as a file name.
+    #[error(
+        "invalid filter name '{0}': use 1-200 of A-Z a-z 0-9 _ - . : and do not start with '.'"
+    )]
+    BadName(String),
+    /// The store cannot serve the request now (a remote store's shard
+    /// cannot be reached); try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store does not offer this operation.
+    #[error("not supported by this store: {0}")]
+    Unsupported(&'static str),
+    /// Bad parameters.
+    #[error("{0}")]
+    Invalid(String),
+    /// A file of the store failed to read or write; `what` names it.
+    #[error("{what}: {source}")]
+    Io {
+        /// The file (and what was done to it).
+        what: String,
+        /// The cause: its kind tells a full disk from other failures.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A filter file failed to open, verify or write.
+    #[error(transparent)]
+    File(#[from] bloomgate_engine::Error),
+    /// A filter's files in the data directory (its layers, growth settings
+    /// or whitelist) failed to load or write.
+    #[error(transparent)]
+    Files(bloomgate_blacklist::Error),
+    /// Another process uses the data directory.
+    #[error("{}: another bloomgate serve, or a bloomgate add or whitelist change, is using this data directory", .0.display())]
+    DirBusy(std::path::PathBuf),
+    /// The log failed.
+    #[error(transparent)]
+    Wal(#[from] wal::WalError),
+}
+
+impl StoreError {
+    /// An I/O error `source` of `what` (a file, and what was done to it).
+    pub fn io(what: impl std::fmt::Display, source: std::io::Error) -> StoreError {
+        StoreError::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    /// The I/O error underneath, if there is one.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        fn engine(e: &bloomgate_engine::Error) -> Option<&std::io::Error> {
+            match e {
+                bloomgate_engine::Error::Io { source, .. } => Some(source),
+                _ => None,
+            }
+        }
+        match self {
+            StoreError::Io { source, .. } => Some(source),
+            StoreError::File(e) => engine(e),
+            StoreError::Files(e) => match e {
+                bloomgate_blacklist::Error::Io { source, .. } => Some(source),
+                bloomgate_blacklist::Error::Engine(e) => engine(e),
+                bloomgate_blacklist::Error::Whitelist(
+                    bloomgate_blacklist::whitelist::WhitelistError::Io { source, .. },
+                ) => Some(source),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether the disk (or a quota) is full: the front ends answer HTTP
+    /// 507 `no_space`, and a RESP error that says so.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Wal(e) => e.kind == wal::WalErrorKind::NoSpace,
+            other => other.io_error().is_some_and(wal::is_no_space),
+        }
+    }
+}
+
+impl From<bloomgate_blacklist::Error> for StoreError {
+    fn from(e: bloomgate_blacklist::Error) -> Self {
+        match e {
+            bloomgate_blacklist::Error::CannotGrow(_) => StoreError::Invalid(e.to_string()),
+            bloomgate_blacklist::Error::DirBusy(d) => StoreError::DirBusy(d),
+            other => StoreError::Files(other),
+        }
+    }
+}
+
+/// What happened to one added entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AddOutcome {
+    /// Newly added.
+    New,
+    /// Already (probably) present.
+    Exists,
+    /// The entry could not be normalized.
+    Invalid(KeyError),
+    /// Too long.
+    TooLong,
+    /// A non-scaling filter is full (processing stopped here).
+    Full,
+}
+
+/// Per-filter information (HTTP `info`, `BF.INFO`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    /// Filter name.
+    pub name: String,
+    /// Key kind (`url`, `host`, `email`, `raw`).
+    pub key_kind: String,
+    /// Match mode (`exact`, `prefix`).
+    pub match_mode: String,
+    /// Layout of layer 0 (`blocked`, `classic`).
+    pub layout: String,
+    /// Bits over all layers.
+    pub bits: u64,
+    /// Probes per item (layer 0).
+    pub k: u32,
+    /// Items inserted (that set a new bit).
+    pub items: u64,
+    /// Planned items over all layers.
+    pub capacity: u64,
+    /// Fraction of bits set (over all layers).
+    pub fill_ratio: f64,
+    /// Predicted false-positive rate per lookup at the current item count.
+    pub predicted_fp: f64,
+    /// The false-positive rate the filter promises: for a filter created
+    /// through the Redis protocol the rate asked for (of the whole chain,
+    /// however far it grows), else the rate layer 0 was planned for.
+    pub target_fp: f64,
+    /// Number of layers.
+    pub layers: usize,
+    /// `fixed`, `scaling` or `nonscaling`.
+    pub growth: String,
+    /// Expansion factor of a scaling filter.
+    pub expansion: Option<u32>,
+    /// Bytes of bit arrays.
+    pub size_bytes: u64,
+    /// Entries in the whitelist.
+    pub whitelist_entries: usize,
+    /// Adds not yet in a snapshot (only in the log).
+    pub unsnapshotted_changes: bool,
+    /// Per layer, oldest first (`BF.DEBUG`; not in the HTTP API's JSON).
+    #[serde(skip)]
+    pub layer_info: Vec<LayerInfo>,
+}
+
+/// One layer of a filter, as `BF.DEBUG` reports it.
+#[derive(Clone, Debug)]
+pub struct LayerInfo {
+    /// Bytes of its bit array.
+    pub bytes: u64,
+    /// Bits.
+    pub bits: u64,
+    /// Probes per item.
+    pub k: u32,
+    /// Items it was planned for.
+    pub capacity: u64,
+    /// Items it took.
+    pub items: u64,
+    /// The false-positive rate it was planned for.
+    pub target_fp: f64,
+}
+
+/// Parameters of a new filter.
+#[derive(Clone, Debug)]
+pub struct CreateSpec {
+    /// Items to plan for (first layer's capacity).
+    pub items: u64,
+    /// False-positive rate: per query for `Fixed` filters of url/host kinds
+    /// (converted per lookup like the CLI does); for Redis filters the rate
+    /// of the whole chain, however far it grows (the first layer is planned
+    /// for half of it if it scales, see [`first_layer_rate`]).
+    pub fp: f64,
+    /// Key kind.
+    pub kind: KeyKind,
+    /// Match mode.
+    pub mode: MatchMode,
+    /// Layout.
+    pub layout: Layout,
+    /// Growth behaviour.
+    pub growth: Growth,
+}
+
+impl CreateSpec {
+    /// RedisBloom's defaults for an auto-created filter: capacity 100, error 0.01, expansion 2.
+    pub fn redis_default() -> CreateSpec {
+        CreateSpec {
+            items: 100,
+            fp: 0.01,
+            kind: KeyKind::Raw,
+            mode: MatchMode::Exact,
+            layout: Layout::Blocked,
+            growth: Growth::Redis(Meta {
+                expansion: 2,
+                nonscaling: false,
+                error_rate: None,
+            }),
+        }
+    }
+}
+
+/// Result of a snapshot.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct SnapshotReport {
+    /// Filters written.
+    pub filters_saved: usize,
+    /// Log segments removed.
+    pub segments_removed: usize,
+}
