@@ -40,6 +40,56 @@ pub enum Command {
     Url(UrlCmd),
     /// Serve the filters of a directory over HTTP/JSON and the Redis protocol.
     Serve(ServeArgs),
+    /// Upload a filter file to Redis or Redis Cluster (blocked layout only).
+    ///
+    /// The filter's data goes up shard by shard (1 MB strings,
+    /// byte-identical to the file), in parallel per master node; its
+    /// whitelist goes with it. `check`, `add`, `info` and `whitelist` then
+    /// take the address in place of a file. See docs/redis-layout.md.
+    Push(PushArgs),
+    /// Download a filter from Redis or Redis Cluster into a filter file.
+    ///
+    /// The file's header and data checksum equal the pushed file's (the
+    /// very bytes, if the filter was not changed since the push).
+    Pull(PullArgs),
+}
+
+/// Options of commands that accept a Redis filter address.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RedisOpts {
+    /// For a Redis filter address: read the password from the first line
+    /// of this file (instead of the address, where `ps` shows it).
+    #[arg(long, value_name = "FILE")]
+    pub redis_password_file: Option<std::path::PathBuf>,
+}
+
+/// `bloomgate push`.
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The filter file (blocked layout, one layer).
+    pub file: String,
+    /// Where to store it: redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]/NAME or
+    /// redis+cluster://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/NAME.
+    pub address: String,
+    /// Replace a filter of that name that exists already.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
+}
+
+/// `bloomgate pull`.
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// The Redis filter address (as for push).
+    pub address: String,
+    /// The filter file to write (atomically), with its whitelist beside it.
+    pub file: String,
+    /// Overwrite the file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
 }
 
 /// Parses a size in bytes: `12G`, `800M`, `64K`, `1.5GiB`, `4096` (binary
@@ -267,7 +317,8 @@ pub struct BuildArgs {
 /// `bloomgate check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// The filter file.
+    /// The filter file, or a Redis filter: redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]/NAME
+    /// or redis+cluster://HOST:PORT[,HOST:PORT...]/NAME (see `bloomgate push`).
     pub filter: String,
     /// Input files, one query per line (`-` for standard input).
     #[arg(default_value = "-")]
@@ -302,12 +353,15 @@ pub struct CheckArgs {
     /// hold (by default they are re-inserted in memory; nothing is written).
     #[arg(long)]
     pub snapshot_only: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
 }
 
 /// `bloomgate add`.
 #[derive(Args, Debug)]
 pub struct AddArgs {
-    /// The filter file (modified in place).
+    /// The filter file (modified in place), or a Redis filter address
+    /// (redis://HOST:PORT/NAME, redis+cluster://HOST:PORT,.../NAME).
     pub filter: String,
     /// Input files, one entry per line (`-` for standard input).
     #[arg(default_value = "-")]
@@ -318,12 +372,19 @@ pub struct AddArgs {
     /// Stop at the first invalid entry instead of skipping it.
     #[arg(long)]
     pub strict: bool,
+    /// Redis filters: print each entry that was new (not already present)
+    /// on standard output. Of several processes adding the same entry at
+    /// once, exactly one is told it is new (add-if-absent).
+    #[arg(long)]
+    pub print_new: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
 }
 
 /// `bloomgate info`.
 #[derive(Args, Debug)]
 pub struct InfoArgs {
-    /// The filter file.
+    /// The filter file, or a Redis filter address.
     pub filter: String,
     /// Print JSON.
     #[arg(long)]
@@ -336,6 +397,8 @@ pub struct InfoArgs {
     /// hold (by default they are re-inserted in memory; nothing is written).
     #[arg(long)]
     pub snapshot_only: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
 }
 
 /// `bloomgate union`.
@@ -358,24 +421,30 @@ pub struct UnionArgs {
 pub enum WhitelistCmd {
     /// Add items (normalized with the filter's key kind).
     Add {
-        /// The filter file.
+        /// The filter file, or a Redis filter address.
         filter: String,
         /// Items to whitelist.
         #[arg(required = true)]
         items: Vec<String>,
+        #[command(flatten)]
+        redis: RedisOpts,
     },
     /// Remove items.
     Remove {
-        /// The filter file.
+        /// The filter file, or a Redis filter address.
         filter: String,
         /// Items to remove.
         #[arg(required = true)]
         items: Vec<String>,
+        #[command(flatten)]
+        redis: RedisOpts,
     },
     /// List the whitelisted keys.
     List {
-        /// The filter file.
+        /// The filter file, or a Redis filter address.
         filter: String,
+        #[command(flatten)]
+        redis: RedisOpts,
     },
 }
 

@@ -1,50 +1,84 @@
 //! Connections to one Redis server or to a Redis Cluster, behind one type.
 //!
-//! Built on the `redis` crate's blocking API: `redis::Client` for a server,
-//! `redis::cluster::ClusterClient` for a cluster. The cluster client keeps
-//! the slot map, sends a pipeline as one sub-pipeline per node (all sent
-//! before any reply is read, so the nodes work at once), follows `MOVED`
-//! and `ASK` (re-reading the slot map after `MOVED`, sending `ASKING`
-//! during a migration), and reconnects to nodes that dropped. A batch that
-//! still fails after its retries is an error ([`Error::Unavailable`] when a
-//! node is down or the cluster is failing over).
+//! Built on the `redis` crate's blocking API. For one server, a batch is
+//! one `redis::pipe()` on a pooled connection.
 //!
-//! A [`Store`] is shared by threads: it keeps a pool of idle connections and
-//! opens another when all are busy, so every thread of a batch has its own.
+//! For a cluster, a batch is cut by this module's copy of the slot map
+//! (`CLUSTER SLOTS`) into one pipeline per node; every pipeline is sent
+//! before any reply is read, so the nodes work at once. Commands answered
+//! with a redirection (`MOVED` after a reshard, `ASK` while a slot
+//! migrates, `TRYAGAIN`, `CLUSTERDOWN`) were not run; they are sent again
+//! one by one through `redis::cluster::ClusterConnection`, which follows
+//! redirections (sending `ASKING`), re-reads the slot map and retries with
+//! backoff, and the slot map here is re-read for the next batch. So each
+//! command runs once, and the reply to every add is its own.
+//!
+//! Why not the crate's cluster pipeline (`cluster_pipe`): it reports a
+//! redirection inside a pipeline as an error of the whole pipeline
+//! (redis 1.8: the replies are read as values, and a value that is an
+//! error fails `query` without `ignore_errors`, which cluster pipelines do
+//! not have), after the other commands ran — an add's answers would be
+//! lost during every reshard.
+//!
+//! A connection that failed (a node down, a timeout) is dropped and the
+//! batch is an error ([`Error::Unavailable`]); the slot map is re-read
+//! before the next batch, which finds the promoted replica after a
+//! failover. A [`Store`] is shared by threads: each node has a pool of idle
+//! connections, and a busy pool opens another.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use redis::cluster::{cluster_pipe, ClusterClient, ClusterConnection};
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::{
+    Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo,
+    RedisConnectionInfo, Value,
+};
 
 use crate::address::Address;
 use crate::error::{Error, Result};
+use crate::layout::{key_slot, SLOTS};
 
 /// How long to wait for a connection, and for the reply to a batch.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Cluster retries of a redirected or failed command, each after a short
-/// backoff: enough to ride out a `MOVED` storm during a reshard, few enough
-/// that a down master turns into an error within seconds.
+/// Retries of a redirected command on the cluster client's path, each after
+/// a short backoff: enough to ride out a reshard, few enough that a down
+/// master turns into an error within a few seconds.
 const CLUSTER_RETRIES: u32 = 5;
 
-enum Client {
-    Single(redis::Client),
-    Cluster(ClusterClient),
+/// A node: `(host, port)`.
+pub type Node = (String, u16);
+
+/// Which node serves each slot (and its replicas).
+struct SlotMap {
+    nodes: Vec<Node>,
+    /// Per slot: index of the master in `nodes`, or `u32::MAX` when no
+    /// node serves it.
+    master: Vec<u32>,
+    /// Per slot: indexes of its replicas.
+    replicas: Vec<Vec<u32>>,
 }
 
-/// One open connection.
-pub(crate) enum Conn {
-    Single(redis::Connection),
-    Cluster(Box<ClusterConnection>),
+struct Cluster {
+    client: ClusterClient,
+    /// The client's own connection, for redirected commands.
+    fallback: Mutex<Option<ClusterConnection>>,
+    map: RwLock<Option<Arc<SlotMap>>>,
+    seeds: Vec<Node>,
+    read_from_replicas: bool,
 }
 
-/// A server or cluster, with a pool of connections.
+/// A server or cluster, with pools of connections.
 pub struct Store {
-    client: Client,
     server: String,
-    idle: Mutex<Vec<Conn>>,
+    redis_info: RedisConnectionInfo,
+    single: Option<Node>,
+    cluster: Option<Cluster>,
+    /// Idle connections per node (replica connections are in READONLY mode
+    /// and pooled under a separate key).
+    idle: Mutex<HashMap<(Node, bool), Vec<Connection>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -67,17 +101,19 @@ impl Store {
         if let Some(p) = &addr.password {
             redis_info = redis_info.set_password(p);
         }
-        let infos: Vec<ConnectionInfo> = addr
-            .nodes
-            .iter()
-            .map(|(h, p)| {
-                ConnectionAddr::Tcp(h.clone(), *p)
-                    .into_connection_info()
-                    .map(|i| i.set_redis_settings(redis_info.clone()))
-            })
-            .collect::<redis::RedisResult<_>>()
-            .map_err(|e| Error::from_redis(&server, e))?;
-        let client = if addr.cluster {
+        let mut store = Store {
+            server: server.clone(),
+            redis_info,
+            single: None,
+            cluster: None,
+            idle: Mutex::new(HashMap::new()),
+        };
+        if addr.cluster {
+            let infos: Vec<ConnectionInfo> = addr
+                .nodes
+                .iter()
+                .map(|n| store.info(n))
+                .collect::<Result<_>>()?;
             let mut b = ClusterClient::builder(infos)
                 .connection_timeout(CONNECT_TIMEOUT)
                 .response_timeout(RESPONSE_TIMEOUT)
@@ -90,19 +126,17 @@ impl Store {
             if let Some(p) = &addr.password {
                 b = b.password(p);
             }
-            if addr.read_from_replicas {
-                b = b.read_routing_strategy(redis::cluster_read_routing::RandomReplicaStrategy);
-            }
-            Client::Cluster(b.build().map_err(|e| Error::from_redis(&server, e))?)
+            store.cluster = Some(Cluster {
+                client: b.build().map_err(|e| Error::from_redis(&server, e))?,
+                fallback: Mutex::new(None),
+                map: RwLock::new(None),
+                seeds: addr.nodes.clone(),
+                read_from_replicas: addr.read_from_replicas,
+            });
         } else {
-            let info = infos.into_iter().next().expect("one node");
-            Client::Single(redis::Client::open(info).map_err(|e| Error::from_redis(&server, e))?)
-        };
-        Ok(Store {
-            client,
-            server,
-            idle: Mutex::new(Vec::new()),
-        })
+            store.single = Some(addr.nodes[0].clone());
+        }
+        Ok(store)
     }
 
     /// The server or cluster, for messages.
@@ -112,75 +146,294 @@ impl Store {
 
     /// True for a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self.client, Client::Cluster(_))
+        self.cluster.is_some()
     }
 
-    fn connect(&self) -> Result<Conn> {
-        let err = |e| Error::from_redis(&self.server, e);
-        match &self.client {
-            Client::Single(c) => {
-                let conn = c
-                    .get_connection_with_timeout(CONNECT_TIMEOUT)
-                    .map_err(err)?;
-                conn.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(err)?;
-                conn.set_write_timeout(Some(RESPONSE_TIMEOUT))
-                    .map_err(err)?;
-                Ok(Conn::Single(conn))
-            }
-            Client::Cluster(c) => Ok(Conn::Cluster(Box::new(c.get_connection().map_err(err)?))),
+    fn err(&self, e: redis::RedisError) -> Error {
+        Error::from_redis(&self.server, e)
+    }
+
+    fn info(&self, node: &Node) -> Result<ConnectionInfo> {
+        ConnectionAddr::Tcp(node.0.clone(), node.1)
+            .into_connection_info()
+            .map(|i| i.set_redis_settings(self.redis_info.clone()))
+            .map_err(|e| self.err(e))
+    }
+
+    /// A connection to `node` from its pool, or a new one.
+    fn take(&self, node: &Node, replica: bool) -> Result<Connection> {
+        let key = (node.clone(), replica);
+        if let Some(c) = self.lock_idle().get_mut(&key).and_then(Vec::pop) {
+            return Ok(c);
         }
+        let client = redis::Client::open(self.info(node)?).map_err(|e| self.err(e))?;
+        let mut c = client
+            .get_connection_with_timeout(CONNECT_TIMEOUT)
+            .map_err(|e| self.err(e))?;
+        c.set_read_timeout(Some(RESPONSE_TIMEOUT))
+            .map_err(|e| self.err(e))?;
+        c.set_write_timeout(Some(RESPONSE_TIMEOUT))
+            .map_err(|e| self.err(e))?;
+        if replica {
+            c.req_command(&redis::cmd("READONLY"))
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(c)
     }
 
-    /// Runs `cmds` as one pipeline (per node, in a cluster) and returns one
-    /// reply per command, in order. A connection that failed is dropped,
-    /// not returned to the pool.
+    fn give_back(&self, node: &Node, replica: bool, c: Connection) {
+        self.lock_idle()
+            .entry((node.clone(), replica))
+            .or_default()
+            .push(c);
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, HashMap<(Node, bool), Vec<Connection>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `cmds` (each a command on one key, its first argument) and
+    /// returns one reply per command, in order; an error reply fails the
+    /// batch.
     pub(crate) fn run(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => self.connect()?,
-        };
-        let result = match &mut conn {
-            Conn::Single(c) => {
-                let mut p = redis::pipe();
-                for cmd in cmds {
-                    p.add_command(cmd.clone());
-                }
-                p.query::<Vec<Value>>(c)
+        let values = match (&self.single, &self.cluster) {
+            (Some(node), _) => {
+                let all: Vec<usize> = (0..cmds.len()).collect();
+                let mut out = vec![Value::Nil; cmds.len()];
+                self.pipelines(&[(node.clone(), false, all)], cmds, &mut out)?;
+                out
             }
-            Conn::Cluster(c) => {
-                let mut p = cluster_pipe();
-                for cmd in cmds {
-                    p.add_command(cmd.clone());
-                }
-                p.query::<Vec<Value>>(c)
-            }
+            (None, Some(cluster)) => self.run_cluster(cluster, cmds)?,
+            (None, None) => unreachable!("a store is a server or a cluster"),
         };
-        match result {
-            Ok(values) => {
-                self.idle
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(conn);
-                if values.len() != cmds.len() {
-                    return Err(self.protocol(format!(
-                        "{} replies to a pipeline of {} commands",
-                        values.len(),
-                        cmds.len()
-                    )));
+        for v in &values {
+            if let Value::ServerError(e) = v {
+                return Err(self.err(e.clone().into()));
+            }
+        }
+        Ok(values)
+    }
+
+    /// Sends one pipeline per `(node, replica, command indexes)`, all before
+    /// reading any reply, and stores the replies in `out`.
+    fn pipelines(
+        &self,
+        groups: &[(Node, bool, Vec<usize>)],
+        cmds: &[Cmd],
+        out: &mut [Value],
+    ) -> Result<()> {
+        let mut open = Vec::with_capacity(groups.len());
+        let mut first_err = None;
+        for (node, replica, idx) in groups {
+            let mut p = redis::pipe();
+            for &i in idx {
+                p.add_command(cmds[i].clone());
+            }
+            match self.take(node, *replica).and_then(|mut c| {
+                c.send_packed_command(&p.get_packed_pipeline())
+                    .map_err(|e| self.err(e))?;
+                Ok(c)
+            }) {
+                Ok(c) => open.push((node, *replica, idx, c)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
                 }
-                for v in &values {
-                    if let Value::ServerError(e) = v {
-                        return Err(Error::from_redis(&self.server, e.clone().into()));
+            }
+        }
+        for (node, replica, idx, mut c) in open {
+            let mut ok = true;
+            for &i in idx {
+                match c.recv_response() {
+                    Ok(v) => out[i] = v,
+                    Err(e) => {
+                        first_err.get_or_insert(self.err(e));
+                        ok = false;
+                        break;
                     }
                 }
-                Ok(values)
             }
-            Err(e) => Err(Error::from_redis(&self.server, e)),
+            if ok {
+                self.give_back(node, replica, c);
+            }
         }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn run_cluster(&self, cluster: &Cluster, cmds: &[Cmd]) -> Result<Vec<Value>> {
+        let map = self.slot_map(cluster)?;
+        let read_only = cluster.read_from_replicas
+            && cmds.iter().all(|c| {
+                matches!(
+                    c.args_iter().next(),
+                    Some(redis::Arg::Simple(b"GETRANGE" | b"GET" | b"EXISTS"))
+                )
+            });
+        let mut groups: HashMap<(u32, bool), Vec<usize>> = HashMap::new();
+        let mut unmapped = Vec::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            let key = match cmd.args_iter().nth(1) {
+                Some(redis::Arg::Simple(k)) => k,
+                _ => b"".as_slice(),
+            };
+            let slot = key_slot(key) as usize;
+            let master = map.master[slot];
+            if master == u32::MAX {
+                unmapped.push(i);
+                continue;
+            }
+            let (node, replica) = match (read_only, map.replicas[slot].as_slice()) {
+                (true, [_, ..]) => {
+                    let r = &map.replicas[slot];
+                    (r[i % r.len()], true)
+                }
+                _ => (master, false),
+            };
+            groups.entry((node, replica)).or_default().push(i);
+        }
+        let groups: Vec<(Node, bool, Vec<usize>)> = groups
+            .into_iter()
+            .map(|((n, r), idx)| (map.nodes[n as usize].clone(), r, idx))
+            .collect();
+        let mut out = vec![Value::Nil; cmds.len()];
+        if let Err(e) = self.pipelines(&groups, cmds, &mut out) {
+            // The node may have failed over: read the map again next time.
+            self.forget_map(cluster);
+            return Err(e);
+        }
+        // Redirected (not run) commands, and those of slots no node served
+        // a moment ago, go through the cluster client one by one.
+        let mut again = unmapped;
+        for (i, v) in out.iter().enumerate() {
+            if let Value::ServerError(e) = v {
+                if matches!(
+                    e.code(),
+                    "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING"
+                ) {
+                    again.push(i);
+                }
+            }
+        }
+        if !again.is_empty() {
+            tracing::debug!(
+                commands = again.len(),
+                "redirected; resending through the cluster client"
+            );
+            self.forget_map(cluster);
+            let mut guard = cluster.fallback.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.is_none() {
+                *guard = Some(cluster.client.get_connection().map_err(|e| self.err(e))?);
+            }
+            let conn = guard.as_mut().expect("connected");
+            for i in again {
+                match conn.req_command(&cmds[i]) {
+                    Ok(v) => out[i] = v,
+                    Err(e) => {
+                        *guard = None;
+                        return Err(self.err(e));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn forget_map(&self, cluster: &Cluster) {
+        *cluster.map.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The slot map, read from the first seed node that answers.
+    fn slot_map(&self, cluster: &Cluster) -> Result<Arc<SlotMap>> {
+        if let Some(m) = cluster
+            .map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Ok(m.clone());
+        }
+        let mut last = None;
+        for node in &cluster.seeds {
+            let reply = self.take(node, false).and_then(|mut c| {
+                let v = c
+                    .req_command(&redis::cmd("CLUSTER").arg("SLOTS").clone())
+                    .map_err(|e| self.err(e))?;
+                self.give_back(node, false, c);
+                Ok(v)
+            });
+            match reply.and_then(|v| self.parse_slots(node, v)) {
+                Ok(map) => {
+                    let map = Arc::new(map);
+                    *cluster.map.write().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
+                    return Ok(map);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| self.protocol("no cluster node to ask for the slot map")))
+    }
+
+    fn parse_slots(&self, asked: &Node, v: Value) -> Result<SlotMap> {
+        let bad = || self.protocol("unexpected CLUSTER SLOTS reply");
+        let Value::Array(ranges) = v else {
+            return Err(bad());
+        };
+        let mut map = SlotMap {
+            nodes: Vec::new(),
+            master: vec![u32::MAX; SLOTS as usize],
+            replicas: vec![Vec::new(); SLOTS as usize],
+        };
+        let index = |node: Node, nodes: &mut Vec<Node>| -> u32 {
+            match nodes.iter().position(|n| *n == node) {
+                Some(i) => i as u32,
+                None => {
+                    nodes.push(node);
+                    nodes.len() as u32 - 1
+                }
+            }
+        };
+        for r in ranges {
+            let Value::Array(items) = r else {
+                return Err(bad());
+            };
+            let (Some(Value::Int(a)), Some(Value::Int(b))) = (items.first(), items.get(1)) else {
+                return Err(bad());
+            };
+            let mut served_by = Vec::new();
+            for n in &items[2..] {
+                let Value::Array(n) = n else {
+                    return Err(bad());
+                };
+                let host = match n.first() {
+                    Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+                    Some(Value::SimpleString(h)) => h.clone(),
+                    _ => return Err(bad()),
+                };
+                // An empty or "?" host means "the node you asked".
+                let host = if host.is_empty() || host == "?" {
+                    asked.0.clone()
+                } else {
+                    host
+                };
+                let Some(Value::Int(port)) = n.get(1) else {
+                    return Err(bad());
+                };
+                served_by.push(index((host, *port as u16), &mut map.nodes));
+            }
+            let Some((&master, replicas)) = served_by.split_first() else {
+                return Err(bad());
+            };
+            for slot in (*a as usize)..=(*b as usize).min(SLOTS as usize - 1) {
+                map.master[slot] = master;
+                map.replicas[slot] = replicas.to_vec();
+            }
+        }
+        Ok(map)
     }
 
     /// Runs one command.
@@ -196,37 +449,17 @@ impl Store {
         }
     }
 
-    /// The master nodes of a cluster as `(host, port, first slot, last
-    /// slot)` ranges (`CLUSTER SLOTS`); one range of all slots for a server.
-    pub fn slot_ranges(&self) -> Result<Vec<(String, u16, u16, u16)>> {
-        if !self.is_cluster() {
-            return Ok(vec![(self.server.clone(), 0, 0, crate::layout::SLOTS - 1)]);
+    /// The nodes, and per slot the index of its master among them, for
+    /// grouping work by node (one node for all slots of a single server;
+    /// `u32::MAX` for a slot no node serves).
+    pub fn masters_by_slot(&self) -> Result<(Vec<Node>, Vec<u32>)> {
+        match (&self.single, &self.cluster) {
+            (Some(node), _) => Ok((vec![node.clone()], vec![0; SLOTS as usize])),
+            (None, Some(c)) => {
+                let m = self.slot_map(c)?;
+                Ok((m.nodes.clone(), m.master.clone()))
+            }
+            (None, None) => unreachable!("a store is a server or a cluster"),
         }
-        let v = self.one(redis::cmd("CLUSTER").arg("SLOTS").clone())?;
-        let bad = || self.protocol("unexpected CLUSTER SLOTS reply");
-        let Value::Array(ranges) = v else {
-            return Err(bad());
-        };
-        let mut out = Vec::new();
-        for r in ranges {
-            let Value::Array(items) = r else {
-                return Err(bad());
-            };
-            let (Some(Value::Int(a)), Some(Value::Int(b)), Some(Value::Array(master))) =
-                (items.first(), items.get(1), items.get(2))
-            else {
-                return Err(bad());
-            };
-            let host = match master.first() {
-                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-                Some(Value::SimpleString(h)) => h.clone(),
-                _ => return Err(bad()),
-            };
-            let Some(Value::Int(port)) = master.get(1) else {
-                return Err(bad());
-            };
-            out.push((host, *port as u16, *a as u16, *b as u16));
-        }
-        Ok(out)
     }
 }

@@ -42,7 +42,7 @@ pub mod layout;
 pub mod transfer;
 
 pub use address::{is_redis_address, Address};
-pub use client::Store;
+pub use client::{Node, Store};
 pub use error::{Error, Result};
 pub use filter::{Info, RedisFilter};
 pub use transfer::{delete, pull, push, Transferred};

@@ -139,25 +139,18 @@ pub fn push(
         delete_in(&store, name)?;
     }
     // One list of shards per master, by the slot each shard's tag selects.
-    let ranges = store.slot_ranges()?;
-    let mut masters: Vec<(String, u16)> = ranges.iter().map(|r| (r.0.clone(), r.1)).collect();
-    masters.sort();
-    masters.dedup();
-    let mut per_master: Vec<Vec<u64>> = vec![Vec::new(); masters.len().max(1)];
+    let (nodes, master_of) = store.masters_by_slot()?;
+    let mut per_master: Vec<Vec<u64>> = vec![Vec::new(); nodes.len().max(1)];
     for i in 0..meta.shards() {
-        let slot = layout::shard_slot(name, i);
-        let owner = ranges
-            .iter()
-            .find(|r| (r.2..=r.3).contains(&slot))
-            .and_then(|r| {
-                masters
-                    .iter()
-                    .position(|m| (m.0.as_str(), m.1) == (r.0.as_str(), r.1))
-            })
-            .unwrap_or(i as usize % masters.len().max(1));
+        let owner = master_of[layout::shard_slot(name, i) as usize];
+        let owner = if (owner as usize) < per_master.len() {
+            owner as usize
+        } else {
+            i as usize % per_master.len()
+        };
         per_master[owner].push(i);
     }
-    tracing::debug!(shards = meta.shards(), masters = masters.len(), "push");
+    tracing::debug!(shards = meta.shards(), nodes = nodes.len(), "push");
     std::thread::scope(|scope| {
         let workers: Vec<_> = per_master
             .iter()

@@ -480,6 +480,15 @@ fn build_sliced(
 }
 
 pub fn add(a: AddArgs) -> Result<i32> {
+    if crate::cmd::redis::is_address(&a.filter) {
+        return crate::cmd::redis::add(a);
+    }
+    if a.print_new {
+        return Err(crate::cmd::UsageError(
+            "--print-new applies to Redis filters (an add to a file has one writer)".into(),
+        )
+        .into());
+    }
     let started = Instant::now();
     // All layers, writable; in a data directory also its lock (refused
     // while a server runs there) and the live adds its files lack.

@@ -2,12 +2,12 @@
 
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use bloomgate_blacklist::{verdict_ref, Blacklist, CheckScratch, VerdictRef};
 use bloomgate_engine::slice::{self, position_of, Slice};
-use bloomgate_url::{query_keys, KeyError};
+use bloomgate_url::{query_keys, KeyError, KeyKind};
 
 use crate::args::CheckArgs;
 use crate::input::{self, Progress};
@@ -87,7 +87,8 @@ struct Report<'a, W: Write> {
     hits: u64,
     failed: u64,
     names: &'a [String],
-    list: &'a Blacklist,
+    /// The filter's key kind (named in messages about invalid queries).
+    kind: KeyKind,
 }
 
 impl<W: Write> Report<'_, W> {
@@ -100,8 +101,7 @@ impl<W: Write> Report<'_, W> {
             if self.failed <= 10 {
                 eprintln!(
                     "bloomgate: {}:{line}: invalid {} query: {reason}",
-                    self.names[chunk.input],
-                    self.list.kind()
+                    self.names[chunk.input], self.kind
                 );
             }
         }
@@ -132,6 +132,9 @@ pub fn run(a: CheckArgs) -> Result<i32> {
 /// Runs `bloomgate check`, answering into `out` (for callers that want the
 /// answers rather than the text on standard output). Returns the exit code.
 pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
+    if crate::cmd::redis::is_address(&a.filter) {
+        return check_redis(a, out);
+    }
     if a.verify {
         crate::cmd::verify_files(&a.filter)?;
     }
@@ -149,7 +152,7 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
         hits: 0,
         failed: 0,
         names: &a.inputs,
-        list: &list,
+        kind: list.kind(),
     };
     match a.memory {
         Some(budget) if list.layers().bytes() > budget => {
@@ -185,6 +188,81 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
             |chunk, r| report.take(chunk, r),
         )?,
     }
+    report.finish(output)
+}
+
+/// `bloomgate check` against a filter stored in Redis: the same chunks,
+/// lookup keys, whitelist rules and output as for a file
+/// ([`bloomgate_redis::RedisFilter::check_many`]), each chunk's lookups one
+/// pipeline per node. A lookup Redis cannot answer fails the command: no
+/// answer is printed as a miss.
+fn check_redis(a: CheckArgs, out: impl Write) -> Result<i32> {
+    use crate::cmd::redis::refuse;
+    refuse(a.verify, "--verify")?;
+    refuse(a.memory.is_some(), "--memory")?;
+    refuse(a.snapshot_only, "--snapshot-only")?;
+    let filter = crate::cmd::redis::open(&a.filter, &a.redis)?;
+    let kind_given = a.keys.map(KeyKind::from);
+    if kind_given.is_some_and(|k| k != filter.kind()) {
+        return Err(crate::cmd::UsageError(format!(
+            "{} holds {} keys, but --keys {} was given",
+            a.filter,
+            filter.kind(),
+            kind_given.expect("given")
+        ))
+        .into());
+    }
+    if let Some(m) = a.match_mode.map(bloomgate_url::MatchMode::from) {
+        if m != filter.mode() {
+            return Err(crate::cmd::UsageError(format!(
+                "{} was built for {} matching, but --match {m} was given",
+                a.filter,
+                filter.mode()
+            ))
+            .into());
+        }
+    }
+    let output = if a.count {
+        Output::Count
+    } else if a.json {
+        Output::Json
+    } else {
+        Output::Lines
+    };
+    let mut report = Report {
+        out: std::io::BufWriter::with_capacity(1 << 16, out),
+        hits: 0,
+        failed: 0,
+        names: &a.inputs,
+        kind: filter.kind(),
+    };
+    input::process(
+        a.inputs.clone(),
+        Progress::default(),
+        |chunk| -> Result<ChunkOut, bloomgate_redis::Error> {
+            let mut r = ChunkOut::new();
+            let mut lines = Vec::new();
+            chunk.for_each_line(|line_no, line| match line {
+                Ok(l) => lines.push((line_no, l)),
+                Err(reason) => r.errors.push((line_no, reason)),
+            });
+            let mut verdicts = Vec::new();
+            filter.check_many(lines.iter().map(|&(_, l)| l), &mut verdicts)?;
+            for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
+                let verdict = match verdict {
+                    Ok(v) => Ok(v.as_ref()),
+                    Err(e) => Err(e.clone()),
+                };
+                r.answer(output, line_no, line, verdict);
+            }
+            Ok(r)
+        },
+        |chunk, r| {
+            let r =
+                r.with_context(|| format!("checking against {}", filter.address().display()))?;
+            report.take(chunk, r)
+        },
+    )?;
     report.finish(output)
 }
 

@@ -11,6 +11,9 @@ use crate::args::InfoArgs;
 use crate::report::{bytes, thousands};
 
 pub fn run(a: InfoArgs) -> Result<i32> {
+    if crate::cmd::redis::is_address(&a.filter) {
+        return crate::cmd::redis::info(a);
+    }
     let stdout = std::io::stdout();
     let mut o = stdout.lock();
     if a.verify {

@@ -5,6 +5,7 @@ mod build;
 pub mod check;
 mod info;
 mod plan;
+pub mod redis;
 mod serve;
 mod spill;
 mod union;
@@ -48,6 +49,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Whitelist(c) => whitelist::run(c),
         Command::Url(c) => url::run(c),
         Command::Serve(a) => serve::run(a),
+        Command::Push(a) => redis::push(a),
+        Command::Pull(a) => redis::pull(a),
     }
 }
 

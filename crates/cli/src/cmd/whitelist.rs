@@ -22,8 +22,16 @@ fn open_for_edit(filter: &str) -> Result<(Blacklist, Option<DirLock>)> {
 }
 
 pub fn run(c: WhitelistCmd) -> Result<i32> {
+    let filter = match &c {
+        WhitelistCmd::Add { filter, .. }
+        | WhitelistCmd::Remove { filter, .. }
+        | WhitelistCmd::List { filter, .. } => filter,
+    };
+    if crate::cmd::redis::is_address(filter) {
+        return crate::cmd::redis::whitelist(c);
+    }
     match c {
-        WhitelistCmd::Add { filter, items } => {
+        WhitelistCmd::Add { filter, items, .. } => {
             let (mut list, _lock) = open_for_edit(&filter)?;
             for item in &items {
                 match list.whitelist_add(item.as_bytes()) {
@@ -37,7 +45,7 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
             list.save_whitelist()?;
             eprintln!("{filter}: whitelist has {} items", list.whitelist().len());
         }
-        WhitelistCmd::Remove { filter, items } => {
+        WhitelistCmd::Remove { filter, items, .. } => {
             let (mut list, _lock) = open_for_edit(&filter)?;
             for item in &items {
                 match list.whitelist_remove(item.as_bytes()) {
@@ -49,7 +57,7 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
             list.save_whitelist()?;
             eprintln!("{filter}: whitelist has {} items", list.whitelist().len());
         }
-        WhitelistCmd::List { filter } => {
+        WhitelistCmd::List { filter, .. } => {
             let list = crate::cmd::open_read(&filter, false)?;
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

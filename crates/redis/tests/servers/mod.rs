@@ -208,6 +208,21 @@ impl Cluster {
         }
     }
 
+    /// Waits until the master on `port` no longer serves slots (its
+    /// replica took over) and the cluster is ok again.
+    pub fn wait_failover(&self, port: u16, limit: Duration) {
+        let t = Instant::now();
+        while self.masters().iter().any(|m| m.port == port) {
+            assert!(t.elapsed() < limit, "no failover of the master on {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ok(
+            limit
+                .saturating_sub(t.elapsed())
+                .max(Duration::from_secs(1)),
+        );
+    }
+
     /// The first live node.
     pub fn any(&self) -> &RedisServer {
         self.nodes

@@ -1,0 +1,381 @@
+//! Filters stored in Redis (`bloomgate_redis`): `push`, `pull`, and the
+//! Redis side of `add`, `info` and `whitelist` (`check` is in
+//! [`check`](super::check), beside the file path it mirrors).
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+use bloomgate_redis::{Address, RedisFilter};
+use bloomgate_url::entry_key;
+
+use crate::args::{AddArgs, InfoArgs, PullArgs, PushArgs, RedisOpts, WhitelistCmd};
+use crate::cmd::UsageError;
+use crate::input::{self, Progress};
+use crate::report::{self, bytes, thousands};
+
+/// How many invalid entries are shown before only counting.
+const SHOW_INVALID: u64 = 10;
+
+/// True if `filter` names a Redis filter rather than a file.
+pub fn is_address(filter: &str) -> bool {
+    bloomgate_redis::is_redis_address(filter)
+}
+
+/// Parses an address (a usage error if it does not parse) and applies the
+/// password file.
+pub fn address(s: &str, opts: &RedisOpts) -> Result<Address> {
+    let a = match Address::parse(s) {
+        Ok(a) => a,
+        Err(e @ bloomgate_redis::Error::Address { .. }) => {
+            return Err(UsageError(e.to_string()).into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match &opts.redis_password_file {
+        Some(p) => Ok(a.with_password_file(p)?),
+        None => Ok(a),
+    }
+}
+
+/// Opens a Redis filter.
+pub fn open(s: &str, opts: &RedisOpts) -> Result<RedisFilter> {
+    let a = address(s, opts)?;
+    RedisFilter::open(&a).with_context(|| format!("opening {}", a.display()))
+}
+
+/// Refuses a file-only option given with a Redis filter.
+pub fn refuse(given: bool, option: &str) -> Result<()> {
+    if given {
+        return Err(UsageError(format!(
+            "{option} applies to filter files, not Redis filters"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Runs `bloomgate push`.
+pub fn push(a: PushArgs) -> Result<i32> {
+    let started = Instant::now();
+    let addr = address(&a.address, &a.redis)?;
+    let size = std::fs::metadata(&a.file)
+        .with_context(|| a.file.clone())?
+        .len();
+    let progress = Progress::default();
+    let bar = report::progress_bar(Some(size), &progress, Some("push".into()));
+    let result = bloomgate_redis::push(Path::new(&a.file), &addr, a.force, &|n| {
+        progress.fetch_add(n, Ordering::Relaxed);
+    });
+    report::finish(bar);
+    let t = result.with_context(|| format!("pushing {} to {}", a.file, addr.display()))?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "pushed {} to {}: {} shards, {}, {} items, {} whitelisted, {secs:.2} s ({}/s)",
+        a.file,
+        addr.display(),
+        thousands(t.shards),
+        bytes(t.bytes),
+        thousands(t.items),
+        thousands(t.whitelist),
+        bytes((t.bytes as f64 / secs.max(1e-9)) as u64)
+    );
+    Ok(0)
+}
+
+/// Runs `bloomgate pull`.
+pub fn pull(a: PullArgs) -> Result<i32> {
+    let started = Instant::now();
+    let addr = address(&a.address, &a.redis)?;
+    let progress = Progress::default();
+    // The size is known once the metadata is read; a spinner until then
+    // would say little, so the bar counts bytes without a total.
+    let bar = report::progress_bar(None, &progress, Some("pull".into()));
+    let result = bloomgate_redis::pull(&addr, Path::new(&a.file), a.force, &|n| {
+        progress.fetch_add(n, Ordering::Relaxed);
+    });
+    report::finish(bar);
+    let t = result.with_context(|| format!("pulling {} into {}", addr.display(), a.file))?;
+    eprintln!(
+        "pulled {} into {}: {} shards, {}, {} items, {} whitelisted, checksum {:#018x}, {:.2} s",
+        addr.display(),
+        a.file,
+        thousands(t.shards),
+        bytes(t.bytes),
+        thousands(t.items),
+        thousands(t.whitelist),
+        t.data_checksum,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(0)
+}
+
+/// What one chunk of an add did.
+struct AddOut {
+    lines: u64,
+    new: u64,
+    invalid: Vec<(u64, String)>,
+    /// With --print-new: the new entries' lines, each ending in a newline.
+    new_lines: Vec<u8>,
+}
+
+/// Runs `bloomgate add` on a Redis filter: every line's key gets one
+/// `BITFIELD`; the new ones are counted (and printed with --print-new).
+pub fn add(a: AddArgs) -> Result<i32> {
+    let started = Instant::now();
+    let filter = open(&a.filter, &a.redis)?;
+    if let Some(k) = a.keys {
+        let k: bloomgate_url::KeyKind = k.into();
+        if k != filter.kind() {
+            return Err(UsageError(format!(
+                "{} holds {} keys, but --keys {k} was given",
+                a.filter,
+                filter.kind()
+            ))
+            .into());
+        }
+    }
+    let (kind, mode) = (filter.kind(), filter.mode());
+    let progress = Progress::default();
+    let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
+    let (mut lines, mut new, mut invalid) = (0u64, 0u64, 0u64);
+    let names = a.inputs.clone();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = input::process(
+        a.inputs.clone(),
+        progress,
+        |chunk| -> Result<AddOut, bloomgate_redis::Error> {
+            let mut o = AddOut {
+                lines: 0,
+                new: 0,
+                invalid: Vec::new(),
+                new_lines: Vec::new(),
+            };
+            let mut keys = Vec::new();
+            let mut entries = Vec::new();
+            chunk.for_each_line(|line_no, line| {
+                o.lines += 1;
+                match line.map(|l| (l, entry_key(kind, mode, l).map_err(|e| e.to_string()))) {
+                    Ok((l, Ok(k))) => {
+                        keys.push(k);
+                        entries.push(l);
+                    }
+                    Ok((_, Err(reason))) | Err(reason) => o.invalid.push((line_no, reason)),
+                }
+            });
+            // --strict: nothing of a chunk with an invalid entry is added.
+            if a.strict && !o.invalid.is_empty() {
+                return Ok(o);
+            }
+            let was_new = filter.insert_keys(&keys)?;
+            for (entry, n) in entries.iter().zip(&was_new) {
+                o.new += *n as u64;
+                if *n && a.print_new {
+                    o.new_lines.extend_from_slice(entry);
+                    o.new_lines.push(b'\n');
+                }
+            }
+            Ok(o)
+        },
+        |chunk, o| {
+            let o = o?;
+            lines += o.lines;
+            new += o.new;
+            out.write_all(&o.new_lines)?;
+            for (line, reason) in o.invalid {
+                invalid += 1;
+                let msg = format!(
+                    "{}:{line}: invalid {kind} entry: {reason}",
+                    names[chunk.input]
+                );
+                if a.strict {
+                    bail!("{msg} (--strict: stopping at the first invalid entry)");
+                }
+                if invalid <= SHOW_INVALID {
+                    eprintln!("bloomgate: {msg}");
+                }
+            }
+            Ok(())
+        },
+    );
+    report::finish(bar);
+    out.flush()?;
+    result.with_context(|| {
+        format!(
+            "adding to {}: {} new items were added before the failure",
+            filter.address().display(),
+            thousands(new)
+        )
+    })?;
+    if invalid > SHOW_INVALID {
+        eprintln!(
+            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
+            thousands(invalid - SHOW_INVALID),
+            thousands(invalid)
+        );
+    }
+    let items = filter.items()?;
+    let planned = filter.meta().params.planned_items;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "added to {}: {} lines, {} new items ({} in filter), {} invalid, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
+        filter.address().display(),
+        thousands(lines),
+        thousands(new),
+        thousands(items),
+        thousands(invalid),
+        thousands((lines as f64 / secs.max(1e-9)) as u64),
+        filter.predicted_fp(items),
+        filter.meta().params.target_fp
+    );
+    if items > planned {
+        eprintln!(
+            "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
+            thousands(items),
+            thousands(planned),
+            filter.predicted_fp(items),
+            filter.meta().params.target_fp
+        );
+    }
+    Ok(0)
+}
+
+/// Runs `bloomgate info` on a Redis filter.
+pub fn info(a: InfoArgs) -> Result<i32> {
+    refuse(a.verify, "--verify")?;
+    refuse(a.snapshot_only, "--snapshot-only")?;
+    let filter = open(&a.filter, &a.redis)?;
+    let i = filter.info()?;
+    let m = filter.meta();
+    let p = &m.params;
+    let predicted = filter.predicted_fp(i.items);
+    let mut o = std::io::stdout().lock();
+    if a.json {
+        let v = json!({
+            "address": filter.address().display(),
+            "server": filter.store().server(),
+            "cluster": filter.address().cluster,
+            "name": filter.address().name,
+            "redis_format": m.format,
+            "layout": p.layout.name(),
+            "bits": p.bits,
+            "bytes": p.bits / 8,
+            "k": p.k,
+            "block_bits": 512,
+            "hash": "xxh3-128",
+            "seed": format!("{:#018x}", p.seed),
+            "key_kind": filter.kind().to_string(),
+            "match_mode": filter.mode().to_string(),
+            "items": i.items,
+            "planned_items": p.planned_items,
+            "target_fp": p.target_fp,
+            "bits_per_item": p.bits as f64 / p.planned_items.max(1) as f64,
+            "predicted_fp": predicted,
+            "shard_blocks": m.shard_blocks,
+            "shards": i.shards,
+            "shards_present": i.shards_present,
+            "whitelist_items": i.whitelist,
+        });
+        writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(0);
+    }
+    writeln!(o, "redis           {}", filter.address().display())?;
+    writeln!(o, "format          redis layout version {}", m.format)?;
+    writeln!(
+        o,
+        "layout          {} (k = {}, 512-bit blocks)",
+        p.layout, p.k
+    )?;
+    writeln!(
+        o,
+        "size            {} bits = {}",
+        thousands(p.bits),
+        bytes(p.bits / 8)
+    )?;
+    writeln!(
+        o,
+        "shards          {} of {} blocks ({} each), {} present",
+        thousands(i.shards),
+        thousands(m.shard_blocks),
+        bytes(m.shard_blocks * 64),
+        thousands(i.shards_present)
+    )?;
+    writeln!(
+        o,
+        "keys            {} ({} matching)",
+        filter.kind(),
+        filter.mode()
+    )?;
+    writeln!(o, "hash            xxh3-128, seed {:#018x}", p.seed)?;
+    writeln!(
+        o,
+        "items           {} inserted, {} planned",
+        thousands(i.items),
+        thousands(p.planned_items)
+    )?;
+    writeln!(
+        o,
+        "false positives {:.3e} predicted at {} items (target {:.3e})",
+        predicted,
+        thousands(i.items),
+        p.target_fp
+    )?;
+    writeln!(o, "whitelist       {} items", i.whitelist)?;
+    Ok(0)
+}
+
+/// Runs `bloomgate whitelist …` on a Redis filter.
+pub fn whitelist(c: WhitelistCmd) -> Result<i32> {
+    match c {
+        WhitelistCmd::Add {
+            filter,
+            items,
+            redis,
+        } => {
+            let mut f = open(&filter, &redis)?;
+            for item in &items {
+                if !f.whitelist_add(item.as_bytes())? {
+                    eprintln!(
+                        "bloomgate: warning: {item:?} is not a hit in {filter}; whitelisting it has no effect now"
+                    );
+                }
+            }
+            eprintln!(
+                "{}: whitelist has {} items",
+                f.address().display(),
+                f.whitelist().len()
+            );
+        }
+        WhitelistCmd::Remove {
+            filter,
+            items,
+            redis,
+        } => {
+            let mut f = open(&filter, &redis)?;
+            for item in &items {
+                if !f.whitelist_remove(item.as_bytes())? {
+                    eprintln!("bloomgate: warning: {item:?} was not whitelisted");
+                }
+            }
+            eprintln!(
+                "{}: whitelist has {} items",
+                f.address().display(),
+                f.whitelist().len()
+            );
+        }
+        WhitelistCmd::List { filter, redis } => {
+            let f = open(&filter, &redis)?;
+            let mut out = std::io::stdout().lock();
+            for key in f.whitelist().iter() {
+                out.write_all(key)?;
+                out.write_all(b"\n")?;
+            }
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,566 @@
+//! `bloomgate` with filters stored in Redis: every command against a real
+//! standalone redis-server and a real Redis Cluster (three masters, three
+//! replicas) started on loopback ports, compared with the same filter in a
+//! file. Covers concurrent writers, a reshard during adds, and a master
+//! killed with SIGKILL until its replica takes over.
+
+#[path = "../../redis/tests/servers/mod.rs"]
+mod servers;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bloomgate_redis::layout;
+use servers::{redis_missing, Cluster, RedisServer};
+
+fn bg(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bloomgate")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write_lines(path: &Path, lines: impl IntoIterator<Item = String>) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `check` on the file and on its Redis copy print the same, exit the same.
+fn same_check(file: &Path, addr: &str, queries: &Path, extra: &[&str]) -> String {
+    let mut a = vec!["check", p(file), p(queries)];
+    a.extend_from_slice(extra);
+    let from_file = bg(&a);
+    a[1] = addr;
+    let from_redis = bg(&a);
+    assert_eq!(
+        String::from_utf8_lossy(&from_file.stdout),
+        String::from_utf8_lossy(&from_redis.stdout),
+        "check {extra:?}"
+    );
+    assert_eq!(
+        from_file.status.code(),
+        from_redis.status.code(),
+        "{extra:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&from_file.stderr),
+        String::from_utf8_lossy(&from_redis.stderr),
+        "{extra:?}"
+    );
+    String::from_utf8_lossy(&from_file.stdout).into_owned()
+}
+
+#[test]
+fn standalone_every_command_answers_as_the_file() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = RedisServer::start(d, &[]);
+    let addr = format!("redis://{}/urls", server.addr());
+
+    // A url/prefix filter with a whitelist, pushed with it.
+    let entries = d.join("entries.txt");
+    write_lines(
+        &entries,
+        (0..3000).map(|i| format!("http://evil{i}.example/phish/")),
+    );
+    let file = d.join("f.bgf");
+    ok(&bg(&[
+        "build",
+        "--match",
+        "prefix",
+        "-n",
+        "10000",
+        "-p",
+        "1e-4",
+        "-o",
+        p(&file),
+        p(&entries),
+    ]));
+    ok(&bg(&[
+        "whitelist",
+        "add",
+        p(&file),
+        "http://evil7.example/phish/",
+    ]));
+    let pushed = ok(&bg(&["push", p(&file), &addr]));
+    assert!(pushed.is_empty());
+    // Pushing again needs --force.
+    let again = bg(&["push", p(&file), &addr]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+
+    // Hits (entries, URLs under them), misses, the whitelisted entry, and
+    // invalid lines: identical answers, exit codes and messages.
+    let queries = d.join("q.txt");
+    let mut q: Vec<String> = Vec::new();
+    for i in 0..200 {
+        q.push(format!("http://evil{i}.example/phish/"));
+        q.push(format!("HTTP://EVIL{i}.example:80/phish/./login.php#frag"));
+        q.push(format!("http://good{i}.example/"));
+        q.push(format!("http://evil{i}.example/other/"));
+    }
+    q.push("http://evil7.example/phish/x".into());
+    q.push("http://[::1".into());
+    q.push("http://a.example:99999/".into());
+    write_lines(&queries, q);
+    let plain = same_check(&file, &addr, &queries, &[]);
+    assert_eq!(
+        plain.lines().count(),
+        398,
+        "200 entries and 200 URLs under them, less the two of the whitelisted entry (which exempts every query it is the first key of or a key of)"
+    );
+    let json = same_check(&file, &addr, &queries, &["--json"]);
+    assert!(json.contains("\"whitelisted\":true"));
+    assert_eq!(
+        same_check(&file, &addr, &queries, &["--count"]).trim(),
+        "398"
+    );
+
+    // Whitelist, info.
+    assert_eq!(
+        ok(&bg(&["whitelist", "list", &addr])),
+        ok(&bg(&["whitelist", "list", p(&file)]))
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&bg(&["info", &addr, "--json"]))).unwrap();
+    let finfo: serde_json::Value =
+        serde_json::from_str(&ok(&bg(&["info", p(&file), "--json"]))).unwrap();
+    for field in [
+        "bits",
+        "k",
+        "seed",
+        "items",
+        "key_kind",
+        "match_mode",
+        "planned_items",
+    ] {
+        assert_eq!(info[field], finfo[field], "{field}");
+    }
+    assert_eq!(info["shards_present"], info["shards"]);
+    assert_eq!(info["whitelist_items"], 1);
+
+    // Pull: the very same file and whitelist.
+    let back = d.join("back.bgf");
+    ok(&bg(&["pull", &addr, p(&back)]));
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&file).unwrap());
+    assert_eq!(
+        std::fs::read(d.join("back.bgf.whitelist")).unwrap(),
+        std::fs::read(d.join("f.bgf.whitelist")).unwrap()
+    );
+    assert_eq!(bg(&["pull", &addr, p(&back)]).status.code(), Some(1));
+
+    // Add: --print-new names exactly the new entries; a second add of the
+    // same entries names none. The file gets the same adds.
+    let more = d.join("more.txt");
+    write_lines(
+        &more,
+        (2990..3100)
+            .map(|i| format!("http://evil{i}.example/phish/"))
+            .chain(["http://bad:port:x/".to_string()]),
+    );
+    let first = bg(&["add", &addr, p(&more), "--print-new"]);
+    let new_lines = String::from_utf8_lossy(&first.stdout).into_owned();
+    let want: Vec<String> = (3000..3100)
+        .map(|i| format!("http://evil{i}.example/phish/"))
+        .collect();
+    assert_eq!(new_lines.lines().collect::<Vec<_>>(), want);
+    assert!(String::from_utf8_lossy(&first.stderr).contains("100 new items"));
+    let second = ok(&bg(&["add", &addr, p(&more), "--print-new"]));
+    assert_eq!(second, "");
+    ok(&bg(&["add", p(&file), p(&more)]));
+    let queries2 = d.join("q2.txt");
+    write_lines(
+        &queries2,
+        (2900..3200).map(|i| format!("http://evil{i}.example/phish/a")),
+    );
+    assert_eq!(
+        same_check(&file, &addr, &queries2, &["--count"]).trim(),
+        "200"
+    );
+    // The bits set by BITFIELD are the bits the file's add set.
+    let back2 = d.join("back2.bgf");
+    ok(&bg(&["pull", &addr, p(&back2)]));
+    assert!(std::fs::read(&back2).unwrap()[4096..] == std::fs::read(&file).unwrap()[4096..]);
+
+    // Whitelist changes act on checks at once.
+    ok(&bg(&[
+        "whitelist",
+        "remove",
+        &addr,
+        "http://evil7.example/phish/",
+    ]));
+    ok(&bg(&[
+        "whitelist",
+        "remove",
+        p(&file),
+        "http://evil7.example/phish/",
+    ]));
+    assert_eq!(
+        same_check(&file, &addr, &queries, &["--count"]).trim(),
+        "401"
+    );
+    let w = bg(&["whitelist", "add", &addr, "http://never.example/"]);
+    assert!(String::from_utf8_lossy(&w.stderr).contains("is not a hit"));
+
+    // Refusals: a classic filter (with the reason), a missing filter, a bad
+    // address (usage error), a file-only option.
+    let classic = d.join("c.bgf");
+    ok(&bg(&[
+        "build",
+        "--layout",
+        "classic",
+        "-n",
+        "100",
+        "-p",
+        "1e-3",
+        "-o",
+        p(&classic),
+        p(&entries),
+    ]));
+    let c = bg(&["push", p(&classic), &format!("redis://{}/c", server.addr())]);
+    assert_eq!(c.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&c.stderr).contains("--layout blocked"));
+    let missing = bg(&[
+        "check",
+        &format!("redis://{}/nope", server.addr()),
+        p(&queries),
+    ]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no filter named"));
+    assert_eq!(bg(&["info", "redis://h:1/"]).status.code(), Some(2));
+    assert_eq!(
+        bg(&["check", &addr, "--memory", "1G", p(&queries)])
+            .status
+            .code(),
+        Some(2)
+    );
+
+    // A password from a file (ACL user), and a wrong one refused.
+    server.cli(&["ACL", "SETUSER", "app", "on", ">s3cret", "~*", "+@all"]);
+    let pw = d.join("pw");
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    let with_user = format!("redis://app@{}/urls", server.addr());
+    ok(&bg(&["info", &with_user, "--redis-password-file", p(&pw)]));
+    std::fs::write(&pw, "wrong\n").unwrap();
+    let refused = bg(&["info", &with_user, "--redis-password-file", p(&pw)]);
+    assert_eq!(refused.status.code(), Some(1));
+}
+
+/// Which master (port) serves each slot now.
+fn slot_owners(cluster: &Cluster) -> HashMap<u16, u16> {
+    let mut owner = HashMap::new();
+    for m in cluster.masters() {
+        for &(a, b) in &m.slots {
+            for s in a..=b {
+                owner.insert(s, m.port);
+            }
+        }
+    }
+    owner
+}
+
+/// Shard keys of `name` on each master.
+fn shard_keys_per_master(cluster: &Cluster, name: &str) -> HashMap<u16, usize> {
+    cluster
+        .masters()
+        .iter()
+        .map(|m| {
+            let out = cluster
+                .nodes
+                .iter()
+                .find(|n| n.port == m.port)
+                .unwrap()
+                .cli_raw(&["--scan", "--pattern", &format!("bg:{{*}}:{name}:*")]);
+            (m.port, String::from_utf8_lossy(&out).lines().count())
+        })
+        .collect()
+}
+
+#[test]
+fn cluster_shards_writers_reshard_and_failover() {
+    if redis_missing() {
+        return;
+    }
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut cluster = Cluster::start(d);
+    eprintln!("cluster up in {:.1} s", started.elapsed().as_secs_f64());
+    let addr = cluster.address("big");
+
+    // 2·10⁷ planned URLs: 55 MB, 53 shards; 5,000 in it.
+    let entries = d.join("entries.txt");
+    write_lines(
+        &entries,
+        (0..5000).map(|i| format!("http://site{i}.example/page")),
+    );
+    let file = d.join("big.bgf");
+    ok(&bg(&[
+        "build",
+        "-n",
+        "2e7",
+        "-p",
+        "1e-4",
+        "-o",
+        p(&file),
+        p(&entries),
+    ]));
+    ok(&bg(&["push", p(&file), &addr]));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&bg(&["info", &addr, "--json"]))).unwrap();
+    let shards = info["shards"].as_u64().unwrap();
+    assert!(shards >= 50, "{shards}");
+    assert_eq!(info["shards_present"].as_u64(), Some(shards));
+
+    // Shards on every master, in the slots the layout gives them.
+    let per_master = shard_keys_per_master(&cluster, "big");
+    assert_eq!(per_master.len(), 3);
+    assert!(
+        per_master.values().all(|&n| n as u64 >= shards / 5),
+        "{per_master:?}"
+    );
+    assert_eq!(per_master.values().sum::<usize>() as u64, shards);
+    for i in [0, 1, shards - 1] {
+        let key = layout::shard_key("big", i);
+        let slot = cluster.any().cli(&["CLUSTER", "KEYSLOT", &key]);
+        assert_eq!(
+            slot.trim(),
+            format!("(integer) {}", layout::shard_slot("big", i))
+        );
+    }
+
+    // Pull is the file; check answers as the file.
+    let back = d.join("back.bgf");
+    ok(&bg(&["pull", &addr, p(&back)]));
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&file).unwrap());
+    let queries = d.join("q.txt");
+    write_lines(
+        &queries,
+        (0..3000)
+            .map(|i| format!("http://site{}.example/page", i * 2))
+            .chain(["http://[x".to_string()]),
+    );
+    assert_eq!(
+        same_check(&file, &addr, &queries, &["--count"]).trim(),
+        "2500"
+    );
+    same_check(&file, &addr, &queries, &["--json"]);
+
+    // Four concurrent writers: own items, plus 3,000 items all four add.
+    // Every item hits afterwards; each shared item is "new" to exactly one.
+    let shared: Vec<String> = (0..3000)
+        .map(|i| format!("http://shared{i}.example/"))
+        .collect();
+    let mut children = Vec::new();
+    for w in 0..4 {
+        let input = d.join(format!("w{w}.txt"));
+        let mut lines: Vec<String> = (0..2000)
+            .map(|i| format!("http://w{w}-{i}.example/"))
+            .collect();
+        lines.extend(shared.iter().cloned());
+        if w % 2 == 1 {
+            lines.reverse();
+        }
+        write_lines(&input, lines);
+        children.push(
+            Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+                .args(["add", &addr, p(&input), "--print-new"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let mut told: HashMap<String, usize> = HashMap::new();
+    for (w, c) in children.into_iter().enumerate() {
+        let out = ok(&c.wait_with_output().unwrap());
+        let mine = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("http://w{w}-")))
+            .count();
+        assert_eq!(mine, 2000, "writer {w} told about its own items");
+        for l in out.lines() {
+            *told.entry(l.to_string()).or_default() += 1;
+        }
+    }
+    for s in &shared {
+        assert_eq!(told.get(s), Some(&1), "{s}");
+    }
+    let all_added = d.join("all_added.txt");
+    write_lines(
+        &all_added,
+        shared.iter().cloned().chain(
+            (0..4).flat_map(|w| (0..2000).map(move |i| format!("http://w{w}-{i}.example/"))),
+        ),
+    );
+    assert_eq!(
+        ok(&bg(&["check", &addr, p(&all_added), "--count"])).trim(),
+        "11000"
+    );
+
+    // A reshard of 2,000 slots from the master with the most shards while
+    // 150,000 adds stream in: no error, nothing lost, shard keys moved.
+    let (&src_port, _) = per_master.iter().max_by_key(|(_, &n)| n).unwrap();
+    let masters = cluster.masters();
+    let src = masters.iter().find(|m| m.port == src_port).unwrap().clone();
+    let dst = masters.iter().find(|m| m.port != src_port).unwrap().clone();
+    let stream = d.join("stream.txt");
+    write_lines(
+        &stream,
+        (0..150_000).map(|i| format!("http://stream{i}.example/x")),
+    );
+    let adder = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["add", &addr, p(&stream)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let reshard = Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{src_port}")])
+        .args(["--cluster-from", &src.id, "--cluster-to", &dst.id])
+        .args(["--cluster-slots", "2000", "--cluster-yes"])
+        .output()
+        .unwrap();
+    let reshard_secs = t.elapsed().as_secs_f64();
+    let added = adder.wait_with_output().unwrap();
+    eprintln!(
+        "reshard {reshard_secs:.1} s, adds {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        reshard.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reshard.stdout)
+    );
+    let added_err = String::from_utf8_lossy(&added.stderr).into_owned();
+    ok(&added);
+    assert!(added_err.contains("150,000 lines"), "{added_err}");
+    assert!(!added_err.contains("error"), "{added_err}");
+    let after = shard_keys_per_master(&cluster, "big");
+    assert!(
+        after[&src_port] < per_master[&src_port],
+        "{per_master:?} -> {after:?}"
+    );
+    assert_eq!(after.values().sum::<usize>() as u64, shards);
+    assert_eq!(
+        ok(&bg(&["check", &addr, p(&stream), "--count"])).trim(),
+        "150000"
+    );
+
+    // SIGKILL a master: lookups of items in its slots fail (exit 1, no
+    // answer printed), the others are answered; after its replica takes
+    // over, every acknowledged item hits.
+    let owners = slot_owners(&cluster);
+    let everything: Vec<String> = std::fs::read_to_string(&all_added)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .chain((0..150_000).map(|i| format!("http://stream{i}.example/x")))
+        .collect();
+    let meta_slot = layout::key_slot(layout::meta_key("big").as_bytes());
+    let victim = *owners
+        .values()
+        .find(|&&port| port != owners[&meta_slot])
+        .unwrap();
+    let rf = bloomgate_redis::RedisFilter::open(&bloomgate_redis::Address::parse(&addr).unwrap())
+        .unwrap();
+    let (on_victim, elsewhere): (Vec<String>, Vec<String>) =
+        everything.iter().cloned().partition(|u| {
+            let key = rf.entry_key(u.as_bytes()).unwrap();
+            let place = rf.meta().place(&key);
+            owners[&layout::shard_slot("big", place.shard)] == victim
+        });
+    assert!(!on_victim.is_empty() && !elsewhere.is_empty());
+    // Acknowledged writes reach the replica asynchronously: wait until it
+    // has them all, then kill the master.
+    let replica_caught_up = || {
+        let info = cluster
+            .nodes
+            .iter()
+            .find(|n| n.port == victim)
+            .unwrap()
+            .cli(&["INFO", "replication"]);
+        let master_off = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .map(|v| v.trim().to_string());
+        let slave = info
+            .lines()
+            .find(|l| l.starts_with("slave0:"))
+            .map(String::from);
+        matches!((master_off, slave), (Some(m), Some(s)) if s.contains(&format!("offset={m},")))
+    };
+    let t = Instant::now();
+    while !replica_caught_up() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "replica did not catch up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(rf);
+    let victim_file = d.join("victim.txt");
+    write_lines(&victim_file, on_victim.iter().cloned());
+    let elsewhere_file = d.join("elsewhere.txt");
+    write_lines(&elsewhere_file, elsewhere.iter().cloned());
+    cluster.node(victim).kill9();
+    let down = bg(&["check", &addr, p(&victim_file), "--count"]);
+    assert_eq!(
+        down.status.code(),
+        Some(1),
+        "lookups on a dead master must fail"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&down.stdout),
+        "",
+        "no answer, not 'absent'"
+    );
+    let msg = String::from_utf8_lossy(&down.stderr).into_owned();
+    assert!(msg.contains("unavailable"), "{msg}");
+    let down_plain = bg(&["check", &addr, p(&victim_file)]);
+    assert_eq!(down_plain.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&down_plain.stdout), "");
+    assert_eq!(
+        ok(&bg(&["check", &addr, p(&elsewhere_file), "--count"])).trim(),
+        elsewhere.len().to_string()
+    );
+    let t = Instant::now();
+    cluster.wait_failover(victim, Duration::from_secs(30));
+    eprintln!("failover after {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(
+        ok(&bg(&["check", &addr, p(&victim_file), "--count"])).trim(),
+        on_victim.len().to_string()
+    );
+    let every = d.join("every.txt");
+    write_lines(&every, everything.iter().cloned());
+    assert_eq!(
+        ok(&bg(&["check", &addr, p(&every), "--count"])).trim(),
+        everything.len().to_string()
+    );
+    eprintln!("cluster test took {:.1} s", started.elapsed().as_secs_f64());
+}
