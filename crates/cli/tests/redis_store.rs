@@ -370,6 +370,39 @@ fn cluster_shards_writers_reshard_and_failover() {
     );
     same_check(&file, &addr, &queries, &["--json"]);
 
+    // With read_from_replicas, replicas answer the lookups, once CLUSTER
+    // SLOTS lists them (Redis lists a replica after it has replicated
+    // data) and they have caught up (replication is asynchronous).
+    let from_replicas = format!("{addr}?read_from_replicas=yes");
+    let master_ports: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let replica_getranges = || -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .filter(|n| !master_ports.contains(&n.port))
+            .map(|n| {
+                n.cli(&["INFO", "commandstats"])
+                    .lines()
+                    .find_map(|l| l.strip_prefix("cmdstat_getrange:calls="))
+                    .and_then(|v| v.split(',').next())
+                    .map_or(0, |v| v.parse::<u64>().unwrap())
+            })
+            .sum()
+    };
+    let t = Instant::now();
+    loop {
+        let before = replica_getranges();
+        let n = ok(&bg(&["check", &from_replicas, p(&entries), "--count"]));
+        if n.trim() == "5000" && replica_getranges() - before == 5000 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "replicas did not answer: {n}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // Four concurrent writers: own items, plus 3,000 items all four add.
     // Every item hits afterwards; each shared item is "new" to exactly one.
     let shared: Vec<String> = (0..3000)
