@@ -4,6 +4,10 @@
 //! Exit codes: 0 success, 1 runtime error (bad file, I/O, invalid input
 //! reported on stderr), 2 usage error. A closed stdout (e.g. `| head`) is a
 //! success.
+//!
+//! The libraries' log events (`tracing`: the server's startup line,
+//! replay and failure reports) go to stderr, one line each, filtered by
+//! `RUST_LOG` (default: `info` for bloomgate's crates, `warn` for others).
 
 use bloomgate_cli::{args, cmd, report};
 use clap::Parser;
@@ -12,7 +16,11 @@ use clap::Parser;
 const EXIT_RUNTIME: i32 = 1;
 const EXIT_USAGE: i32 = 2;
 
+/// Which log events are shown when `RUST_LOG` is not set.
+const DEFAULT_LOG: &str = "warn,bloomgate_server=info,bloomgate_blacklist=info,bloomgate_engine=info,bloomgate_url=info,bloomgate_redis=info,bloomgate_cli=info";
+
 fn main() {
+    init_logging();
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -36,6 +44,21 @@ fn main() {
             std::process::exit(code);
         }
     }
+}
+
+/// Sends `tracing` events to stderr: a level and the message, no time (a
+/// service manager adds its own), colours only on a terminal.
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -129,16 +129,14 @@ impl Policy {
 }
 
 fn read_token(path: &Path) -> Result<Vec<u8>, ServerError> {
-    let text = std::fs::read(path).map_err(|e| {
-        ServerError::Setup(format!("{}: cannot read token file: {e}", path.display()))
+    let text = std::fs::read(path).map_err(|source| ServerError::TokenFile {
+        path: path.into(),
+        source,
     })?;
     let line = text.split(|&b| b == b'\n').next().unwrap_or_default();
     let token = line.trim_ascii();
     if token.len() < 16 {
-        return Err(ServerError::Setup(format!(
-            "{}: the token must be at least 16 bytes on the first line",
-            path.display()
-        )));
+        return Err(ServerError::ShortToken(path.into()));
     }
     Ok(token.to_vec())
 }

@@ -12,14 +12,14 @@ pub use bloomgate_blacklist::journal::{
 use crate::metrics::Metrics;
 
 /// Reads a journal as its owner: a damaged tail is cut off the file and
-/// reported on stderr and in `bloomgate_journal_damaged_total` /
+/// reported as a `tracing` warning and in `bloomgate_journal_damaged_total` /
 /// `bloomgate_journal_lost_bytes_total`.
 pub fn load(path: &Path, metrics: &Metrics) -> std::io::Result<Contents> {
     let Loaded {
         contents, report, ..
     } = bloomgate_blacklist::journal::load(path, Repair::Truncate)?;
     if let Some(problem) = &report.problem {
-        eprintln!(
+        tracing::warn!(
             "bloomgate serve: live-add journal {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
             path.display(),
             report.records,

@@ -1,7 +1,9 @@
 //! `bloomgate serve`: filter files on the network.
 //!
 //! Every `*.bgf` file in a data directory is served under its file stem,
-//! memory-mapped, through two front ends that share one [`store::Store`]:
+//! memory-mapped, through two front ends that share one [`store::Store`]
+//! (the storage interface; the front ends do not know which implementation
+//! serves a filter — today the local files of [`store::LocalStore`]):
 //!
 //! * an HTTP/JSON API ([`http`], documented in `docs/http-api.md`), and
 //! * the Redis protocol, RESP2 and RESP3 ([`resp`]), compatible with
@@ -17,9 +19,21 @@
 //! acknowledged only once its record is on disk (`fdatasync`, group commit).
 //! Snapshots rewrite the filter files atomically and trim the log, first
 //! copying the trimmed adds into per-filter journals ([`journal`]) that are
-//! replayed onto any reloaded filter file; startup replays both. Security and resource limits are in [`auth`] and [`Limits`].
+//! replayed onto any reloaded filter file; startup replays both. Security
+//! and resource limits are in [`auth`], [`budget`] and [`Limits`]; counters
+//! and their Prometheus rendering in [`metrics`].
+//!
+//! | module | role |
+//! |---|---|
+//! | [`store`] | the storage interface ([`store::Store`], [`store::Filter`], [`store::Ack`], [`store::StoreError`]) and the local store (`store/local/`) |
+//! | [`http`] | HTTP handlers, the one HTTP mapping of store errors, the accept loop |
+//! | [`resp`] | Redis protocol: `codec` (frames, replies), `conn` (connection loop, pipelining), `commands` and `bf` (command semantics) |
+//! | [`wal`], [`journal`] | the local store's write-ahead log and live-add journals |
+//! | [`auth`], [`budget`], [`metrics`] | access, input memory, counters |
 //!
 //! The entry point is [`run`], which blocks and builds its own Tokio runtime.
+//! What the server has to say (startup, replay, failures, SIGHUP reports) it
+//! says through `tracing` events; the binary decides where they go.
 #![deny(missing_docs)]
 
 pub mod auth;
@@ -146,9 +160,25 @@ pub enum ServerError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The data directory, the token file or the log could not be used.
-    #[error("{0}")]
-    Setup(String),
+    /// The token file could not be read.
+    #[error("{}: cannot read token file: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The token file's first line is too short to be a secret.
+    #[error("{}: the token must be at least 16 bytes on the first line", .0.display())]
+    ShortToken(PathBuf),
+    /// A startup or shutdown task panicked or was cancelled.
+    #[error("{what} failed: {source}")]
+    Task {
+        /// Which task.
+        what: &'static str,
+        /// The cause.
+        source: tokio::task::JoinError,
+    },
     /// A store operation failed during startup or shutdown.
     #[error(transparent)]
     Store(#[from] store::StoreError),
@@ -189,7 +219,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         move || store::LocalStore::open(&dir, limits, metrics).map(store::Store::Local)
     })
     .await
-    .map_err(|e| ServerError::Setup(format!("startup task failed: {e}")))??;
+    .map_err(|source| ServerError::Task {
+        what: "startup task",
+        source,
+    })??;
     let store = Arc::new(store);
     let app = Arc::new(App {
         store: store.clone(),
@@ -225,7 +258,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
             threads,
         )));
     }
-    eprintln!(
+    tracing::info!(
         "bloomgate serve: {} filter(s) from {}; http {}; resp {}; auth: {}",
         store.names().len(),
         config.data_dir.display(),
@@ -256,15 +289,15 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
                 match tokio::task::spawn_blocking(move || s.snapshot()).await {
                     // A store without snapshots of its own has nothing to do.
                     Ok(Ok(_)) | Ok(Err(store::StoreError::Unsupported(_))) => {}
-                    Ok(Err(e)) => eprintln!("bloomgate serve: snapshot failed: {e}"),
-                    Err(e) => eprintln!("bloomgate serve: snapshot task failed: {e}"),
+                    Ok(Err(e)) => tracing::error!("bloomgate serve: snapshot failed: {e}"),
+                    Err(e) => tracing::error!("bloomgate serve: snapshot task failed: {e}"),
                 }
             }
         }
     });
 
     wait_for_signals(&store).await;
-    eprintln!("bloomgate serve: shutting down, writing a snapshot");
+    tracing::info!("bloomgate serve: shutting down, writing a snapshot");
     let _ = stop_tx.send(true);
     snapshotter.abort();
     for t in tasks {
@@ -273,7 +306,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     let s = store.clone();
     let snap = tokio::task::spawn_blocking(move || s.snapshot())
         .await
-        .map_err(|e| ServerError::Setup(format!("shutdown snapshot task failed: {e}")))?;
+        .map_err(|source| ServerError::Task {
+            what: "shutdown snapshot task",
+            source,
+        })?;
     match snap {
         Ok(_) | Err(store::StoreError::Unsupported(_)) => {}
         Err(e) => return Err(e.into()),
@@ -301,9 +337,9 @@ async fn wait_for_signals(store: &Arc<store::Store>) {
                 let s = store.clone();
                 let res = tokio::task::spawn_blocking(move || s.reload_changed()).await;
                 match res {
-                    Ok(Ok(report)) => eprintln!("bloomgate serve: SIGHUP: {report}"),
-                    Ok(Err(e)) => eprintln!("bloomgate serve: SIGHUP reload failed: {e}"),
-                    Err(e) => eprintln!("bloomgate serve: SIGHUP reload failed: {e}"),
+                    Ok(Ok(report)) => tracing::info!("bloomgate serve: SIGHUP: {report}"),
+                    Ok(Err(e)) => tracing::error!("bloomgate serve: SIGHUP reload failed: {e}"),
+                    Err(e) => tracing::error!("bloomgate serve: SIGHUP reload failed: {e}"),
                 }
             }
         }

@@ -48,7 +48,7 @@
 //! At startup all segments are read in order. A record whose length is
 //! impossible, whose bytes end early or whose checksum does not match ends
 //! that segment: the intact prefix is kept and the loss (records/bytes) is
-//! reported on stderr and in the metrics.
+//! reported in the log (a `tracing` warning) and in the metrics.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -134,7 +134,7 @@ impl Health {
     fn fail(&self, e: WalError, metrics: &Metrics) {
         let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
-            eprintln!("bloomgate serve: {e}");
+            tracing::error!("bloomgate serve: {e}");
             metrics.wal_failures.fetch_add(1, Relaxed);
         }
         *f = Some((e, Instant::now()));
@@ -150,7 +150,7 @@ impl Health {
     fn recover(&self) {
         let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if f.take().is_some() {
-            eprintln!("bloomgate serve: write-ahead log: writable again");
+            tracing::info!("bloomgate serve: write-ahead log: writable again");
         }
         self.refusing.store(false, Relaxed);
     }

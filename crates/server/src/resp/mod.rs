@@ -143,7 +143,7 @@ pub async fn serve(
     let mut pool = match Pool::start(threads) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("bloomgate serve: cannot start the Redis-protocol threads: {e}");
+            tracing::error!("bloomgate serve: cannot start the Redis-protocol threads: {e}");
             return;
         }
     };

@@ -555,7 +555,7 @@ pub struct CreateSpec {
     /// False-positive rate: per query for `Fixed` filters of url/host kinds
     /// (converted per lookup like the CLI does); for Redis filters the rate
     /// of the whole chain, however far it grows (the first layer is planned
-    /// for half of it if it scales, see [`first_layer_rate`]).
+    /// for half of it if it scales, see [`first_layer_rate`](bloomgate_blacklist::layers::first_layer_rate)).
     pub fp: f64,
     /// Key kind.
     pub kind: KeyKind,

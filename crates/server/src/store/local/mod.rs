@@ -170,7 +170,7 @@ impl LocalStore {
                 continue;
             };
             if !valid_name(&name) {
-                eprintln!(
+                tracing::warn!(
                     "bloomgate serve: skipping {}: unusable name",
                     path.display()
                 );
@@ -181,7 +181,7 @@ impl LocalStore {
                     let id = file_id(&path);
                     filters.insert(name.clone(), Arc::new(Named::new(name, layers, wl, id)));
                 }
-                Err(e) => eprintln!("bloomgate serve: skipping {}: {e}", path.display()),
+                Err(e) => tracing::warn!("bloomgate serve: skipping {}: {e}", path.display()),
             }
         }
         // Journals of live adds: learn each filter's lineage and insert its
@@ -200,7 +200,7 @@ impl LocalStore {
                 let mut m = Vec::new();
                 journal::marker(&mut m, &n.name, current);
                 if let Err(e) = journal::append(&jpath, &m) {
-                    eprintln!(
+                    tracing::warn!(
                         "bloomgate serve: {}: {e}; adds to '{}' are refused until it can be written",
                         jpath.display(),
                         n.name
@@ -216,7 +216,7 @@ impl LocalStore {
                 }
             }
             if inserted > 0 {
-                eprintln!(
+                tracing::info!(
                     "bloomgate serve: {}: re-inserted {inserted} journaled live add(s) missing from its file",
                     n.name
                 );
@@ -237,7 +237,7 @@ impl LocalStore {
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
             if let Some(problem) = &rep.problem {
-                eprintln!(
+                tracing::warn!(
                     "bloomgate serve: write-ahead log {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
                     seg.display(),
                     rep.records,
@@ -248,7 +248,7 @@ impl LocalStore {
         }
         metrics.wal_records_replayed.store(replayed, Relaxed);
         if replayed > 0 {
-            eprintln!("bloomgate serve: replayed {replayed} log record(s)");
+            tracing::info!("bloomgate serve: replayed {replayed} log record(s)");
         }
         let wal = Wal::start(&wal_dir, metrics.clone())?;
         let store = LocalStore {
@@ -268,7 +268,7 @@ impl LocalStore {
             // succeeds; the server serves meanwhile (reads, and writes once
             // the log can write).
             if let Err(e) = store.snapshot() {
-                eprintln!("bloomgate serve: snapshot after replay failed, will retry: {e}");
+                tracing::warn!("bloomgate serve: snapshot after replay failed, will retry: {e}");
             }
         }
         Ok(store)

@@ -43,7 +43,7 @@ pub(super) fn replay_key(
         Replayed::New => true,
         Replayed::Present => false,
         Replayed::Unconvertible(e) => {
-            eprintln!(
+            tracing::warn!(
                 "bloomgate serve: a journaled live add cannot be converted to the new file's key rules ({} {}): {e}: {:?}",
                 st.kind.as_str(),
                 st.mode.as_str(),

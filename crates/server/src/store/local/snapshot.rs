@@ -139,7 +139,7 @@ impl LocalStore {
             Err(e) => {
                 // Not again before it has doubled once more.
                 bases.insert(name.to_string(), len);
-                eprintln!(
+                tracing::warn!(
                     "bloomgate serve: compacting {} failed (kept as it was): {e}",
                     jpath.display()
                 );
