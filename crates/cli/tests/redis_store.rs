@@ -494,6 +494,15 @@ fn cluster_shards_writers_reshard_and_failover() {
     ok(&added);
     assert!(added_err.contains("150,000 lines"), "{added_err}");
     assert!(!added_err.contains("error"), "{added_err}");
+    // The adds did meet the moving slots (MOVED/ASK), and were resent.
+    assert!(added_err.contains("redirected"), "{added_err}");
+    eprintln!(
+        "{}",
+        added_err
+            .lines()
+            .find(|l| l.contains("redirected"))
+            .unwrap()
+    );
     let after = shard_keys_per_master(&cluster, "big");
     assert!(
         after[&src_port] < per_master[&src_port],

@@ -233,6 +233,13 @@ pub fn add(a: AddArgs) -> Result<i32> {
         filter.predicted_fp(items),
         filter.meta().params.target_fp
     );
+    let redirected = filter.store().redirected();
+    if redirected > 0 {
+        eprintln!(
+            "bloomgate: {} adds were redirected to other nodes (slots moving) and resent",
+            thousands(redirected)
+        );
+    }
     if items > planned {
         eprintln!(
             "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
