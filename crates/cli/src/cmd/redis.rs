@@ -63,6 +63,12 @@ pub fn refuse(given: bool, option: &str) -> Result<()> {
 pub fn push(a: PushArgs) -> Result<i32> {
     let started = Instant::now();
     let addr = address(&a.address, &a.redis)?;
+    if bloomgate_blacklist::datadir::locate(Path::new(&a.file)).is_some() {
+        eprintln!(
+            "bloomgate: warning: {}: pushing the filter file as it is; adds a server has logged in its data directory since its last snapshot are not included",
+            a.file
+        );
+    }
     let size = std::fs::metadata(&a.file)
         .with_context(|| a.file.clone())?
         .len();
