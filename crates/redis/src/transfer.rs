@@ -10,8 +10,10 @@
 //! The cluster client still follows `MOVED`/`ASK`, so a slot map that
 //! changes during the push only costs a redirect. The metadata is written
 //! last: until then the filter does not exist for readers, and a push that
-//! fails leaves no filter behind (its shards are overwritten by the next
-//! push). Replacing a filter (`force`) deletes its metadata first.
+//! fails leaves no filter behind (its shards and whitelist are overwritten
+//! by the next push of that name; shard keys past the next push's last
+//! shard stay until deleted by hand). Replacing a filter (`force`) deletes
+//! its metadata first, then its whitelist and shards.
 //!
 //! A pull reads the shards in order, a window at a time in one pipeline
 //! (so every node sends its part at once), hashes the data as it writes it
@@ -182,6 +184,8 @@ pub fn push(
             .try_for_each(|w| w.join().expect("a push thread panicked"))
     })?;
     let wkey = layout::whitelist_key(name);
+    // A push that failed before its metadata may have left a whitelist.
+    store.one(redis::cmd("DEL").arg(&wkey).clone())?;
     let members: Vec<&[u8]> = whitelist.iter().collect();
     for batch in members.chunks(1024) {
         store.one(redis::cmd("SADD").arg(&wkey).arg(batch).clone())?;

@@ -244,3 +244,30 @@ fn classic_filters_are_refused_with_the_reason() {
         Err(Error::NotFound { .. })
     ));
 }
+
+#[test]
+fn leftovers_of_a_failed_push_do_not_count() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("l.bgf");
+    build_file(&path, 10);
+    // What a push that died before its metadata leaves: a whitelist and a
+    // shard, but no filter.
+    server.cli(&["SADD", &layout::whitelist_key("l"), "stale"]);
+    server.cli(&["SET", &layout::shard_key("l", 0), "junk"]);
+    let addr = address(&server, "l");
+    assert!(matches!(
+        RedisFilter::open(&addr),
+        Err(Error::NotFound { .. })
+    ));
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    assert!(rf.whitelist().is_empty());
+    assert_eq!(rf.contains_keys(&["item-3"]).unwrap(), vec![true]);
+    let back = dir.path().join("back.bgf");
+    pull(&addr, &back, false, &|_| {}).unwrap();
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&path).unwrap());
+}
