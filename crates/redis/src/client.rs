@@ -23,10 +23,13 @@
 //! redirection. (Its replies are read as values, and an error value fails
 //! `query`; cluster pipelines have no `ignore_errors`.)
 //!
-//! A connection that failed (a node down, a timeout) is dropped and the
-//! batch is an error ([`Error::Unavailable`]); the slot map is re-read
-//! before the next batch, which finds the promoted replica after a
-//! failover. A [`Store`] is shared by threads: each node has a pool of idle
+//! A connection that failed (a node down, a timeout) is dropped with the
+//! node's idle ones, and the slot map is re-read before the next batch,
+//! which finds the promoted replica after a failover. A batch of reads is
+//! then sent once more; a batch with writes is an error
+//! ([`Error::Unavailable`]), as is a read that fails twice.
+//!
+//! A [`Store`] is shared by threads: each node has a pool of idle
 //! connections, and a busy pool opens another.
 
 use std::collections::HashMap;
@@ -51,6 +54,16 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// a short backoff: enough to ride out a reshard, few enough that a down
 /// master turns into an error within a few seconds.
 const CLUSTER_RETRIES: u32 = 5;
+
+/// True for a command that only reads (safe to send twice).
+fn is_read(cmd: &Cmd) -> bool {
+    matches!(
+        cmd.args_iter().next(),
+        Some(redis::Arg::Simple(
+            b"GETRANGE" | b"GET" | b"EXISTS" | b"HGET" | b"HGETALL" | b"SMEMBERS" | b"SCARD"
+        ))
+    )
+}
 
 /// A node: `(host, port)`.
 pub type Node = (String, u16);
@@ -201,6 +214,10 @@ impl Store {
             .push(c);
     }
 
+    fn drop_pool(&self, node: &Node, replica: bool) {
+        self.lock_idle().remove(&(node.clone(), replica));
+    }
+
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, HashMap<(Node, bool), Vec<Connection>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -209,6 +226,20 @@ impl Store {
     /// returns one reply per command, in order; an error reply fails the
     /// batch.
     pub(crate) fn run(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
+        match self.run_once(cmds) {
+            // A batch of reads that met a dead connection (the server
+            // restarted, a replica took over) is sent once more on new
+            // connections to a fresh slot map: reads can be repeated. Writes
+            // cannot (they may have run), so their error stands.
+            Err(e) if e.is_unavailable() && cmds.iter().all(is_read) => {
+                tracing::debug!(error = %e, "reads failed; retrying once on new connections");
+                self.run_once(cmds)
+            }
+            other => other,
+        }
+    }
+
+    fn run_once(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -252,6 +283,7 @@ impl Store {
             }) {
                 Ok(c) => open.push((node, *replica, idx, c)),
                 Err(e) => {
+                    self.drop_pool(node, *replica);
                     first_err.get_or_insert(e);
                 }
             }
@@ -262,6 +294,9 @@ impl Store {
                 match c.recv_response() {
                     Ok(v) => out[i] = v,
                     Err(e) => {
+                        // The node's other idle connections most likely
+                        // died with this one (a restart, a failover).
+                        self.drop_pool(node, replica);
                         first_err.get_or_insert(self.err(e));
                         ok = false;
                         break;
@@ -287,6 +322,7 @@ impl Store {
                     Some(redis::Arg::Simple(b"GETRANGE" | b"GET" | b"EXISTS"))
                 )
             });
+
         let mut groups: HashMap<(u32, bool), Vec<usize>> = HashMap::new();
         let mut unmapped = Vec::new();
         for (i, cmd) in cmds.iter().enumerate() {

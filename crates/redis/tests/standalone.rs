@@ -219,11 +219,40 @@ fn a_down_server_is_an_error_never_absent() {
     push(&path, &addr, false, &|_| {}).unwrap();
     let rf = RedisFilter::open(&addr).unwrap();
     assert_eq!(rf.contains_keys(&["item-1"]).unwrap(), vec![true]);
+    // A second handle with several pooled connections, idle while the
+    // server is down.
+    let idle = RedisFilter::open(&addr).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    assert_eq!(idle.contains_keys(&["item-2"]).unwrap(), vec![true]);
+                }
+            });
+        }
+    });
     server.kill9();
     let e = rf.contains_keys(&["item-1", "never-added"]).unwrap_err();
     assert!(e.is_unavailable(), "{e:?}");
     assert!(rf.insert_keys(&["x"]).unwrap_err().is_unavailable());
     assert!(RedisFilter::open(&addr).unwrap_err().is_unavailable());
+
+    // The server comes back (empty: no persistence) and the filter is
+    // pushed again: the same handle reconnects by itself.
+    let _again = RedisServer::start_on(dir.path(), server.port, &[]);
+    push(&path, &addr, false, &|_| {}).unwrap();
+    assert_eq!(
+        rf.contains_keys(&["item-1", "never-added"]).unwrap(),
+        vec![true, false]
+    );
+    assert_eq!(rf.insert_keys(&["after"]).unwrap(), vec![true]);
+    // Its dead idle connections are dropped and the reads sent again: the
+    // first lookup after the restart is answered.
+    assert_eq!(
+        idle.contains_keys(&["item-1", "after", "never-added"])
+            .unwrap(),
+        vec![true, true, false]
+    );
 }
 
 #[test]

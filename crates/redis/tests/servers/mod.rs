@@ -62,7 +62,12 @@ impl RedisServer {
     /// Starts a server in `dir` with extra arguments, and waits for PING.
     #[allow(clippy::zombie_processes)] // waited for in Drop
     pub fn start(dir: &Path, extra: &[&str]) -> RedisServer {
-        let port = free_port();
+        RedisServer::start_on(dir, free_port(), extra)
+    }
+
+    /// Starts a server on a given port (e.g. again, after killing one).
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    pub fn start_on(dir: &Path, port: u16, extra: &[&str]) -> RedisServer {
         let dir = dir.join(format!("redis-{port}"));
         std::fs::create_dir_all(&dir).unwrap();
         let child = Command::new("redis-server")
