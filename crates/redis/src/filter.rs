@@ -5,7 +5,7 @@
 //! # Lookups
 //!
 //! An item's `k` bits are in one 64-byte block, and a block in one shard
-//! (see [`layout`](crate::layout)): a lookup is one `GETRANGE` of those 64
+//! (see [`layout`]): a lookup is one `GETRANGE` of those 64
 //! bytes, probed here with the engine's mask of the item's bits. A batch is
 //! one pipeline (per node, in a cluster). A missing shard key reads as
 //! zeros: shards are created whole by a push, and an empty one may be
@@ -18,9 +18,11 @@
 //! An add is one `BITFIELD key SET u1 OFFSET 1 …` with one `SET` per bit
 //! of the item (at most `k`). Redis runs it atomically and returns the old
 //! bits, so an item was new — not (probably) present before — exactly when
-//! one old bit was 0. Among writers racing on one item, exactly one sees a
-//! 0 and is told "new": add-if-absent in one round trip, which is what a
-//! fleet of crawlers needs to fetch each URL once. Each batch then adds
+//! some old bit was 0. Among writers racing on one item, the first to run
+//! sets that bit and is told "new"; the others see it set: add-if-absent in
+//! one round trip, which is what a fleet of crawlers needs to fetch each
+//! URL once. (No one is told "new" for an item whose bits were all set
+//! already: a false positive, at the filter's rate.) Each batch then adds
 //! its new items to the metadata's count (`HINCRBY items`); the count is
 //! statistics, the bits are the truth. A batch that fails part way may
 //! have set the bits of some of its items without telling anyone they

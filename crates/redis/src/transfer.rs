@@ -4,7 +4,7 @@
 //! filter was not changed in Redis).
 //!
 //! A push sends each shard whole with one `SET` (1 MB; see
-//! [`layout`](crate::layout) for why every shard, zeros included, is
+//! [`layout`] for why every shard, zeros included, is
 //! created whole), from one thread per master node (the shards are grouped
 //! by the slot map read with `CLUSTER SLOTS`), a few shards per pipeline.
 //! The cluster client still follows `MOVED`/`ASK`, so a slot map that
