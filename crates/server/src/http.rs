@@ -664,3 +664,35 @@ pub async fn serve(
 pub fn empty() -> Body {
     Body::empty()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_become_http_errors() {
+        let full = || std::io::Error::new(std::io::ErrorKind::StorageFull, "full");
+        for (e, status, code) in [
+            (StoreError::io("f.bgf.whitelist", full()), 507, "no_space"),
+            (
+                StoreError::Files(bloomgate_blacklist::Error::Io {
+                    path: "f".into(),
+                    source: full(),
+                }),
+                507,
+                "no_space",
+            ),
+            (
+                StoreError::io("f.bgf", std::io::ErrorKind::PermissionDenied.into()),
+                422,
+                "file_error",
+            ),
+            (StoreError::Unavailable("shard".into()), 503, "unavailable"),
+            (StoreError::Unsupported("reload"), 501, "unsupported"),
+            (StoreError::NotFound("f".into()), 404, "not_found"),
+        ] {
+            let a = ApiError::from(e);
+            assert_eq!((a.status.as_u16(), a.code), (status, code), "{}", a.message);
+        }
+    }
+}

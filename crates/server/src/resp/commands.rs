@@ -377,6 +377,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn store_errors_become_redis_errors() {
+        let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device");
+        assert_eq!(
+            error_reply(&StoreError::NotFound("f".into())),
+            "ERR not found"
+        );
+        assert_eq!(
+            error_reply(&StoreError::Unavailable("shard 3 of f".into())),
+            "TRYAGAIN store unavailable: shard 3 of f"
+        );
+        assert_eq!(
+            error_reply(&StoreError::io("f.live", full)),
+            "ERR f.live: No space left on device; the disk is full: writes fail until space is freed, reads go on"
+        );
+        assert_eq!(
+            error_reply(&StoreError::Unsupported("BF.SCANDUMP")),
+            "ERR not supported by this store: BF.SCANDUMP"
+        );
+    }
+
+    #[test]
     fn globbing() {
         assert!(glob(b"*", b"abc"));
         assert!(glob(b"a?c", b"abc"));
