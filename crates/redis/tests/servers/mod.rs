@@ -37,13 +37,15 @@ pub fn redis_missing() -> bool {
 
 /// A port that is free, and whose cluster bus port (+10000) is free too.
 fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    // Below 55536 so that the bus port exists; spread by process id so
-    // parallel test binaries rarely try the same ones.
-    let base = 20_000 + (std::process::id() % 3_000) as u16 * 10;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // In 20000..55535, so that the bus port (+10000) exists; starting at a
+    // place given by the process id, so that parallel test binaries rarely
+    // try the same ports.
+    let start = std::process::id() % 3_000 * 10;
     loop {
-        let p = base + NEXT.fetch_add(1, Ordering::Relaxed) % 30_000;
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = (20_000 + (start + n) % 35_535) as u16;
         let ok = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
         if ok(p) && ok(p + 10_000) {
             return p;
