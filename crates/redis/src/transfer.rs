@@ -376,3 +376,35 @@ pub fn pull(
         data_checksum,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_in_pieces_is_the_files() {
+        // 3.6 pages of varied bytes, fed in pieces that end inside pages,
+        // on page boundaries, and one byte at a time.
+        let data: Vec<u8> = (0..14_800u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let want = pages_checksum_and_ones(&data, 0);
+        for piece in [1, 7, 1000, 4096, 5000, 8192, 20_000] {
+            let mut sum = Checksum {
+                pending: Vec::new(),
+                next_page: 0,
+                sum: 0,
+                ones: 0,
+            };
+            for p in data.chunks(piece) {
+                sum.add(p);
+            }
+            assert_eq!(sum.finish(), want, "pieces of {piece}");
+        }
+        assert_eq!(
+            want.0,
+            bloomgate_engine::format::data_checksum(&data),
+            "the file's checksum"
+        );
+    }
+}
