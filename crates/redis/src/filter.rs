@@ -27,6 +27,15 @@
 //! statistics, the bits are the truth. A batch that fails part way may
 //! have set the bits of some of its items without telling anyone they
 //! were new; retrying it reports them as present.
+//!
+//! # Handles
+//!
+//! A [`RedisFilter`] reads the metadata and the whitelist when it is
+//! opened and keeps them. Replacing the filter (`push --force`, possibly
+//! with another seed or size) under an open handle leaves it addressing
+//! bits by the old parameters: reopen handles after a replacement (each
+//! CLI command opens its own). Whitelist changes made through other
+//! handles are seen on reopening too.
 
 use bloomgate_blacklist::{verdict_of, Verdict, Whitelist};
 use bloomgate_engine::Layout;
