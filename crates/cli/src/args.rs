@@ -38,7 +38,8 @@ pub enum Command {
     /// URL canonicalization tools.
     #[command(subcommand)]
     Url(UrlCmd),
-    /// Serve the filters of a directory over HTTP/JSON and the Redis protocol.
+    /// Serve the filters of a directory, or of a Redis server or cluster
+    /// (`--store`), over HTTP/JSON and the Redis protocol.
     Serve(ServeArgs),
     /// Upload a filter file to Redis or Redis Cluster (blocked layout only).
     ///
@@ -483,8 +484,25 @@ pub fn parse_listen(s: &str) -> Result<Listen, String> {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Directory of filter files (`NAME.bgf` is served as NAME); also holds the write-ahead log.
-    #[arg(long)]
-    pub data_dir: std::path::PathBuf,
+    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Serve the filters stored in Redis instead of a directory's files:
+    /// `redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]` or
+    /// `redis+cluster://HOST:PORT[,HOST:PORT…]` (every filter pushed there;
+    /// several servers may share them).
+    #[arg(long, value_name = "ADDRESS")]
+    pub store: Option<String>,
+    #[command(flatten)]
+    pub redis: RedisOpts,
+    /// With --store: acknowledge a batch of adds only once this many
+    /// replicas of each master written have it (Redis `WAIT`); otherwise
+    /// answer an error (HTTP 503, RESP -TRYAGAIN). 0: when the master ran it.
+    #[arg(long, value_name = "N")]
+    pub redis_wait: Option<u32>,
+    /// With --redis-wait: how long to wait for the replicas, in
+    /// milliseconds (default 1000).
+    #[arg(long, value_name = "MS")]
+    pub redis_wait_ms: Option<u64>,
     /// HTTP/JSON listen address, or `off`.
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub http: Listen,
@@ -574,6 +592,30 @@ mod tests {
             }
             _ => panic!(),
         }
+    }
+
+    #[test]
+    fn serve_store_forms() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["bloomgate", "serve"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+        };
+        match parse(&["--store", "redis://h:1", "--redis-wait", "1"])
+            .unwrap()
+            .command
+        {
+            Command::Serve(a) => {
+                assert_eq!(a.store.as_deref(), Some("redis://h:1"));
+                assert_eq!(
+                    (a.data_dir, a.redis_wait, a.redis_wait_ms),
+                    (None, Some(1), None)
+                );
+            }
+            _ => panic!(),
+        }
+        assert!(parse(&[]).is_err(), "a directory or a store is needed");
+        assert!(parse(&["--data-dir", "d", "--store", "redis://h:1"]).is_err());
     }
 
     #[test]

@@ -128,6 +128,9 @@ pub struct ServeConfig {
     /// single-threaded runtime of its own (0 = one per two cores, at least
     /// one). See [`resp::serve`].
     pub resp_threads: usize,
+    /// Serve the filters of a Redis server or cluster instead of
+    /// `data_dir`'s files (see [`store::RedisStore`]).
+    pub redis: Option<store::RedisOptions>,
 }
 
 impl Default for ServeConfig {
@@ -144,6 +147,7 @@ impl Default for ServeConfig {
             ready_file: None,
             threads: 0,
             resp_threads: 0,
+            redis: None,
         }
     }
 }
@@ -216,7 +220,11 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         let dir = config.data_dir.clone();
         let limits = config.limits.clone();
         let metrics = metrics.clone();
-        move || store::LocalStore::open(&dir, limits, metrics).map(store::Store::Local)
+        let redis = config.redis.clone();
+        move || match redis {
+            Some(opts) => store::RedisStore::open(opts, limits).map(store::Store::Redis),
+            None => store::LocalStore::open(&dir, limits, metrics).map(store::Store::Local),
+        }
     })
     .await
     .map_err(|source| ServerError::Task {
@@ -261,7 +269,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     tracing::info!(
         "bloomgate serve: {} filter(s) from {}; http {}; resp {}; auth: {}",
         store.names().len(),
-        config.data_dir.display(),
+        match &*store {
+            store::Store::Redis(s) => s.describe(),
+            _ => config.data_dir.display().to_string(),
+        },
         bound.http.map_or("off".into(), |a| a.to_string()),
         bound.resp.map_or("off".into(), |a| a.to_string()),
         app.policy.describe()

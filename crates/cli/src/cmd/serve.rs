@@ -5,13 +5,20 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use bloomgate_server::store::RedisOptions;
 use bloomgate_server::ServeConfig;
 
 use crate::args::ServeArgs;
 
 pub fn run(a: ServeArgs) -> Result<i32> {
+    if a.store.is_none() && (a.redis_wait.is_some() || a.redis_wait_ms.is_some()) {
+        return Err(crate::cmd::UsageError(
+            "--redis-wait and --redis-wait-ms need --store redis://…".into(),
+        )
+        .into());
+    }
     let mut config = ServeConfig {
-        data_dir: a.data_dir,
+        data_dir: a.data_dir.unwrap_or_default(),
         http: a.http.0,
         resp: a.resp.0,
         token_file: a.token_file,
@@ -20,6 +27,12 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         ready_file: a.ready_file,
         threads: a.threads,
         resp_threads: a.resp_threads,
+        redis: a.store.map(|address| RedisOptions {
+            address,
+            password_file: a.redis.redis_password_file,
+            wait_replicas: a.redis_wait.unwrap_or(0),
+            wait_timeout: Duration::from_millis(a.redis_wait_ms.unwrap_or(1000)),
+        }),
         ..ServeConfig::default()
     };
     if let Some(s) = a.idle_secs {

@@ -20,6 +20,15 @@ pub struct Server {
 impl Server {
     #[allow(clippy::zombie_processes)] // waited for in Drop
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut args = vec!["--data-dir", dir.to_str().expect("a UTF-8 path")];
+        args.extend_from_slice(extra);
+        Server::start_args(dir, &args)
+    }
+
+    /// Starts `bloomgate serve ARGS` (its store given in `args`: a
+    /// `--data-dir` or a `--store`); `dir` is only recorded.
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    pub fn start_args(dir: &Path, args: &[&str]) -> Server {
         // Outside the data directory, which may be a full disk.
         static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -28,8 +37,6 @@ impl Server {
         let _ = std::fs::remove_file(&ready);
         let child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
             .arg("serve")
-            .arg("--data-dir")
-            .arg(dir)
             .args([
                 "--http",
                 "127.0.0.1:0",
@@ -38,7 +45,7 @@ impl Server {
                 "--ready-file",
             ])
             .arg(&ready)
-            .args(extra)
+            .args(args)
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -4,9 +4,10 @@
 //! through [`Store`] and [`Filter`]: neither knows which implementation
 //! serves a filter. Today there is one, [`LocalStore`]: memory-mapped files
 //! in a data directory, made durable by the write-ahead log
-//! ([`crate::wal`]). The interface is shaped so that a store whose
-//! operations are network calls (Redis) fits without changing the front
-//! ends:
+//! ([`crate::wal`]); and [`RedisStore`]: filters stored in Redis or Redis
+//! Cluster (`bloomgate serve --store redis://…`), whose operations are
+//! network calls. The interface is shaped so that both fit without the
+//! front ends telling them apart:
 //!
 //! * **Batches.** Lookups ([`Filter::contains_batch`], [`Filter::check_batch`])
 //!   and adds ([`Store::add`]) take many items at once, so that a remote
@@ -50,8 +51,10 @@
 //! | `store/local/snapshot.rs` | rewriting changed filters, trimming the log into journals |
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
+//! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 
 mod local;
+mod redis;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -66,11 +69,14 @@ use crate::wal;
 pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
+pub use redis::{RedisNamed, RedisOptions, RedisStore};
 
 /// The filters the server serves (see the [module doc](self)).
 pub enum Store {
     /// Filter files in a data directory, with the write-ahead log.
     Local(LocalStore),
+    /// Filters stored in Redis or Redis Cluster.
+    Redis(RedisStore),
 }
 
 /// One served filter, as a cheap handle (clone it freely; it stays valid
@@ -80,6 +86,8 @@ pub enum Store {
 pub enum Filter {
     /// A filter of the [`LocalStore`].
     Local(Arc<Named>),
+    /// A filter of the [`RedisStore`].
+    Redis(Arc<RedisNamed>),
 }
 
 /// The acknowledgement of a write: resolves once the write is durable.
@@ -125,13 +133,18 @@ impl Store {
     pub fn get(&self, name: &str) -> Option<Filter> {
         match self {
             Store::Local(s) => s.get(name).map(Filter::Local),
+            Store::Redis(s) => s.get(name).map(Filter::Redis),
         }
     }
 
     /// The filter called `name`, or [`StoreError::NotFound`].
     pub fn need(&self, name: &str) -> Result<Filter, StoreError> {
-        self.get(name)
-            .ok_or_else(|| StoreError::NotFound(name.into()))
+        match self {
+            Store::Redis(s) => s.need(name).map(Filter::Redis),
+            _ => self
+                .get(name)
+                .ok_or_else(|| StoreError::NotFound(name.into())),
+        }
     }
 
     /// A number that changes whenever a filter is added, replaced or
@@ -142,6 +155,7 @@ impl Store {
     pub fn generation(&self) -> u64 {
         match self {
             Store::Local(s) => s.generation(),
+            Store::Redis(s) => s.generation(),
         }
     }
 
@@ -149,6 +163,7 @@ impl Store {
     pub fn names(&self) -> Vec<String> {
         match self {
             Store::Local(s) => s.names(),
+            Store::Redis(s) => s.names(),
         }
     }
 
@@ -156,6 +171,7 @@ impl Store {
     pub fn filters(&self) -> Vec<Filter> {
         match self {
             Store::Local(s) => s.all().into_iter().map(Filter::Local).collect(),
+            Store::Redis(s) => s.all().into_iter().map(Filter::Redis).collect(),
         }
     }
 
@@ -165,6 +181,7 @@ impl Store {
     pub fn is_remote(&self) -> bool {
         match self {
             Store::Local(_) => false,
+            Store::Redis(_) => true,
         }
     }
 
@@ -172,6 +189,7 @@ impl Store {
     pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Filter, StoreError> {
         match self {
             Store::Local(s) => s.create(name, spec).map(Filter::Local),
+            Store::Redis(s) => s.create(name, spec).map(Filter::Redis),
         }
     }
 
@@ -179,6 +197,7 @@ impl Store {
     pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
         match self {
             Store::Local(s) => s.delete(name),
+            Store::Redis(s) => s.delete(name),
         }
     }
 
@@ -194,6 +213,8 @@ impl Store {
     ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
+            (Store::Redis(s), Filter::Redis(n)) => s.add(n, entries, out).map(|()| Ack::done()),
+            _ => Err(StoreError::NotFound(filter.name().into())),
         }
     }
 
@@ -207,6 +228,8 @@ impl Store {
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.whitelist(n, items, add),
+            (Store::Redis(s), Filter::Redis(n)) => s.whitelist(n, items, add),
+            _ => Err(StoreError::NotFound(filter.name().into())),
         }
     }
 
@@ -215,6 +238,9 @@ impl Store {
     pub fn scandump(&self, filter: &Filter, iter: u64) -> Result<(u64, Vec<u8>), StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => Ok(s.scandump(n, iter)),
+            _ => Err(StoreError::Unsupported(
+                "BF.SCANDUMP of a filter stored in Redis (use `bloomgate pull`)",
+            )),
         }
     }
 
@@ -223,6 +249,9 @@ impl Store {
     pub fn loadchunk(&self, name: &str, iter: u64, data: &[u8]) -> Result<Ack, StoreError> {
         match self {
             Store::Local(s) => s.loadchunk(name, iter, data).map(Ack::from),
+            Store::Redis(_) => Err(StoreError::Unsupported(
+                "BF.LOADCHUNK into Redis (use `bloomgate push`)",
+            )),
         }
     }
 
@@ -231,6 +260,9 @@ impl Store {
     pub fn snapshot(&self) -> Result<SnapshotReport, StoreError> {
         match self {
             Store::Local(s) => s.snapshot(),
+            Store::Redis(_) => Err(StoreError::Unsupported(
+                "snapshots of filters stored in Redis (Redis persists them: RDB/AOF)",
+            )),
         }
     }
 
@@ -239,6 +271,7 @@ impl Store {
     pub fn unsnapshotted_bytes(&self) -> u64 {
         match self {
             Store::Local(s) => s.wal_bytes(),
+            Store::Redis(_) => 0,
         }
     }
 
@@ -251,6 +284,9 @@ impl Store {
     ) -> Result<Filter, StoreError> {
         match self {
             Store::Local(s) => s.reload(name, source, drop_live_adds).map(Filter::Local),
+            Store::Redis(_) => Err(StoreError::Unsupported(
+                "reloading a filter stored in Redis (replace it with `bloomgate push --force`)",
+            )),
         }
     }
 
@@ -259,6 +295,7 @@ impl Store {
     pub fn reload_changed(&self) -> Result<String, StoreError> {
         match self {
             Store::Local(s) => Ok(s.reload_changed()),
+            Store::Redis(_) => Err(StoreError::Unsupported("reloading filters stored in Redis")),
         }
     }
 
@@ -267,6 +304,7 @@ impl Store {
     pub fn write_failure(&self) -> Option<StoreError> {
         match self {
             Store::Local(s) => s.write_failure().map(StoreError::Wal),
+            Store::Redis(_) => None,
         }
     }
 
@@ -274,6 +312,7 @@ impl Store {
     pub fn shutdown(&self) {
         match self {
             Store::Local(s) => s.shutdown(),
+            Store::Redis(_) => {}
         }
     }
 }
@@ -283,6 +322,7 @@ impl Filter {
     pub fn name(&self) -> &str {
         match self {
             Filter::Local(n) => n.name(),
+            Filter::Redis(n) => n.name(),
         }
     }
 
@@ -307,6 +347,7 @@ impl Filter {
                 }
                 Ok(())
             }
+            Filter::Redis(n) => n.check_batch(queries, |v| each(v.map(|v| v.hit))),
         }
     }
 
@@ -325,6 +366,16 @@ impl Filter {
                 }
                 Ok(())
             }
+            Filter::Redis(n) => {
+                let (mut checks, mut hits) = (0, 0);
+                let r = n.check_batch(queries, |v| {
+                    checks += 1;
+                    hits += v.as_ref().is_ok_and(|v| v.hit) as u64;
+                    each(v)
+                });
+                n.count(checks, hits);
+                r
+            }
         }
     }
 
@@ -333,6 +384,7 @@ impl Filter {
     pub fn prefetch(&self, query: &[u8]) {
         match self {
             Filter::Local(n) => n.prefetch(query),
+            Filter::Redis(_) => {}
         }
     }
 
@@ -342,6 +394,7 @@ impl Filter {
     pub fn count(&self, checks: u64, hits: u64) {
         match self {
             Filter::Local(n) => n.count(checks, hits),
+            Filter::Redis(n) => n.count(checks, hits),
         }
     }
 
@@ -349,6 +402,7 @@ impl Filter {
     pub fn counters(&self) -> (u64, u64) {
         match self {
             Filter::Local(n) => n.counters(),
+            Filter::Redis(n) => n.counters(),
         }
     }
 
@@ -358,6 +412,7 @@ impl Filter {
     pub fn add_would_block(&self) -> bool {
         match self {
             Filter::Local(n) => n.write_busy(),
+            Filter::Redis(_) => true,
         }
     }
 
@@ -366,6 +421,7 @@ impl Filter {
     pub fn info(&self, fill: bool) -> Result<Info, StoreError> {
         match self {
             Filter::Local(n) => Ok(n.info(fill)),
+            Filter::Redis(n) => n.info(),
         }
     }
 }

@@ -1,0 +1,584 @@
+//! [`RedisStore`]: filters stored in Redis or Redis Cluster by
+//! `bloomgate push` (the layout of `bloomgate_redis`, `docs/redis-layout.md`),
+//! served unchanged over HTTP and the Redis protocol.
+//!
+//! * **Names.** The filters served are those whose metadata keys
+//!   (`bg:{NAME}`) exist in the deployment: found with `SCAN` on every
+//!   master when the server starts, and opened on first use when a request
+//!   names one created later (by a push or another server).
+//! * **Lookups** are the crate's batch lookups (one `GETRANGE` per key,
+//!   pipelined per node), answered with the same key rules, match mode and
+//!   whitelist as the filter's file. A shard that cannot be read is
+//!   [`StoreError::Unavailable`] (HTTP 503, RESP `-TRYAGAIN`), never "absent".
+//! * **Adds** are the crate's `BITFIELD` adds: an item is new exactly when
+//!   some of its old bits were 0, so among servers racing on one item
+//!   exactly one answers "new". An add is acknowledged when Redis has run
+//!   it; with [`RedisOptions::wait_replicas`] only once `WAIT` reports that
+//!   many replicas have it (see [`RedisStore`]).
+//! * **Several servers share one filter.** Each server keeps a handle per
+//!   filter with the metadata and whitelist it read when it opened it:
+//!   whitelist changes made through another server (or the CLI) are seen
+//!   after a restart; a filter replaced or deleted elsewhere must be
+//!   reopened likewise.
+//! * **Not offered:** scaling filters (a Redis filter has one layer),
+//!   `BF.SCANDUMP`/`BF.LOADCHUNK`, snapshots and reloads
+//!   ([`StoreError::Unsupported`]). A non-scaling filter is not refused
+//!   adds past its capacity: its false-positive rate rises instead.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bloomgate_blacklist::layers::{first_layer_rate, Growth};
+use bloomgate_blacklist::{per_lookup_rate, Verdict};
+use bloomgate_engine::{plan, random_seed, Layout, Params};
+use bloomgate_redis::{layout, Address, RedisFilter};
+use bloomgate_url::KeyError;
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
+
+use super::{AddOutcome, CreateSpec, Info, LayerInfo, StoreError};
+use crate::Limits;
+
+/// How to reach the Redis deployment, and how durable an add must be.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// `redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]` or
+    /// `redis+cluster://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT…]` (the
+    /// filter addresses of `bloomgate_redis::address` without the name).
+    pub address: String,
+    /// A file whose first line is the password (replaces one in the address).
+    pub password_file: Option<PathBuf>,
+    /// Replicas that must have a batch of adds before it is acknowledged
+    /// (`WAIT`); 0 acknowledges when the master has run it.
+    pub wait_replicas: u32,
+    /// How long `WAIT` may take.
+    pub wait_timeout: Duration,
+}
+
+/// Filters in a Redis server or cluster.
+///
+/// # Durability
+///
+/// An acknowledged add is in the memory of the master that ran it; it
+/// survives a restart of that master as far as its persistence goes
+/// (`appendonly yes` with `appendfsync always` loses nothing, `everysec`
+/// up to a second), and a failover as far as the replica had it. With
+/// [`RedisOptions::wait_replicas`] = N, after each batch of adds the store
+/// sends, on its own connection to every master written, a write of one of
+/// the batch's bits (setting it again: no change, but it enters the
+/// replication stream after the batch) and `WAIT N timeout`; the batch is
+/// acknowledged only if `WAIT` reports at least N replicas, else the add
+/// is answered with [`StoreError::Unavailable`] (the bits are set on the
+/// master, the acknowledgement is refused).
+pub struct RedisStore {
+    opts: RedisOptions,
+    /// The deployment with no filter name: the scheme, credentials, nodes, db.
+    base: Address,
+    filters: RwLock<BTreeMap<String, Arc<RedisNamed>>>,
+    generation: AtomicU64,
+    limits: Limits,
+    /// Connections for `WAIT`, per node.
+    waiters: Mutex<BTreeMap<(String, u16), redis::Connection>>,
+}
+
+/// One filter of the [`RedisStore`].
+pub struct RedisNamed {
+    name: String,
+    /// The handle, or why the filter could not be opened (Redis was
+    /// unreachable): every operation then fails with that error.
+    filter: Result<RwLock<RedisFilter>, String>,
+    checks: AtomicU64,
+    hits: AtomicU64,
+}
+
+/// A crate error as a store error: every failure to reach or use Redis is
+/// [`StoreError::Unavailable`] (nothing may read as "absent").
+fn store_err(e: bloomgate_redis::Error) -> StoreError {
+    use bloomgate_redis::Error as E;
+    match e {
+        E::NotFound { name, .. } => StoreError::NotFound(name),
+        E::Exists { name, .. } => StoreError::Exists(name),
+        E::Address { .. } | E::WrongLayout(_) | E::InvalidItem { .. } => {
+            StoreError::Invalid(e.to_string())
+        }
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RedisStore {
+    /// Connects to the deployment and opens every filter found in it.
+    pub fn open(opts: RedisOptions, limits: Limits) -> Result<RedisStore, StoreError> {
+        let base = Self::address_of(&opts, "_")?;
+        let store = RedisStore {
+            opts,
+            base,
+            filters: RwLock::new(BTreeMap::new()),
+            generation: AtomicU64::new(0),
+            limits,
+            waiters: Mutex::new(BTreeMap::new()),
+        };
+        for name in store.scan_names()? {
+            match store.open_named(&name) {
+                Ok(Some(_)) | Ok(None) => {}
+                Err(e) => tracing::warn!("bloomgate serve: filter {name:?} not served: {e}"),
+            }
+        }
+        Ok(store)
+    }
+
+    /// The address of filter `name`: the deployment's address with the
+    /// name appended to its path (before any `?options`).
+    fn address_of(opts: &RedisOptions, name: &str) -> Result<Address, StoreError> {
+        let (head, query) = match opts.address.split_once('?') {
+            Some((h, q)) => (h, Some(q)),
+            None => (opts.address.as_str(), None),
+        };
+        let mut s = format!("{}/{name}", head.trim_end_matches('/'));
+        if let Some(q) = query {
+            s.push('?');
+            s.push_str(q);
+        }
+        let mut a = Address::parse(&s).map_err(|e| match e {
+            bloomgate_redis::Error::Address { .. } if name != "_" => {
+                StoreError::BadName(name.into())
+            }
+            e => StoreError::Invalid(e.to_string()),
+        })?;
+        if let Some(p) = &opts.password_file {
+            a = a.with_password_file(p).map_err(store_err)?;
+        }
+        Ok(a)
+    }
+
+    /// The deployment, for messages (`redis://host:port`).
+    pub fn describe(&self) -> String {
+        let a = self.base.display();
+        a.strip_suffix("/_").unwrap_or(&a).to_string()
+    }
+
+    /// A connection of our own to `node` (for SCAN and WAIT).
+    fn connect(&self, node: &(String, u16)) -> Result<redis::Connection, StoreError> {
+        let unavailable =
+            |e: redis::RedisError| StoreError::Unavailable(format!("{}:{}: {e}", node.0, node.1));
+        let mut settings = RedisConnectionInfo::default().set_db(self.base.db);
+        if let Some(u) = &self.base.username {
+            settings = settings.set_username(u);
+        }
+        if let Some(p) = &self.base.password {
+            settings = settings.set_password(p);
+        }
+        let info = ConnectionAddr::Tcp(node.0.clone(), node.1)
+            .into_connection_info()
+            .map_err(unavailable)?
+            .set_redis_settings(settings);
+        let client = redis::Client::open(info).map_err(unavailable)?;
+        let c = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(unavailable)?;
+        let timeout = Some(self.opts.wait_timeout + Duration::from_secs(10));
+        c.set_read_timeout(timeout).map_err(unavailable)?;
+        c.set_write_timeout(timeout).map_err(unavailable)?;
+        Ok(c)
+    }
+
+    /// The masters of the deployment.
+    fn masters(&self) -> Result<Vec<(String, u16)>, StoreError> {
+        let store = bloomgate_redis::Store::new(&self.base).map_err(store_err)?;
+        let (nodes, master_of) = store.masters_by_slot().map_err(store_err)?;
+        let mut idx: Vec<u32> = master_of.into_iter().filter(|&m| m != u32::MAX).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        Ok(idx.into_iter().map(|i| nodes[i as usize].clone()).collect())
+    }
+
+    /// The names of the filters whose metadata keys exist, from `SCAN` on
+    /// every master.
+    fn scan_names(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = Vec::new();
+        for node in self.masters()? {
+            let mut c = self.connect(&node)?;
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg("bg:{*}")
+                    .arg("TYPE")
+                    .arg("hash")
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(&mut c)
+                    .map_err(|e| StoreError::Unavailable(format!("SCAN: {e}")))?;
+                for k in keys {
+                    let name = k
+                        .strip_prefix(b"bg:{")
+                        .and_then(|r| r.strip_suffix(b"}"))
+                        .filter(|n| !n.contains(&b'}'))
+                        .and_then(|n| std::str::from_utf8(n).ok());
+                    if let Some(n) = name {
+                        names.push(n.to_string());
+                    }
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// Opens filter `name` from Redis and serves it; `None` if it does not exist.
+    fn open_named(&self, name: &str) -> Result<Option<Arc<RedisNamed>>, StoreError> {
+        let addr = Self::address_of(&self.opts, name)?;
+        let f = match RedisFilter::open(&addr) {
+            Ok(f) => f,
+            Err(bloomgate_redis::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(store_err(e)),
+        };
+        let named = Arc::new(RedisNamed {
+            name: name.to_string(),
+            filter: Ok(RwLock::new(f)),
+            checks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        });
+        let mut m = self.filters.write().unwrap_or_else(|p| p.into_inner());
+        let named = m.entry(name.to_string()).or_insert(named).clone();
+        self.generation.fetch_add(1, Relaxed);
+        Ok(Some(named))
+    }
+
+    /// The filter called `name`: served already, or opened from Redis now.
+    pub fn need(&self, name: &str) -> Result<Arc<RedisNamed>, StoreError> {
+        if let Some(n) = self.cached(name) {
+            return Ok(n);
+        }
+        self.open_named(name)?
+            .ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    fn cached(&self, name: &str) -> Option<Arc<RedisNamed>> {
+        self.filters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The filter called `name`, if it is served or can be opened. When
+    /// Redis cannot be asked, a handle whose every operation is
+    /// [`StoreError::Unavailable`]: a name that cannot be looked up must
+    /// not read as a missing filter (whose lookups answer "absent").
+    ///
+    /// A name not served yet changes the [generation](Self::generation),
+    /// so that callers caching the answer ask again: a filter created by
+    /// another server, or a Redis back up, is seen at the next request.
+    pub fn get(&self, name: &str) -> Option<Arc<RedisNamed>> {
+        if let Some(n) = self.cached(name) {
+            return Some(n);
+        }
+        let r = self.open_named(name);
+        self.generation.fetch_add(1, Relaxed);
+        match r {
+            Ok(n) => n,
+            Err(StoreError::Unavailable(why)) => Some(Arc::new(RedisNamed {
+                name: name.to_string(),
+                filter: Err(why),
+                checks: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+            })),
+            Err(_) => None,
+        }
+    }
+
+    /// Changes when a filter is opened, created or deleted.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Relaxed)
+    }
+
+    /// The filters served, sorted by name.
+    pub fn all(&self) -> Vec<Arc<RedisNamed>> {
+        self.filters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Names of the filters served, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.all().iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Creates an empty filter in Redis (the blocked layout only; a
+    /// scaling filter is [`StoreError::Unsupported`]): a zero file of the
+    /// planned size is written to a temporary directory and pushed.
+    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<RedisNamed>, StoreError> {
+        let addr = Self::address_of(&self.opts, name)?;
+        if let Growth::Redis(m) = &spec.growth {
+            if !m.nonscaling {
+                return Err(StoreError::Unsupported(
+                    "scaling filters (EXPANSION): a filter stored in Redis has one layer; create it with NONSCALING, or with BF.RESERVE and a capacity",
+                ));
+            }
+        }
+        if spec.layout != Layout::Blocked {
+            return Err(StoreError::Invalid(
+                "only the blocked layout can be stored in Redis".into(),
+            ));
+        }
+        if self.cached(name).is_some() {
+            return Err(StoreError::Exists(name.into()));
+        }
+        let per_lookup = match spec.growth {
+            Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
+            Growth::Redis(_) => first_layer_rate(&spec.growth, spec.fp),
+        };
+        let plan = plan(spec.layout, spec.items, per_lookup)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if plan.bytes() > self.limits.max_filter_bytes {
+            return Err(StoreError::Invalid(format!(
+                "a filter of {} bytes exceeds the server's limit of {} bytes",
+                plan.bytes(),
+                self.limits.max_filter_bytes
+            )));
+        }
+        let mut params = Params::from_plan(&plan, random_seed());
+        params.key_kind = spec.kind.as_u8();
+        params.match_mode = spec.mode.as_u8();
+        let dir = std::env::temp_dir().join(format!(
+            "bloomgate-create-{}-{}",
+            std::process::id(),
+            random_seed()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(dir.display(), e))?;
+        let file = dir.join("new.bgf");
+        let pushed = (|| {
+            let mut f = bloomgate_engine::Filter::create_file(&file, params)?;
+            f.persist()?;
+            drop(f);
+            bloomgate_redis::push(&file, &addr, false, &|_| {}).map_err(store_err)
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        pushed?;
+        self.open_named(name)?
+            .ok_or_else(|| StoreError::Unavailable(format!("{name}: created, then not found")))
+    }
+
+    /// Deletes a filter's keys. Returns whether it existed.
+    pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
+        let addr = Self::address_of(&self.opts, name)?;
+        let existed = bloomgate_redis::delete(&addr).map_err(store_err)?;
+        let removed = self
+            .filters
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name)
+            .is_some();
+        self.generation.fetch_add(1, Relaxed);
+        Ok(existed || removed)
+    }
+
+    /// Adds entries (one outcome each), then waits for replicas if asked.
+    pub fn add(
+        &self,
+        named: &RedisNamed,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<(), StoreError> {
+        let f = named.read()?;
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
+        let mut slots: Vec<Result<usize, AddOutcome>> = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.len() > self.limits.max_item_bytes {
+                slots.push(Err(AddOutcome::TooLong));
+                continue;
+            }
+            match f.entry_key(e) {
+                Ok(k) => {
+                    slots.push(Ok(keys.len()));
+                    keys.push(k.into_owned());
+                }
+                Err(e) => slots.push(Err(AddOutcome::Invalid(e))),
+            }
+        }
+        let new = f.insert_keys(&keys).map_err(store_err)?;
+        if self.opts.wait_replicas > 0 && !keys.is_empty() {
+            self.wait_replicas(&f, &keys)?;
+        }
+        out.extend(slots.into_iter().map(|s| match s {
+            Ok(i) if new[i] => AddOutcome::New,
+            Ok(_) => AddOutcome::Exists,
+            Err(o) => o,
+        }));
+        Ok(())
+    }
+
+    /// On each master that `keys` were written to: sets one of its written
+    /// bits again (a write that enters the replication stream after the
+    /// batch) and `WAIT`s for the configured replicas, on one connection.
+    fn wait_replicas(&self, f: &RedisFilter, keys: &[Vec<u8>]) -> Result<(), StoreError> {
+        let (nodes, master_of) = f.store().masters_by_slot().map_err(store_err)?;
+        let name = &f.address().name;
+        // One written (shard, bit) per master.
+        let mut fence: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for k in keys {
+            let place = f.meta().place(k);
+            let master = master_of[layout::shard_slot(name, place.shard) as usize];
+            let first = place.redis_bits().next();
+            if let Some(bit) = first {
+                fence.entry(master).or_insert((place.shard, bit));
+            }
+        }
+        let want = self.opts.wait_replicas;
+        for (master, (shard, bit)) in fence {
+            let node = nodes
+                .get(master as usize)
+                .cloned()
+                .ok_or_else(|| StoreError::Unavailable("a slot has no master".into()))?;
+            let mut waiters = lock(&self.waiters);
+            let mut conn = match waiters.remove(&node) {
+                Some(c) => c,
+                None => self.connect(&node)?,
+            };
+            let reply: redis::RedisResult<(Value, i64)> = redis::pipe()
+                .cmd("BITFIELD")
+                .arg(layout::shard_key(name, shard))
+                .arg("SET")
+                .arg("u1")
+                .arg(bit)
+                .arg(1)
+                .cmd("WAIT")
+                .arg(want)
+                .arg(self.opts.wait_timeout.as_millis() as u64)
+                .query(&mut conn);
+            let got = reply.map_err(|e| {
+                StoreError::Unavailable(format!("{}:{}: WAIT: {e}", node.0, node.1))
+            })?;
+            waiters.insert(node.clone(), conn);
+            if got.1 < want as i64 {
+                return Err(StoreError::Unavailable(format!(
+                    "{}:{}: the add ran on the master but only {} of {want} replicas acknowledged it within {} ms (not acknowledged)",
+                    node.0,
+                    node.1,
+                    got.1,
+                    self.opts.wait_timeout.as_millis()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds (`add`) or removes whitelist entries.
+    pub fn whitelist(
+        &self,
+        named: &RedisNamed,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        let mut f = named
+            .filter
+            .as_ref()
+            .map_err(|why| StoreError::Unavailable(why.clone()))?
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            if let Err(e) = f.entry_key(item) {
+                out.push(Err(e));
+                continue;
+            }
+            let r = if add {
+                f.whitelist_add(item)
+            } else {
+                f.whitelist_remove(item)
+            };
+            out.push(Ok(r.map_err(store_err)?));
+        }
+        Ok(out)
+    }
+}
+
+impl RedisNamed {
+    fn read(&self) -> Result<std::sync::RwLockReadGuard<'_, RedisFilter>, StoreError> {
+        match &self.filter {
+            Ok(f) => Ok(f.read().unwrap_or_else(|p| p.into_inner())),
+            Err(why) => Err(StoreError::Unavailable(why.clone())),
+        }
+    }
+
+    /// The filter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Answers queries as the filter's file would: `each` gets one verdict per query.
+    pub fn check_batch(
+        &self,
+        queries: &[&[u8]],
+        mut each: impl FnMut(Result<Verdict, KeyError>),
+    ) -> Result<(), StoreError> {
+        let mut verdicts = Vec::with_capacity(queries.len());
+        self.read()?
+            .check_many(queries.iter().copied(), &mut verdicts)
+            .map_err(store_err)?;
+        for v in verdicts {
+            each(v);
+        }
+        Ok(())
+    }
+
+    /// Adds to the lookup counters.
+    pub fn count(&self, checks: u64, hits: u64) {
+        self.checks.fetch_add(checks, Relaxed);
+        self.hits.fetch_add(hits, Relaxed);
+    }
+
+    /// (checks, hits).
+    pub fn counters(&self) -> (u64, u64) {
+        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    }
+
+    /// Information (the item count and whitelist size read from Redis now).
+    pub fn info(&self) -> Result<Info, StoreError> {
+        let f = self.read()?;
+        let i = f.info().map_err(store_err)?;
+        let p = &f.meta().params;
+        Ok(Info {
+            name: self.name.clone(),
+            key_kind: f.kind().as_str().into(),
+            match_mode: f.mode().as_str().into(),
+            layout: p.layout.name().into(),
+            bits: p.bits,
+            k: p.k,
+            items: i.items,
+            capacity: p.planned_items,
+            fill_ratio: 0.0,
+            predicted_fp: f.predicted_fp(i.items),
+            target_fp: p.target_fp,
+            layers: 1,
+            growth: "fixed".into(),
+            expansion: None,
+            size_bytes: i.data_bytes,
+            whitelist_entries: i.whitelist as usize,
+            unsnapshotted_changes: false,
+            layer_info: vec![LayerInfo {
+                bytes: i.data_bytes,
+                bits: p.bits,
+                k: p.k,
+                capacity: p.planned_items,
+                items: i.items,
+                target_fp: p.target_fp,
+            }],
+        })
+    }
+}
