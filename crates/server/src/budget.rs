@@ -41,6 +41,8 @@ pub struct InputBudget {
     evicted: AtomicU64,
     /// HTTP bodies refused for want of budget.
     refused: AtomicU64,
+    /// Woken when a connection told to close has let its buffers go.
+    released: Notify,
 }
 
 /// One connection's share.
@@ -74,6 +76,7 @@ impl InputBudget {
             next: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            released: Notify::new(),
         })
     }
 
@@ -159,11 +162,12 @@ impl InputBudget {
 
 impl Account {
     /// This connection now holds `bytes` of input buffers. Past the budget,
-    /// the largest holders (perhaps this one) are told to close.
-    pub fn set(&self, bytes: usize) {
+    /// the largest holders (perhaps this one) are told to close. Returns
+    /// whether the share grew.
+    pub fn set(&self, bytes: usize) -> bool {
         // Called after every read: most leave the buffer as it was.
         if self.holder.size.load(Relaxed) == bytes {
-            return;
+            return false;
         }
         let old = self.holder.size.swap(bytes, Relaxed);
         if bytes > old {
@@ -171,8 +175,32 @@ impl Account {
             if used > self.budget.limit && !self.holder.killed.load(Relaxed) {
                 self.budget.enforce(0);
             }
+            true
         } else {
             self.budget.used.fetch_sub(old - bytes, Relaxed);
+            if self.holder.killed.load(Relaxed) {
+                self.budget.released.notify_waiters();
+            }
+            false
+        }
+    }
+
+    /// Resolves once what all connections hold, those told to close
+    /// included, fits the budget again. [`InputBudget::enforce`] counts a
+    /// closed connection's buffers as gone at once, but they are freed only
+    /// when its task next runs; a connection whose buffer just grew waits
+    /// here before reading into it, so that the memory really in use stays
+    /// within the budget while the closed ones go.
+    pub async fn until_released(&self) {
+        loop {
+            let released = self.budget.released.notified();
+            tokio::pin!(released);
+            // Registered before the check: a release between the two wakes it.
+            released.as_mut().enable();
+            if self.budget.used.load(Relaxed) <= self.budget.limit {
+                return;
+            }
+            released.await;
         }
     }
 
@@ -237,6 +265,31 @@ mod tests {
         assert!(small.iter().all(|a| !a.is_killed()));
         drop((r, r2, small));
         assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn growth_waits_until_closed_connections_let_go() {
+        let b = InputBudget::new(100);
+        let (big, small) = (b.register(), b.register());
+        big.set(80);
+        // 80 + 40 > 100: big is told to close but still holds its 80.
+        assert!(small.set(40));
+        assert!(big.is_killed() && !small.is_killed());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let wait = small.until_released();
+            tokio::pin!(wait);
+            let early =
+                tokio::time::timeout(std::time::Duration::from_millis(20), wait.as_mut()).await;
+            assert!(early.is_err(), "resolved while 120 of 100 are held");
+            big.set(0);
+            tokio::time::timeout(std::time::Duration::from_secs(5), wait)
+                .await
+                .expect("not woken by the release");
+        });
     }
 
     #[test]

@@ -187,7 +187,9 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 << 10);
         }
-        account.set(buf.capacity());
+        // A buffer that just grew is read into only once the budget holds
+        // it (see `Account::until_released`).
+        let mut waiting = account.set(buf.capacity());
         let deadline = match partial_since {
             Some(t) => t + limits.request_timeout,
             None => now + limits.idle_timeout,
@@ -197,12 +199,20 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
             timer.as_mut().reset(armed.into());
         }
         loop {
+            // Reading is preferred, but not by a connection already told to
+            // close: while its client keeps sending it would read, and grow,
+            // on (its `killed` branch then resolves at once).
+            let killed = account.is_killed();
             tokio::select! {
                 biased;
-                r = read_some(&stream, &mut buf) => match r {
+                r = read_some(&stream, &mut buf), if !killed && !waiting => match r {
                     Ok(0) | Err(_) => return,
                     Ok(_) => break,
                 },
+                () = account.until_released(), if waiting && !killed => {
+                    waiting = false;
+                    continue;
+                }
                 () = account.killed() => {
                     conn.app.metrics.connections_rejected[Proto::Resp as usize]
                         .fetch_add(1, Relaxed);
