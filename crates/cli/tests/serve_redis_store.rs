@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Server, V};
-use servers::{redis_missing, RedisServer};
+use servers::{redis_missing, Cluster, RedisServer};
 
 fn bg(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bloomgate"))
@@ -272,6 +272,144 @@ fn two_servers_share_a_filter_stored_in_redis() {
     assert_eq!(b.resp().cmd(&["BF.ADD", "fixed", "x"]), V::Int(1));
     assert_eq!(a.resp().cmd(&["BF.EXISTS", "fixed", "x"]), V::Int(1));
     assert_eq!(redis.cli(&["EXISTS", "bg:{fixed}"]).trim(), "(integer) 1");
+    // Deleting removes its keys.
+    assert_eq!(a.resp().cmd(&["DEL", "fixed"]), V::Int(1));
+    assert_eq!(redis.cli(&["EXISTS", "bg:{fixed}"]).trim(), "(integer) 0");
+
+    // Whitelist changes through HTTP are stored in Redis (the set
+    // `bg:{urls}:whitelist`) and answered by the server that made them.
+    let (st, v) = a.http(
+        "POST",
+        "/v1/filters/urls/whitelist",
+        Some(r#"["http://evil3.example/phish/"]"#),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["results"][0]["was_hit"], true, "{v}");
+    let (_, v) = a.http(
+        "GET",
+        "/v1/filters/urls/check?item=http://evil3.example/phish/x",
+        None,
+        None,
+    );
+    assert_eq!(
+        (v["hit"].as_bool(), v["whitelisted"].as_bool()),
+        (Some(false), Some(true)),
+        "{v}"
+    );
+    assert_eq!(
+        redis.cli(&["SCARD", "bg:{urls}:whitelist"]).trim(),
+        "(integer) 2"
+    );
+    let (st, v) = a.http(
+        "DELETE",
+        "/v1/filters/urls/whitelist",
+        Some(r#"["http://evil3.example/phish/"]"#),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["results"][0]["removed"], true, "{v}");
+    assert_eq!(
+        a.resp()
+            .cmd(&["BF.EXISTS", "urls", "http://evil3.example/phish/x"]),
+        V::Int(1)
+    );
+}
+
+#[test]
+fn a_cluster_is_served_and_waits_for_every_master_written() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = Cluster::start(d);
+    let entries = d.join("entries.txt");
+    let lines: Vec<String> = (0..3000).map(|i| format!("key-{i}")).collect();
+    write_lines(&entries, &lines);
+    let file = d.join("keys.bgf");
+    // 2·10⁶ raw keys at 1e-4: 4.6 MB, five shards over the three masters.
+    ok(&bg(&[
+        "build",
+        "--keys",
+        "raw",
+        "-n",
+        "2000000",
+        "-p",
+        "1e-4",
+        "-o",
+        p(&file),
+        p(&entries),
+    ]));
+    ok(&bg(&["push", p(&file), &cluster.address("keys")]));
+    // Every master's replica in sync (after `--cluster create` they may still be syncing).
+    let t = Instant::now();
+    for m in cluster.masters() {
+        let master = cluster.nodes.iter().find(|n| n.port == m.port).unwrap();
+        while !master
+            .cli(&["INFO", "replication"])
+            .contains("state=online")
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "replica of {} not online",
+                m.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let address = cluster.address("keys");
+    let store = address.strip_suffix("/keys").unwrap();
+    let s = Server::start_args(d, &["--store", store, "--redis-wait", "1"]);
+
+    // Found by SCAN on the masters; answers as the file.
+    let (st, v) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["filters"][0]["name"], "keys", "{v}");
+    let q: Vec<String> = (0..400)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("key-{i}")
+            } else {
+                format!("other-{i}")
+            }
+        })
+        .collect();
+    let mut args: Vec<&str> = vec!["BF.MEXISTS", "keys"];
+    args.extend(q.iter().map(String::as_str));
+    let got = s.resp().cmd(&args);
+    let expected: Vec<V> = (0..400).map(|i| V::Int((i % 2 == 0) as i64)).collect();
+    let hits = got.arr().iter().filter(|v| **v == V::Int(1)).count();
+    // Misses may be false positives at 1e-4: compare with the file.
+    let qfile = d.join("q.txt");
+    write_lines(&qfile, &q);
+    let from_file = ok(&bg(&["check", p(&file), p(&qfile)]));
+    assert_eq!(hits, from_file.lines().count());
+    for (i, v) in got.arr().iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(*v, expected[i]);
+        }
+        assert_eq!(
+            *v == V::Int(1),
+            from_file.lines().any(|l| l == q[i]),
+            "{}",
+            q[i]
+        );
+    }
+
+    // Adds over many shards (so several masters), each acknowledged only
+    // once WAIT on every master written saw its replica.
+    let new: Vec<String> = (0..200).map(|i| format!("new-{i}")).collect();
+    let mut args: Vec<&str> = vec!["BF.MADD", "keys"];
+    args.extend(new.iter().map(String::as_str));
+    let added = s.resp().cmd(&args);
+    assert_eq!(
+        added.arr().iter().filter(|v| **v == V::Int(1)).count(),
+        200,
+        "{added:?}"
+    );
+    args[0] = "BF.MEXISTS";
+    assert_eq!(s.resp().cmd(&args).arr(), vec![V::Int(1); 200].as_slice());
 }
 
 #[test]
@@ -376,7 +514,7 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     let d = dir.path();
     let redis = RedisServer::start(d, &[]);
     build_and_push(d, &redis);
-    let s = serve(d, &redis, &["--redis-wait", "1", "--redis-wait-ms", "300"]);
+    let s = serve(d, &redis, &["--redis-wait", "1", "--redis-wait-ms", "1500"]);
 
     // No replica: not acknowledged, over both protocols.
     let v = s.resp().cmd(&["BF.ADD", "urls", "http://unacked.example/"]);
@@ -401,10 +539,8 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     let (host, port) = master.split_once(':').unwrap();
     let replica = RedisServer::start(d, &["--replicaof", host, port]);
     let t = Instant::now();
-    while !replica
-        .cli(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
+    // Online as the master sees it (it counts the replica for WAIT from then on).
+    while !redis.cli(&["INFO", "replication"]).contains("state=online") {
         assert!(
             t.elapsed() < Duration::from_secs(15),
             "replica did not sync"
