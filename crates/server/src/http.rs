@@ -248,22 +248,31 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
 
 async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
     can_read(&app, &headers)?;
-    let infos = app
-        .store
-        .filters()
-        .iter()
-        .map(|n| n.info(false))
-        .collect::<Result<Vec<_>, _>>()?;
+    let app2 = app.clone();
+    let infos = maybe_blocking(app.store.is_remote(), move || {
+        app2.store
+            .filters()
+            .iter()
+            .map(|n| n.info(false))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await??;
     Ok(Json(json!({ "filters": infos })).into_response())
 }
 
-fn named(app: &App, name: &str) -> Result<Filter, ApiError> {
+/// The filter called `name` (found off the event loop for a remote
+/// store, which may ask the network for a name it does not serve yet).
+async fn named(app: &Arc<App>, name: &str) -> Result<Filter, ApiError> {
+    if app.store.is_remote() {
+        let (app, name) = (app.clone(), name.to_string());
+        return Ok(blocking(move || app.store.need(&name)).await??);
+    }
     Ok(app.store.need(name)?)
 }
 
 async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     can_read(&app, &headers)?;
-    let n = named(&app, &name)?;
+    let n = named(&app, &name).await?;
     let info = blocking(move || n.info(true)).await??;
     Ok(Json(info).into_response())
 }
@@ -342,7 +351,7 @@ async fn check_one(
     Query(q): Query<ItemQuery>,
 ) -> ApiResult {
     can_read(&app, &headers)?;
-    let n = named(&app, &name)?;
+    let n = named(&app, &name).await?;
     let item = q
         .item
         .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
@@ -404,7 +413,7 @@ async fn check_batch(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_read(&app, &headers)?;
-    let n = named(&app, &name)?;
+    let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let results = check_off_loop(app, n, items).await?;
     Ok(Json(json!({ "results": results })).into_response())
@@ -417,7 +426,7 @@ async fn add(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_write(&app, &headers)?;
-    let n = named(&app, &name)?;
+    let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();
     let (items, outcomes, ack) = maybe_blocking(app.store.is_remote(), move || {
@@ -458,7 +467,7 @@ async fn whitelist_change(
     add: bool,
 ) -> ApiResult {
     can_write(&app, &headers)?;
-    let n = named(&app, &name)?;
+    let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();
     let results = blocking(move || {
