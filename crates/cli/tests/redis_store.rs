@@ -4,47 +4,18 @@
 //! file. Covers concurrent writers, a reshard during adds, and a master
 //! killed with SIGKILL until its replica takes over.
 
+mod common;
 #[path = "../../redis/tests/servers/mod.rs"]
 mod servers;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomgate_redis::layout;
+use common::{bg, ok, p, write_lines};
 use servers::{redis_missing, Cluster, RedisServer};
-
-fn bg(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bloomgate"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bloomgate")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn write_lines(path: &Path, lines: impl IntoIterator<Item = String>) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    for l in lines {
-        writeln!(f, "{l}").unwrap();
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 /// `check` on the file and on its Redis copy print the same, exit the same.
 fn same_check(file: &Path, addr: &str, queries: &Path, extra: &[&str]) -> String {

@@ -9,43 +9,12 @@ mod common;
 #[path = "../../redis/tests/servers/mod.rs"]
 mod servers;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Server, V};
+use common::{bg, ok, p, write_lines, Server, V};
 use servers::{redis_missing, Cluster, RedisServer};
-
-fn bg(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bloomgate"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bloomgate")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn write_lines(path: &Path, lines: &[String]) {
-    let mut f = std::fs::File::create(path).unwrap();
-    for l in lines {
-        writeln!(f, "{l}").unwrap();
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
 
 /// Builds a url/prefix filter of 2000 entries with one whitelisted entry,
 /// pushes it as `urls` to `redis`; returns the file.

@@ -326,3 +326,38 @@ pub fn run_redis_py(script: &str, args: &[String]) -> bool {
     );
     true
 }
+
+/// Runs the shipped `bloomgate` with `args`, standard input empty.
+pub fn bg(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bloomgate")
+}
+
+/// The standard output of a command that must have succeeded; otherwise
+/// fails with its exit code and both outputs.
+pub fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Writes `lines` to `path`, one per line.
+pub fn write_lines<S: std::fmt::Display>(path: &Path, lines: impl IntoIterator<Item = S>) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+/// `path` as a command-line argument.
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
