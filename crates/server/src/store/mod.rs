@@ -639,6 +639,32 @@ impl CreateSpec {
             }),
         }
     }
+
+    /// The first layer's parameters, with a fresh seed: planned for the
+    /// per-lookup rate of a fixed filter, or the first layer's share of a
+    /// scaling one's rate; refused past the server's filter size limit.
+    pub fn params(&self, limits: &crate::Limits) -> Result<bloomgate_engine::Params, StoreError> {
+        let per_lookup = match self.growth {
+            Growth::Fixed => bloomgate_blacklist::per_lookup_rate(self.kind, self.mode, self.fp),
+            Growth::Redis(_) => {
+                bloomgate_blacklist::layers::first_layer_rate(&self.growth, self.fp)
+            }
+        };
+        let plan = bloomgate_engine::plan(self.layout, self.items, per_lookup)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if plan.bytes() > limits.max_filter_bytes {
+            return Err(StoreError::Invalid(format!(
+                "a filter of {} bytes exceeds the server's limit of {} bytes",
+                plan.bytes(),
+                limits.max_filter_bytes
+            )));
+        }
+        let mut params =
+            bloomgate_engine::Params::from_plan(&plan, bloomgate_engine::random_seed());
+        params.key_kind = self.kind.as_u8();
+        params.match_mode = self.mode.as_u8();
+        Ok(params)
+    }
 }
 
 /// Result of a snapshot.

@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bloomgate_blacklist::layers::{first_layer_rate, Growth};
-use bloomgate_blacklist::{per_lookup_rate, Verdict};
-use bloomgate_engine::{plan, random_seed, Layout, Params};
+use bloomgate_blacklist::layers::Growth;
+use bloomgate_blacklist::Verdict;
+use bloomgate_engine::{random_seed, Layout};
 use bloomgate_redis::{layout, Address, RedisFilter};
 use bloomgate_url::KeyError;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
@@ -339,22 +339,7 @@ impl RedisStore {
         if self.cached(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        let per_lookup = match spec.growth {
-            Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
-            Growth::Redis(_) => first_layer_rate(&spec.growth, spec.fp),
-        };
-        let plan = plan(spec.layout, spec.items, per_lookup)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        if plan.bytes() > self.limits.max_filter_bytes {
-            return Err(StoreError::Invalid(format!(
-                "a filter of {} bytes exceeds the server's limit of {} bytes",
-                plan.bytes(),
-                self.limits.max_filter_bytes
-            )));
-        }
-        let mut params = Params::from_plan(&plan, random_seed());
-        params.key_kind = spec.kind.as_u8();
-        params.match_mode = spec.mode.as_u8();
+        let params = spec.params(&self.limits)?;
         let dir = std::env::temp_dir().join(format!(
             "bloomgate-create-{}-{}",
             std::process::id(),

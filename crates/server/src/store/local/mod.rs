@@ -66,11 +66,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Orderin
 use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::datadir::DirLock;
-use bloomgate_blacklist::layers::{first_layer_rate, layer_path, meta_path};
+use bloomgate_blacklist::layers::{layer_path, meta_path};
 pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
-use bloomgate_blacklist::{per_lookup_rate, Whitelist};
+use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::{sync_parent, write_atomic};
-use bloomgate_engine::{plan, random_seed, Access, Filter, Params};
+use bloomgate_engine::{Access, Filter, Params};
 use bloomgate_url::{entry_key, query_keys, KeyError};
 
 use crate::journal::{self, Lineage};
@@ -378,22 +378,7 @@ impl LocalStore {
         if self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        let per_lookup = match spec.growth {
-            Growth::Fixed => per_lookup_rate(spec.kind, spec.mode, spec.fp),
-            Growth::Redis(_) => first_layer_rate(&spec.growth, spec.fp),
-        };
-        let plan = plan(spec.layout, spec.items, per_lookup)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        if plan.bytes() > self.limits.max_filter_bytes {
-            return Err(StoreError::Invalid(format!(
-                "a filter of {} bytes exceeds the server's limit of {} bytes",
-                plan.bytes(),
-                self.limits.max_filter_bytes
-            )));
-        }
-        let mut params = Params::from_plan(&plan, random_seed());
-        params.key_kind = spec.kind.as_u8();
-        params.match_mode = spec.mode.as_u8();
+        let params = spec.params(&self.limits)?;
         let base = self.base(name);
         self.fresh_journal(name, &params)?;
         let growth = match &spec.growth {

@@ -1,6 +1,6 @@
 use super::*;
 use bloomgate_blacklist::Blacklist;
-use bloomgate_engine::Layout;
+use bloomgate_engine::{plan, random_seed, Layout};
 use bloomgate_url::{KeyKind, MatchMode};
 
 fn store(dir: &Path) -> LocalStore {
