@@ -91,6 +91,32 @@ struct Report<'a, W: Write> {
     kind: KeyKind,
 }
 
+impl Output {
+    /// What `--count` / `--json` ask for.
+    fn of(a: &CheckArgs) -> Output {
+        if a.count {
+            Output::Count
+        } else if a.json {
+            Output::Json
+        } else {
+            Output::Lines
+        }
+    }
+}
+
+impl<'a, W: Write> Report<'a, std::io::BufWriter<W>> {
+    /// A report on `out` of the queries in `names` against a filter of `kind`.
+    fn new(out: W, names: &'a [String], kind: KeyKind) -> Self {
+        Report {
+            out: std::io::BufWriter::with_capacity(1 << 16, out),
+            hits: 0,
+            failed: 0,
+            names,
+            kind,
+        }
+    }
+}
+
 impl<W: Write> Report<'_, W> {
     fn take(&mut self, chunk: &input::Chunk, r: ChunkOut) -> Result<()> {
         self.hits += r.hits;
@@ -140,20 +166,8 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
     }
     let list = crate::cmd::open_read(&a.filter, a.snapshot_only)?;
     crate::cmd::check_kind(&a.filter, &list, a.keys, a.match_mode)?;
-    let output = if a.count {
-        Output::Count
-    } else if a.json {
-        Output::Json
-    } else {
-        Output::Lines
-    };
-    let mut report = Report {
-        out: std::io::BufWriter::with_capacity(1 << 16, out),
-        hits: 0,
-        failed: 0,
-        names: &a.inputs,
-        kind: list.kind(),
-    };
+    let output = Output::of(&a);
+    let mut report = Report::new(out, &a.inputs, list.kind());
     match a.memory {
         Some(budget) if list.layers().bytes() > budget => {
             check_sliced(&a, &list, budget, output, &mut report)?
@@ -222,20 +236,8 @@ fn check_redis(a: CheckArgs, out: impl Write) -> Result<i32> {
             .into());
         }
     }
-    let output = if a.count {
-        Output::Count
-    } else if a.json {
-        Output::Json
-    } else {
-        Output::Lines
-    };
-    let mut report = Report {
-        out: std::io::BufWriter::with_capacity(1 << 16, out),
-        hits: 0,
-        failed: 0,
-        names: &a.inputs,
-        kind: filter.kind(),
-    };
+    let output = Output::of(&a);
+    let mut report = Report::new(out, &a.inputs, filter.kind());
     input::process(
         a.inputs.clone(),
         Progress::default(),
