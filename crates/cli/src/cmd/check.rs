@@ -36,6 +36,18 @@ impl ChunkOut {
         }
     }
 
+    /// The query lines of `chunk` (with their numbers), and an answer that
+    /// already holds the chunk's unreadable lines as errors.
+    fn split(chunk: &input::Chunk) -> (ChunkOut, Vec<(u64, &[u8])>) {
+        let mut r = ChunkOut::new();
+        let mut lines = Vec::new();
+        chunk.for_each_line(|line_no, line| match line {
+            Ok(l) => lines.push((line_no, l)),
+            Err(reason) => r.errors.push((line_no, reason)),
+        });
+        (r, lines)
+    }
+
     /// Records the answer to one query line in the chosen output form.
     fn answer(
         &mut self,
@@ -176,12 +188,7 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
             a.inputs.clone(),
             Progress::default(),
             |chunk| {
-                let mut r = ChunkOut::new();
-                let mut lines = Vec::new();
-                chunk.for_each_line(|line_no, line| match line {
-                    Ok(l) => lines.push((line_no, l)),
-                    Err(reason) => r.errors.push((line_no, reason)),
-                });
+                let (mut r, lines) = ChunkOut::split(chunk);
                 // All lookups of the chunk (~4 MiB of input) in one pipelined
                 // batch (see Blacklist::check_many), then the answers in order.
                 let mut verdicts = Vec::new();
@@ -242,12 +249,7 @@ fn check_redis(a: CheckArgs, out: impl Write) -> Result<i32> {
         a.inputs.clone(),
         Progress::default(),
         |chunk| -> Result<ChunkOut, bloomgate_redis::Error> {
-            let mut r = ChunkOut::new();
-            let mut lines = Vec::new();
-            chunk.for_each_line(|line_no, line| match line {
-                Ok(l) => lines.push((line_no, l)),
-                Err(reason) => r.errors.push((line_no, reason)),
-            });
+            let (mut r, lines) = ChunkOut::split(chunk);
             let mut verdicts = Vec::new();
             filter.check_many(lines.iter().map(|&(_, l)| l), &mut verdicts)?;
             for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
