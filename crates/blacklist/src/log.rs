@@ -17,13 +17,33 @@
 //! u32 LE  payload length (≤ 64 MiB)
 //! u64 LE  xxh3-64 of the payload
 //! payload:
-//!   u8      kind (1 = add key, 2 = OR a chunk of bits, 3 = lineage marker)
+//!   u8      kind (1 = add key, 2 = OR a chunk of bits, 3 = lineage marker,
+//!                 4 = cuckoo filter change)
 //!   u16 LE  filter name length, then the name
-//!   u64 LE  seed of the filter's first layer (identifies this incarnation)
+//!   u64 LE  seed of the filter's first layer (identifies this incarnation);
+//!           for kind 4 the cuckoo filter's incarnation id
 //!   kind 1: the normalized key bytes
 //!   kind 2: u32 LE layer, u64 LE byte offset, then the bytes
 //!   kind 3: u8 key kind, u8 match mode (only in live-add journals)
+//!   kind 4: u64 LE sequence number, u8 operation (1 = add, 2 = delete),
+//!           then the item bytes
 //! ```
+//!
+//! # Cuckoo filter changes (kind 4)
+//!
+//! A cuckoo filter deletes, and a delete is not idempotent: replaying one
+//! twice removes a second copy of the item (or another item's equal
+//! fingerprint), which is a false negative. So its records are not replayed
+//! "at least once" like Bloom adds but *exactly once*: every change of one
+//! filter incarnation gets the next sequence number (1, 2, …) under the
+//! filter's write lock, in the order the log receives it; the filter's
+//! snapshot file stores the sequence number of the last change it contains,
+//! and replay applies only the records after it, in log order. A crash
+//! between writing a snapshot and trimming the log replays nothing twice.
+//!
+//! Readers that only know Bloom filters ([`read_segment`], [`read_bytes`])
+//! step over kind 4 records (they are intact records, not damage);
+//! [`read_segment_all`] and [`read_bytes_all`] yield them too.
 //!
 //! The same segment format (magic and records) is used by the per-filter
 //! journals of live adds, `NAME.live` ([`crate::journal`]).
@@ -55,6 +75,9 @@ pub const MAX_RECORD: usize = 64 << 20;
 const KIND_ADD: u8 = 1;
 const KIND_CHUNK: u8 = 2;
 const KIND_LINEAGE: u8 = 3;
+const KIND_CUCKOO: u8 = 4;
+const CUCKOO_ADD: u8 = 1;
+const CUCKOO_DELETE: u8 = 2;
 
 /// One decoded log record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +117,39 @@ pub enum Record {
         /// Match mode code.
         match_mode: u8,
     },
+}
+
+/// A change of a cuckoo filter (record kind 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CuckooRecord {
+    /// Filter name.
+    pub name: String,
+    /// The filter incarnation's id (a new filter of the same name has another).
+    pub id: u64,
+    /// The change's sequence number within the incarnation (1, 2, …).
+    pub seq: u64,
+    /// What changed.
+    pub op: CuckooOp,
+    /// The item (raw bytes, as the client sent it).
+    pub item: Vec<u8>,
+}
+
+/// The change a [`CuckooRecord`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CuckooOp {
+    /// One copy of the item was added.
+    Add,
+    /// One copy of the item was deleted.
+    Delete,
+}
+
+/// Any record of a segment: the Bloom filters' or a cuckoo filter's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyRecord {
+    /// A record about a Bloom filter.
+    Bloom(Record),
+    /// A change of a cuckoo filter.
+    Cuckoo(CuckooRecord),
 }
 
 fn header(out: &mut Vec<u8>, kind: u8, name: &str, seed: u64) -> usize {
@@ -144,14 +200,41 @@ pub fn encode_lineage(out: &mut Vec<u8>, name: &str, seed: u64, key_kind: u8, ma
     seal(out, start);
 }
 
-fn decode_payload(p: &[u8]) -> Option<Record> {
+/// Appends an encoded cuckoo filter change to `out`.
+pub fn encode_cuckoo(out: &mut Vec<u8>, name: &str, id: u64, seq: u64, op: CuckooOp, item: &[u8]) {
+    let start = header(out, KIND_CUCKOO, name, id);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.push(match op {
+        CuckooOp::Add => CUCKOO_ADD,
+        CuckooOp::Delete => CUCKOO_DELETE,
+    });
+    out.extend_from_slice(item);
+    seal(out, start);
+}
+
+fn decode_payload(p: &[u8]) -> Option<AnyRecord> {
     let kind = *p.first()?;
     let nlen = u16::from_le_bytes(p.get(1..3)?.try_into().ok()?) as usize;
     let name = std::str::from_utf8(p.get(3..3 + nlen)?).ok()?.to_owned();
     let rest = p.get(3 + nlen..)?;
     let seed = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
     let body = &rest[8..];
-    match kind {
+    let bloom = match kind {
+        KIND_CUCKOO => {
+            let seq = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+            let op = match *body.get(8)? {
+                CUCKOO_ADD => CuckooOp::Add,
+                CUCKOO_DELETE => CuckooOp::Delete,
+                _ => return None,
+            };
+            return Some(AnyRecord::Cuckoo(CuckooRecord {
+                name,
+                id: seed,
+                seq,
+                op,
+                item: body[9..].to_vec(),
+            }));
+        }
         KIND_ADD => Some(Record::Add {
             name,
             seed,
@@ -171,7 +254,8 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
             match_mode: body[1],
         }),
         _ => None,
-    }
+    };
+    bloom.map(AnyRecord::Bloom)
 }
 
 /// What reading one segment found.
@@ -185,16 +269,37 @@ pub struct SegmentReport {
     pub problem: Option<String>,
 }
 
-/// Reads a segment's records. Stops at the first damaged record.
+/// Reads a segment's Bloom filter records (stepping over cuckoo filter
+/// changes). Stops at the first damaged record.
 pub fn read_segment(path: &Path, f: impl FnMut(Record)) -> std::io::Result<SegmentReport> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
     Ok(read_bytes(&bytes, f))
 }
 
-/// Reads the records of a segment's contents. Stops at the first damaged
-/// record; the intact prefix is `bytes.len() - lost_bytes` long.
+/// Reads a segment's records of every kind. Stops at the first damaged record.
+pub fn read_segment_all(path: &Path, f: impl FnMut(AnyRecord)) -> std::io::Result<SegmentReport> {
+    let mut bytes = Vec::new();
+    File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(read_bytes_all(&bytes, f))
+}
+
+/// Reads the Bloom filter records of a segment's contents (stepping over
+/// cuckoo filter changes, which count as intact records). Stops at the
+/// first damaged record; the intact prefix is `bytes.len() - lost_bytes`
+/// long.
 pub fn read_bytes(bytes: &[u8], mut f: impl FnMut(Record)) -> SegmentReport {
+    read_bytes_all(bytes, |r| {
+        if let AnyRecord::Bloom(r) = r {
+            f(r)
+        }
+    })
+}
+
+/// Reads the records of every kind of a segment's contents. Stops at the
+/// first damaged record; the intact prefix is `bytes.len() - lost_bytes`
+/// long.
+pub fn read_bytes_all(bytes: &[u8], mut f: impl FnMut(AnyRecord)) -> SegmentReport {
     let mut rep = SegmentReport::default();
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         rep.lost_bytes = bytes.len() as u64;
@@ -259,4 +364,63 @@ pub fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 /// The path of segment number `n` in the log directory `dir`.
 pub fn segment_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("wal-{n:08}.log"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind 4 record's bytes, literally: a format change cannot slip in.
+    #[test]
+    fn cuckoo_record_golden_bytes() {
+        let mut b = Vec::new();
+        encode_cuckoo(&mut b, "cf", 7, 2, CuckooOp::Delete, b"x");
+        let payload: &[u8] = &[
+            4, 2, 0, b'c', b'f', 7, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2, b'x',
+        ];
+        assert_eq!(&b[..4], &(payload.len() as u32).to_le_bytes());
+        assert_eq!(&b[4..12], &xxh3_64(payload).to_le_bytes());
+        assert_eq!(&b[12..], payload);
+    }
+
+    /// Cuckoo records are yielded by the `_all` readers, stepped over (as
+    /// intact records, not damage) by the Bloom-only ones, and the Bloom
+    /// records around them are kept.
+    #[test]
+    fn cuckoo_records_between_bloom_records() {
+        let mut b = MAGIC.to_vec();
+        encode_add(&mut b, "a", 1, b"k1");
+        encode_cuckoo(&mut b, "c", 9, 1, CuckooOp::Add, b"item");
+        encode_cuckoo(&mut b, "c", 9, 2, CuckooOp::Delete, b"item");
+        encode_add(&mut b, "a", 1, b"k2");
+        let mut all = Vec::new();
+        let rep = read_bytes_all(&b, |r| all.push(r));
+        assert_eq!((rep.records, rep.lost_bytes), (4, 0));
+        assert_eq!(
+            all[2],
+            AnyRecord::Cuckoo(CuckooRecord {
+                name: "c".into(),
+                id: 9,
+                seq: 2,
+                op: CuckooOp::Delete,
+                item: b"item".to_vec(),
+            })
+        );
+        let mut bloom = Vec::new();
+        let rep = read_bytes(&b, |r| bloom.push(r));
+        assert_eq!((rep.records, rep.lost_bytes, rep.problem), (4, 0, None));
+        assert_eq!(bloom.len(), 2);
+        assert!(matches!(&bloom[1], Record::Add { key, .. } if key == b"k2"));
+        // An unknown operation code is damage, not a silently skipped record.
+        let mut bad = MAGIC.to_vec();
+        encode_cuckoo(&mut bad, "c", 9, 1, CuckooOp::Add, b"");
+        let op_at = bad.len() - 1;
+        bad[op_at] = 9;
+        let payload_at = MAGIC.len() + 12;
+        let sum = xxh3_64(&bad[payload_at..]);
+        bad[MAGIC.len() + 4..payload_at].copy_from_slice(&sum.to_le_bytes());
+        let rep = read_bytes_all(&bad, |_| {});
+        assert_eq!(rep.records, 0);
+        assert!(rep.problem.unwrap().contains("undecodable"));
+    }
 }
