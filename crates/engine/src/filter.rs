@@ -7,6 +7,43 @@
 //! clears a bit, so a completed insertion is visible to every later lookup:
 //! there are no false negatives, even under concurrency.
 //!
+//! # Add-if-absent
+//!
+//! [`Filter::insert`] (and [`Filter::insert_prepared`]) answer "was this item
+//! absent?" **exactly under concurrency**: of N threads inserting the same
+//! absent item at once, exactly one is told `true`; for an item already
+//! (probably) present, none is. A crawler's "have I fetched this URL?" and
+//! `bloomgate dedup` rely on it.
+//!
+//! Atomic `fetch_or` alone cannot decide it. An item has k bits; each
+//! `fetch_or` tells its caller only whether *that* bit was new. Two threads
+//! inserting the same item interleave: thread A sets bits 1–6 first, thread B
+//! bits 7–12 first, and each finds at least one bit it set itself, so both
+//! answer "new". (Measured with the lock-free path on 2 cores: 8 threads ×
+//! the same 10⁴ classic items, 20 rounds, 877 items told "new" more than once
+//! in a release build, 6,311 in a debug build; the test
+//! `lock_free_classic_inserts_can_both_claim_an_item`.) Deciding needs
+//! the read of all k bits and the writes to be one atomic step with respect
+//! to other inserts of the same item, i.e. a lock that every insert of that
+//! item takes:
+//!
+//! * **Blocked**: every write to a block already happens under its region's
+//!   lock (see [`Regions`]), and the test for missing bits and the stores are
+//!   inside it (`or_block_locked`), so the second inserter sees all the
+//!   first one's bits and answers `false`.
+//! * **Classic**: the k bits are spread over the whole array, so no region
+//!   covers them. The single insert takes one of the same striped locks
+//!   chosen by the item's hash (`Regions::of_hash`): two inserts of one item
+//!   always take the same stripe; inserts of different items rarely share
+//!   one (1024 stripes). The k words are prefetched before the lock, so the
+//!   lock is not held across k cache misses one after another.
+//!
+//! A lookup that races an insert may answer either way, as for any reader;
+//! only the inserts' answers are exact. The bulk paths ([`Filter::insert_batch`],
+//! in-place updates, [`crate::slice`]) count new items but do not promise
+//! exactness against a concurrent insert of the same item, and stay lock-free
+//! for classic: they take no stripe lock.
+//!
 //! # Layouts
 //!
 //! * **Classic** — positions `reduce(x_i, m)` with enhanced double hashing
@@ -216,7 +253,9 @@ pub struct Filter {
 /// briefly and then yield.
 ///
 /// The classic layout's k positions fall in k different regions, so it keeps
-/// lock-free `fetch_or` and never uses plain stores.
+/// lock-free `fetch_or` and never uses plain stores. Its single inserts use
+/// the same locks as stripes chosen by the item's hash ([`Regions::of_hash`]),
+/// only to make their answer exact (see the module docs, "Add-if-absent").
 struct Regions {
     /// `region = block >> shift`.
     shift: u32,
@@ -289,6 +328,13 @@ impl Regions {
     #[inline]
     fn of_word(&self, word: u64) -> usize {
         ((word / 8) >> self.shift) as usize
+    }
+
+    /// The stripe of a classic item whose first hash value is `a`: every
+    /// insert of one item maps to the same lock.
+    #[inline]
+    fn of_hash(&self, a: u64) -> usize {
+        reduce(a.rotate_left(32), self.regions.len() as u64) as usize
     }
 
     #[inline]
@@ -482,12 +528,26 @@ impl Filter {
         }
     }
 
-    /// Sets the prepared item's bits. Returns true if any bit was newly set
-    /// (the item was not already reported present).
+    /// Sets the prepared item's bits. Returns true if the item was not
+    /// (probably) present before: exact under concurrency, of several
+    /// threads inserting the same absent item exactly one gets `true` (see
+    /// the module docs, "Add-if-absent").
     #[inline]
     pub fn insert_prepared(&self, p: &Prepared) -> bool {
         self.note_write();
-        self.insert_prepared_unlogged(p)
+        match self.params.layout {
+            // The region lock taken by every blocked write already makes the
+            // test and the stores one step.
+            Layout::Blocked => self.insert_prepared_unlogged(p),
+            Layout::Classic => {
+                // All k words are written (or found set): start their misses
+                // before the lock, which is a full barrier that later loads
+                // cannot pass (prefetches are not ordered by it).
+                self.prefetch_probes(p, self.params.k);
+                let _guard = self.regions.lock(self.regions.of_hash(p.a));
+                self.insert_prepared_unlogged(p)
+            }
+        }
     }
 
     /// Tells a running in-place update that a write bypassed its page log.
@@ -519,7 +579,10 @@ impl Filter {
         }
     }
 
-    /// [`Filter::insert_prepared`] without telling an update's page log.
+    /// [`Filter::insert_prepared`] without telling an update's page log,
+    /// and for classic without the stripe lock: the bulk paths' insert, whose
+    /// answer may count an item twice when another thread inserts the same
+    /// item at the same moment.
     #[inline]
     pub(crate) fn insert_prepared_unlogged(&self, p: &Prepared) -> bool {
         let changed = match self.params.layout {
@@ -683,7 +746,7 @@ impl Filter {
                 self.prefetch_probes(slot, self.params.k);
             }
             for p in &prepared[..chunk.len()] {
-                new += self.insert_prepared(p) as u64;
+                new += self.insert_prepared_unlogged(p) as u64;
             }
         }
         new
@@ -1105,6 +1168,80 @@ mod tests {
         for k in ours.iter().flatten().chain(&theirs) {
             assert!(f.contains(k));
         }
+    }
+
+    /// 8 threads, started together, insert the same 10⁴ items in the same
+    /// order through `insert`; returns how many of them were told "new" per
+    /// item.
+    fn claims(f: &Filter, items: &[[u8; 8]], insert: fn(&Filter, &[u8]) -> bool) -> Vec<u8> {
+        use std::sync::atomic::AtomicU8;
+        const THREADS: usize = 8;
+        let counts: Vec<AtomicU8> = items.iter().map(|_| AtomicU8::new(0)).collect();
+        let barrier = std::sync::Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                let (counts, barrier) = (&counts, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    for (item, c) in items.iter().zip(counts) {
+                        if insert(f, item) {
+                            c.fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        counts.into_iter().map(AtomicU8::into_inner).collect()
+    }
+
+    #[test]
+    fn add_if_absent_is_exact_under_concurrency() {
+        for layout in [Layout::Blocked, Layout::Classic] {
+            for round in 0..3u64 {
+                let f = small(layout, 20_000, 1e-3, 17 + round);
+                let items: Vec<[u8; 8]> = (0..10_000u64)
+                    .map(|i| (round << 40 | i).to_le_bytes())
+                    .collect();
+                // A tenth are there before the race: nobody may claim them.
+                // Items that are false positives of the filter before the
+                // race are (probably) present too, and equally unclaimable.
+                for it in items.iter().step_by(10) {
+                    f.insert(it);
+                }
+                let present: Vec<bool> = items.iter().map(|it| f.contains(it)).collect();
+                let got = claims(&f, &items, |f, it| f.insert(it));
+                for (i, (&n, &was)) in got.iter().zip(&present).enumerate() {
+                    assert_eq!(n, !was as u8, "{layout} round {round} item {i}");
+                }
+                assert!(present.iter().filter(|&&p| !p).count() > 8_900);
+                // Items counted once each, by the single winner.
+                let before = items.iter().step_by(10).count() as u64;
+                let won = got.iter().map(|&n| n as u64).sum::<u64>();
+                assert_eq!(f.items(), before + won, "{layout}");
+                // Inserting again: nobody.
+                let again = claims(&f, &items, |f, it| f.insert(it));
+                assert!(again.iter().all(|&n| n == 0), "{layout}");
+            }
+        }
+    }
+
+    /// Why the classic single insert takes a lock: without it, two threads
+    /// inserting the same item can both be told "new". A race, so not
+    /// certain to show on every run: run by hand (`--ignored`).
+    #[test]
+    #[ignore]
+    fn lock_free_classic_inserts_can_both_claim_an_item() {
+        let mut doubles = 0;
+        for round in 0..20u64 {
+            let f = small(Layout::Classic, 20_000, 1e-3, round);
+            let items: Vec<[u8; 8]> = (0..10_000u64).map(|i| i.to_le_bytes()).collect();
+            let got = claims(&f, &items, |f, it| {
+                f.insert_prepared_unlogged(&f.prepare(it))
+            });
+            doubles += got.iter().filter(|&&n| n > 1).count();
+        }
+        println!("items claimed more than once in 20 rounds: {doubles}");
+        assert!(doubles > 0);
     }
 
     #[test]
