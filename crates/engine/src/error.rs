@@ -100,6 +100,15 @@ pub enum FormatProblem {
         /// Count in the data as read.
         found: u64,
     },
+    /// The file holds another kind of filter than the one asked for (a
+    /// counting or cuckoo filter opened as a Bloom filter, or the reverse).
+    #[error("holds a {found} filter, not a {expected} filter")]
+    WrongKind {
+        /// The kind the file holds (`blocked Bloom`, `classic Bloom`, `counting`, `cuckoo`).
+        found: &'static str,
+        /// The kind the caller asked for.
+        expected: &'static str,
+    },
     /// An in-place update was interrupted, so the data checksum is stale.
     #[error("an in-place update was interrupted: the bits are usable but the data checksum is stale (run `bloomgate add` on it with no input to reseal it)")]
     Dirty,

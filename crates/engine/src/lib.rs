@@ -14,6 +14,13 @@
 //! (atomic OR) and may run on every core at once. Filters are stored in a
 //! memory-mappable file format ([`format`](mod@format), `docs/file-format.md`).
 //!
+//! Two more layouts can delete ([`deletable`]): a counting Bloom filter
+//! ([`CountingFilter`], 4-bit counters blocked 128 to a cache line) and a
+//! cuckoo filter ([`CuckooFilter`], packed `f`-bit fingerprints in buckets
+//! of 4; [`CuckooChain`] grows like RedisBloom's `EXPANSION`). They share the
+//! file format's frame with their own layout codes; [`AnyFilter::open`]
+//! opens a file of any kind.
+//!
 //! The sizing formulas and their sources are in [`math`]. A filter larger
 //! than the memory a build may use is built a slice at a time ([`slice`]),
 //! bit for bit as it would be in memory.
@@ -34,6 +41,9 @@ compile_error!("bloomgate's file format and SIMD kernels assume a little-endian 
 
 pub mod arch;
 pub mod atomic;
+pub mod counting;
+pub mod cuckoo;
+pub mod deletable;
 mod error;
 mod filter;
 pub mod format;
@@ -42,8 +52,13 @@ pub mod math;
 pub mod slice;
 mod storage;
 
+pub use counting::{CountingFilter, CountingParams};
+pub use cuckoo::{ChainError, CuckooChain, CuckooFilter, CuckooFull, CuckooParams};
+pub use deletable::{AnyFilter, FilterKind, Removal};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{random_seed, Filter, Params, Prepared};
 pub use format::{Access, Header};
-pub use math::{plan, Layout, Plan, PlanError};
+pub use math::{
+    plan, plan_counting, plan_cuckoo, CountingPlan, CuckooPlan, Layout, Plan, PlanError,
+};
 pub use storage::mem_available;

@@ -78,6 +78,127 @@
 //! rate costs `1/ln 2 ≈ 1.44` bits per item per layer for the classic
 //! optimum, so layer `i` needs about `1.44 · (i + 1)` bits per item more than a
 //! filter planned at `p`.
+//!
+//! # Counting Bloom filter (Fan, Cao, Almeida & Broder, "Summary Cache", IEEE/ACM ToN 8(3), 2000)
+//!
+//! Each bit of a Bloom filter becomes a 4-bit counter: an insert adds 1 to
+//! each of the item's counters, a delete subtracts 1, and an item is present
+//! when all its counters are above zero. Membership therefore behaves exactly
+//! like a Bloom filter whose set bits are the non-zero counters, so the
+//! false-positive formulas above hold with "bits" read as "counters".
+//!
+//! **Overflow.** A counter that reaches 15 stays there forever and is never
+//! decremented: it can then no longer reach zero through deletes, which costs
+//! (a little) false-positive rate and never a false negative. In the blocked
+//! arrangement below, a block holds `i ~ Pois(λ = 128·n/m)` items and, given
+//! `i`, a counter is `Binomial(i, q)` with `q ≤ k/128` (an item's probes are
+//! `k` counters of the block, repeats counted once), so
+//!
+//! ```text
+//! P(counter saturates) = Σ_i Pois(i; λ) · P(Binomial(i, k/128) ≥ 15)
+//! ```
+//!
+//! ([`counting_saturation`]): about 10⁻²⁰ per counter for the plan at
+//! `p = 10⁻⁴` (λ = 4.1, k = 10), so saturation happens in practice only to
+//! an item inserted 15 times or more, which the rule makes safe. (For the
+//! classic arrangement Fan et al. bound it by `m·(e·ln 2/16)^{16}`.)
+//!
+//! **Delete of an absent item.** If any of the item's counters is zero the
+//! item was never inserted (or has been deleted): nothing is decremented and
+//! the delete reports "not present". Deleting an item that only *tests*
+//! present (a false positive) would decrement other items' counters and can
+//! create false negatives; that is inherent to counting filters, and callers
+//! must delete only what they inserted (RedisBloom's `CF.DEL` has the same
+//! rule). Both filters here document it on `remove`.
+//!
+//! **Layout: blocked, 128 counters per 64-byte cache line.** The item's `k`
+//! counters all sit in one block of `B = 128` counters (512 bits), chosen by
+//! `reduce(hi, blocks)`; the probes inside it are derived from `lo` exactly
+//! as in the blocked Bloom layout, but with 7-bit positions. The rate is
+//! [`blocked_fp`] with `B = 128`:
+//!
+//! ```text
+//! FP_counting(m, n, k) = Σ_{i≥0} Pois(i; λ = 128·n/m) · E[(S_{k·i}/128)^k]
+//! ```
+//!
+//! Costs at `p = 10⁻⁴` (computed by [`plan_counting`] and pinned by the tests):
+//!
+//! | arrangement | counters/item | bits/item | 10¹⁰ items |
+//! |-------------|--------------:|----------:|-----------:|
+//! | classic, `m*` (unrounded), k = 13 | 19.17 | 76.7  | 95.9 GB |
+//! | blocked, `B = 128`, k = 10        | 30.94 | 123.8 | 154.7 GB |
+//!
+//! The blocked arrangement costs 61 % more memory than the classic optimum:
+//! 128-counter blocks hold only λ ≈ 4 items each, so the Poisson spread of
+//! their load is wide and crowded blocks dominate the rate (512-bit Bloom
+//! blocks hold 23 items and cost only 15 %). What it buys:
+//!
+//! * **one cache miss** per insert, lookup and delete instead of `k = 13`,
+//!   the difference that made blocked the default Bloom layout;
+//! * **atomic operations per item**: all of an item's counters are in one
+//!   line, so one lock per line makes "check all `k` > 0, then decrement"
+//!   (delete) and "test, then increment" (add-if-absent) atomic with respect
+//!   to every other writer of that item — the classic arrangement would need
+//!   `k` locks in a global order, or a lock-free protocol over `k` words;
+//! * a file that is still one page-aligned array of 512-bit blocks.
+//!
+//! Where memory matters more than one-miss operations, the cuckoo filter
+//! below deletes at 18–36 bits per item. Rejected: 8-bit counters (twice the
+//! memory to make an event of probability 10⁻²⁰ rarer), and 2-bit counters (saturate after 3
+//! insertions of overlapping items, leaving undeletable counters in a
+//! filter meant for deletes).
+//!
+//! # Cuckoo filter (Fan, Andersen, Kaminsky & Mitzenmacher, "Cuckoo Filter:
+//! Practically Better Than Bloom", CoNEXT 2014)
+//!
+//! A table of `nb` buckets of `b` slots, each slot an `f`-bit fingerprint
+//! (0 = empty). An item's fingerprint `fp` may live in bucket `i1` (from the
+//! hash) or `i2 = i1 XOR h(fp)` (partial-key cuckoo hashing: the other bucket
+//! is computed from the fingerprint alone, so items can be moved without
+//! knowing them). A lookup compares `fp` with the `2b` slots of the two
+//! buckets; each occupied slot matches a random other fingerprint with
+//! probability `1/(2^f − 1)` (fingerprints are uniform over `1..2^f`), so at
+//! load `α` (occupied fraction of slots)
+//!
+//! ```text
+//! FP_cuckoo(f, b, α) = 1 − (1 − 1/(2^f − 1))^{2bα}  ≈  2bα / 2^f
+//! ```
+//!
+//! and the planner takes the smallest `f` that meets `p` even at a full
+//! table, `f = ⌈log2(2b/p)⌉` (17 bits at `p = 10⁻⁴`, `b = 4`).
+//!
+//! **Why b = 4.** With `b = 1` cuckoo hashing fills to ~50 %, `b = 2` to ~84 %,
+//! `b = 4` to ~95 % and `b = 8` to ~98 % before inserts fail (Fan et al.,
+//! table 2); each doubling of `b` costs one fingerprint bit (2b compared
+//! slots). Bits per item are `f/α`: at `p = 10⁻⁴` that is 17/0.95 = 17.9 for
+//! `b = 4` against 18/0.98 = 18.4 for `b = 8` and 16/0.84 = 19.0 for `b = 2`.
+//! `b = 4` is the optimum for rates from about 10⁻² to 10⁻⁶, and is the
+//! default (`BUCKETSIZE` 1..=8 is supported: the packing is generic).
+//!
+//! **Number of buckets: a power of two.** `i1 XOR h(fp)` stays inside the
+//! table, and is an involution (`i2 XOR h(fp) = i1`), only if `nb` is a power
+//! of two. The planner therefore takes the smallest power of two with
+//! `nb · b · 0.95 ≥ n` (a planned load of at most 95 %, the load b = 4
+//! reaches), which can leave the table as little as 47.5 % full at its
+//! planned item count: bits per item vary between `f/0.95` and `2f/0.95`
+//! (17.9 to 35.8 at 10⁻⁴) with the requested capacity, while the
+//! false-positive rate at planned load is correspondingly lower (it scales
+//! with `α`). RedisBloom rounds its capacity to a power of two the same way.
+//! Rejected: `i2 = (h(fp) − i1) mod nb`, also an involution, sizes the table
+//! exactly but costs a division-free but biased reduction of `h(fp)` and
+//! departs from the analysed scheme; a scaling chain of sub-filters
+//! (`CuckooChain`) is the intended way to hold more than planned.
+//!
+//! **Full table.** An insert that finds both buckets full evicts a random
+//! slot's fingerprint to its other bucket, up to `max_kicks` times (500 by
+//! default, as in the authors' code; RedisBloom's MAXITERATIONS, default 20).
+//! If the last evicted fingerprint still finds no room, the insert fails and
+//! every move is undone in reverse order: the table is exactly as before and
+//! nothing stored is lost. The caller gets an error (never a silent loss).
+//!
+//! **Fingerprint packing.** Slots are packed at exactly `f` bits (slot `s`
+//! occupies bits `s·f .. s·f + f` of the little-endian word array); `f` is
+//! not rounded to 8/16/32, which would cost up to 15 bits per item at 10⁻⁴.
 
 /// Bits in one block of the blocked layout: one 64-byte cache line.
 pub const BLOCK_BITS: u64 = 512;
@@ -366,6 +487,17 @@ pub enum PlanError {
         /// Rate asked for.
         p: f64,
     },
+    /// A cuckoo filter's bucket size outside 1..=8.
+    #[error("the bucket size must be between 1 and 8, got {0}")]
+    BadBucketSize(u32),
+    /// A cuckoo filter cannot reach the rate with fingerprints of at most 32 bits.
+    #[error("a cuckoo filter with buckets of {bucket_size} needs more than 32-bit fingerprints for p = {p}")]
+    RateTooLow {
+        /// Rate asked for.
+        p: f64,
+        /// Slots per bucket.
+        bucket_size: u32,
+    },
 }
 
 fn check_inputs(items: u64, p: f64) -> Result<(), PlanError> {
@@ -499,6 +631,306 @@ pub fn compound_fp(rates: impl IntoIterator<Item = f64>) -> f64 {
         .map(|p| (-p.min(1.0)).ln_1p())
         .sum::<f64>()
         .exp_m1()
+}
+
+// ---------------------------------------------------------------------------
+// Deletable filters
+// ---------------------------------------------------------------------------
+
+/// Counters in one block of a counting filter: 128 4-bit counters, one
+/// 64-byte cache line (see the module docs, "Counting Bloom filter").
+pub const COUNTING_BLOCK_COUNTERS: u64 = 128;
+
+/// Width of a counting filter's counters in bits.
+pub const COUNTER_BITS: u32 = 4;
+
+/// The largest value a counter holds; a counter that reaches it stays there
+/// (it is never incremented nor decremented again).
+pub const COUNTER_MAX: u8 = 15;
+
+/// Predicted false-positive rate of the counting filter (blocked, 128
+/// counters per block) with `counters` counters, `n` items and `k` probes.
+pub fn counting_fp(counters: u64, n: f64, k: u32) -> f64 {
+    blocked_fp(counters as f64, n, k, COUNTING_BLOCK_COUNTERS as f64)
+}
+
+/// The `k` with the lowest predicted rate for a counting filter of
+/// `counters` counters holding `n` items.
+pub fn counting_best_k(counters: u64, n: f64) -> u32 {
+    let b = COUNTING_BLOCK_COUNTERS as f64;
+    let mut rough = (f64::INFINITY, 1);
+    for k in 1..=MAX_COUNTING_K {
+        let fp = blocked_fp_mean_fill(counters as f64, n, k, b);
+        if fp < rough.0 {
+            rough = (fp, k);
+        }
+    }
+    let k0 = rough.1;
+    let mut best = (f64::INFINITY, 1);
+    for k in k0.saturating_sub(2).max(1)..=(k0 + 2).min(MAX_COUNTING_K) {
+        let fp = counting_fp(counters, n, k);
+        if fp < best.0 {
+            best = (fp, k);
+        }
+    }
+    best.1
+}
+
+/// Largest `k` a counting filter accepts: its probes are distinct counters
+/// of one 128-counter block, and beyond 32 the block would be mostly full
+/// with a single item.
+pub const MAX_COUNTING_K: u32 = 32;
+
+/// The probability that a given counter of a counting filter saturates
+/// (reaches 15) with `counters` counters, `n` distinct items and `k`
+/// probes: `Σ_i Pois(i; λ) · P(Binomial(i, k/128) ≥ 15)` with
+/// `λ = 128·n/counters` (see the module docs).
+pub fn counting_saturation(counters: u64, n: f64, k: u32) -> f64 {
+    let b = COUNTING_BLOCK_COUNTERS as f64;
+    let lambda = b * n / counters as f64;
+    let q = (k as f64 / b).min(1.0);
+    let limit = COUNTER_MAX as u32;
+    let mut total = 0.0;
+    // Terms below 15 items cannot saturate a counter; sum until the
+    // Poisson weight is negligible past the mode.
+    let mut i = limit;
+    loop {
+        let fi = i as f64;
+        let w = (fi * lambda.ln() - lambda - ln_factorial(fi)).exp();
+        // P(Bin(i, q) >= 15) = 1 - P(Bin <= 14).
+        let mut below = 0.0;
+        for j in 0..limit {
+            let fj = j as f64;
+            let ln_c = ln_factorial(fi) - ln_factorial(fj) - ln_factorial(fi - fj);
+            below += (ln_c + fj * q.ln() + (fi - fj) * (1.0 - q).ln()).exp();
+        }
+        // Small tails lose precision in 1 - below; sum them directly then.
+        let tail = if below > 0.5 {
+            (limit..=i)
+                .map(|j| {
+                    let fj = j as f64;
+                    let ln_c = ln_factorial(fi) - ln_factorial(fj) - ln_factorial(fi - fj);
+                    (ln_c + fj * q.ln() + (fi - fj) * (1.0 - q).ln()).exp()
+                })
+                .sum::<f64>()
+        } else {
+            1.0 - below
+        };
+        total += w * tail;
+        if (fi > lambda && w < 1e-30) || i > 100_000 {
+            break;
+        }
+        i += 1;
+    }
+    total.min(1.0)
+}
+
+/// A sizing decision for a counting Bloom filter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountingPlan {
+    /// Items the filter is sized for.
+    pub items: u64,
+    /// The false-positive rate asked for.
+    pub target_fp: f64,
+    /// Counters in the filter (a whole number of 128-counter blocks).
+    pub counters: u64,
+    /// Counters per item (probes).
+    pub k: u32,
+    /// The false-positive rate predicted for `items` items.
+    pub predicted_fp: f64,
+}
+
+impl CountingPlan {
+    /// Bits of filter data (4 per counter).
+    pub fn bits(&self) -> u64 {
+        self.counters * COUNTER_BITS as u64
+    }
+
+    /// Bytes of filter data.
+    pub fn bytes(&self) -> u64 {
+        self.bits() / 8
+    }
+
+    /// Bits per planned item.
+    pub fn bits_per_item(&self) -> f64 {
+        self.bits() as f64 / self.items as f64
+    }
+}
+
+/// Plans a counting filter for `items` items at rate `p`: the smallest
+/// whole number of 128-counter blocks for which some `k` meets `p` (found by
+/// bisection, as for the blocked Bloom layout), with the best `k` for it.
+pub fn plan_counting(items: u64, p: f64) -> Result<CountingPlan, PlanError> {
+    check_inputs(items, p)?;
+    let n = items as f64;
+    let too_large = || PlanError::TooLarge { items, p };
+    let meets = |blocks: u64| -> Option<(u32, f64)> {
+        let counters = blocks * COUNTING_BLOCK_COUNTERS;
+        let k = counting_best_k(counters, n);
+        let fp = counting_fp(counters, n, k);
+        (fp <= p).then_some((k, fp))
+    };
+    // Largest block count whose bits (4 per counter) stay below 2⁶³.
+    let max_blocks = (1u64 << 63) / (COUNTING_BLOCK_COUNTERS * COUNTER_BITS as u64) - 1;
+    let (bpi, _) = classic_optimum(p);
+    let lo_counters = bpi * n;
+    if lo_counters >= (max_blocks * COUNTING_BLOCK_COUNTERS) as f64 {
+        return Err(too_large());
+    }
+    let mut lo = ((lo_counters as u64) / COUNTING_BLOCK_COUNTERS).max(1);
+    let mut hi = lo;
+    while meets(hi).is_none() {
+        hi = hi
+            .checked_mul(2)
+            .filter(|&h| h <= max_blocks)
+            .ok_or_else(too_large)?;
+    }
+    if meets(lo).is_some() {
+        hi = lo;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid).is_some() {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let (k, predicted_fp) = meets(hi).ok_or_else(too_large)?;
+    Ok(CountingPlan {
+        items,
+        target_fp: p,
+        counters: hi * COUNTING_BLOCK_COUNTERS,
+        k,
+        predicted_fp,
+    })
+}
+
+/// Slots per bucket of a cuckoo filter unless chosen (see the module docs,
+/// "Cuckoo filter").
+pub const CUCKOO_DEFAULT_BUCKET_SIZE: u32 = 4;
+
+/// The load a table of the default bucket size is planned for (95 %).
+pub const CUCKOO_PLANNED_LOAD: f64 = 0.95;
+
+/// The default number of evictions before an insert gives up (and undoes them).
+pub const CUCKOO_DEFAULT_MAX_KICKS: u32 = 500;
+
+/// Largest bucket size accepted.
+pub const CUCKOO_MAX_BUCKET_SIZE: u32 = 8;
+
+/// Largest fingerprint width accepted (a slot spans at most two words).
+pub const CUCKOO_MAX_FINGERPRINT_BITS: u32 = 32;
+
+/// The fingerprint width for rate `p` with buckets of `b` slots:
+/// `⌈log2(2b/p)⌉` (see the cuckoo section above), at least 2.
+pub fn cuckoo_fingerprint_bits(p: f64, bucket_size: u32) -> u32 {
+    let f = (2.0 * bucket_size as f64 / p).log2().ceil();
+    (f.max(2.0)) as u32
+}
+
+/// Predicted false-positive rate of a cuckoo filter with `f`-bit
+/// fingerprints, buckets of `b` slots, at load `alpha` (occupied fraction of
+/// all slots): `1 − (1 − 1/(2^f − 1))^{2bα}`.
+pub fn cuckoo_fp(fingerprint_bits: u32, bucket_size: u32, alpha: f64) -> f64 {
+    let alpha = alpha.clamp(0.0, 1.0);
+    let q = 1.0 / ((fingerprint_bits as f64).exp2() - 1.0);
+    -((2.0 * bucket_size as f64 * alpha) * (-q).ln_1p()).exp_m1()
+}
+
+/// A sizing decision for a cuckoo filter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CuckooPlan {
+    /// Items the filter is sized for.
+    pub items: u64,
+    /// The false-positive rate asked for.
+    pub target_fp: f64,
+    /// Buckets (a power of two).
+    pub buckets: u64,
+    /// Slots per bucket.
+    pub bucket_size: u32,
+    /// Fingerprint width in bits.
+    pub fingerprint_bits: u32,
+    /// The false-positive rate predicted at `items` items.
+    pub predicted_fp: f64,
+}
+
+impl CuckooPlan {
+    /// Slots in the table.
+    pub fn slots(&self) -> u64 {
+        self.buckets * self.bucket_size as u64
+    }
+
+    /// Bits of filter data: the packed slots, rounded up to whole 512-bit lines.
+    pub fn bits(&self) -> u64 {
+        (self.slots() * self.fingerprint_bits as u64).div_ceil(BLOCK_BITS) * BLOCK_BITS
+    }
+
+    /// Bytes of filter data.
+    pub fn bytes(&self) -> u64 {
+        self.bits() / 8
+    }
+
+    /// Bits per planned item.
+    pub fn bits_per_item(&self) -> f64 {
+        self.bits() as f64 / self.items as f64
+    }
+
+    /// The load at the planned item count (`items / slots`).
+    pub fn load(&self) -> f64 {
+        self.items as f64 / self.slots() as f64
+    }
+}
+
+/// Plans a cuckoo filter for `items` items at rate `p` with buckets of
+/// `bucket_size` slots (1..=8; 4 is the default): `f = ⌈log2(2b/p)⌉` and
+/// the smallest power-of-two bucket count whose planned load is at most
+/// 95 % (for b = 4; the load each bucket size reaches, Fan et al. table 2:
+/// 50 % for b = 1, 84 % for 2, 95 % for 4, 98 % for 8, interpolated).
+pub fn plan_cuckoo(items: u64, p: f64, bucket_size: u32) -> Result<CuckooPlan, PlanError> {
+    check_inputs(items, p)?;
+    let too_large = || PlanError::TooLarge { items, p };
+    if !(1..=CUCKOO_MAX_BUCKET_SIZE).contains(&bucket_size) {
+        return Err(PlanError::BadBucketSize(bucket_size));
+    }
+    let f = cuckoo_fingerprint_bits(p, bucket_size);
+    if f > CUCKOO_MAX_FINGERPRINT_BITS {
+        return Err(PlanError::RateTooLow { p, bucket_size });
+    }
+    let load = cuckoo_max_load(bucket_size);
+    let need = (items as f64 / (bucket_size as f64 * load)).ceil();
+    if need >= (1u64 << 56) as f64 {
+        return Err(too_large());
+    }
+    let buckets = (need as u64).max(1).next_power_of_two();
+    if buckets * bucket_size as u64 * f as u64 >= 1 << 62 {
+        return Err(too_large());
+    }
+    let alpha = items as f64 / (buckets * bucket_size as u64) as f64;
+    Ok(CuckooPlan {
+        items,
+        target_fp: p,
+        buckets,
+        bucket_size,
+        fingerprint_bits: f,
+        predicted_fp: cuckoo_fp(f, bucket_size, alpha),
+    })
+}
+
+/// The load a cuckoo table with buckets of `b` slots is planned to: 50 %,
+/// 84 %, 95 %, 98 % for b = 1, 2, 4, 8 (Fan et al. 2014, table 2), linear in
+/// between.
+pub fn cuckoo_max_load(bucket_size: u32) -> f64 {
+    match bucket_size {
+        0 | 1 => 0.50,
+        2 => 0.84,
+        3 => 0.90,
+        4 => CUCKOO_PLANNED_LOAD,
+        5 => 0.9575,
+        6 => 0.965,
+        7 => 0.9725,
+        _ => 0.98,
+    }
 }
 
 #[cfg(test)]
@@ -639,5 +1071,79 @@ mod tests {
             }
         }
         assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+    }
+}
+
+#[cfg(test)]
+mod deletable_tests {
+    use super::*;
+
+    #[test]
+    fn saturation_is_negligible_at_plan() {
+        let c = plan_counting(1_000_000, 1e-4).unwrap();
+        let s = counting_saturation(c.counters, 1e6, c.k);
+        println!("saturation {s:e}");
+        assert!(s < 1e-15, "{s}");
+        // And it grows with overload, as it must.
+        assert!(counting_saturation(c.counters, 3e7, c.k) > s);
+    }
+
+    #[test]
+    fn counting_costs_at_1e4_as_documented() {
+        // The module docs' table: blocked 128-counter blocks need 30.94
+        // counters (123.8 bits) per item with k = 10 at p = 1e-4, against
+        // the classic optimum's 19.17 counters (76.7 bits).
+        let c = plan_counting(10_000_000_000, 1e-4).unwrap();
+        assert_eq!(c.k, 10);
+        assert!(
+            (123.7..123.9).contains(&c.bits_per_item()),
+            "{}",
+            c.bits_per_item()
+        );
+        assert!(
+            (154.6e9..154.8e9).contains(&(c.bytes() as f64)),
+            "{}",
+            c.bytes()
+        );
+        assert!(c.predicted_fp <= 1e-4);
+        // One block fewer misses the target.
+        let fewer = c.counters - COUNTING_BLOCK_COUNTERS;
+        assert!(counting_fp(fewer, 1e10, counting_best_k(fewer, 1e10)) > 1e-4);
+        let (classic, _) = classic_optimum(1e-4);
+        assert!((4.0 * classic - 76.68).abs() < 0.01, "{}", 4.0 * classic);
+    }
+
+    #[test]
+    fn cuckoo_plan_as_documented() {
+        assert_eq!(cuckoo_fingerprint_bits(1e-4, 4), 17);
+        assert_eq!(cuckoo_fingerprint_bits(1e-2, 4), 10);
+        // At full load the rate is still within the target, and one bit
+        // fewer would not be.
+        for p in [1e-2, 1e-4, 1e-6] {
+            for b in 1..=8 {
+                let f = cuckoo_fingerprint_bits(p, b);
+                assert!(cuckoo_fp(f, b, 1.0) <= p, "p {p} b {b}");
+                assert!(cuckoo_fp(f - 1, b, 1.0) > p * 0.99, "p {p} b {b}");
+            }
+        }
+        let q = plan_cuckoo(10_000_000_000, 1e-4, 4).unwrap();
+        assert_eq!((q.buckets, q.fingerprint_bits), (1 << 32, 17));
+        assert!((29.2..29.3).contains(&q.bits_per_item()));
+        // Power-of-two rounding: 10^6 items just miss 2^18 buckets at 95 %.
+        let q = plan_cuckoo(1_000_000, 1e-4, 4).unwrap();
+        assert_eq!(q.buckets, 1 << 19);
+        assert!(q.load() < 0.5 && q.predicted_fp < 1e-4);
+        let q = plan_cuckoo(996_000, 1e-4, 4).unwrap();
+        assert_eq!(q.buckets, 1 << 18);
+        assert!(
+            (17.8..18.0).contains(&q.bits_per_item()),
+            "{}",
+            q.bits_per_item()
+        );
+        assert_eq!(plan_cuckoo(10, 1e-4, 9), Err(PlanError::BadBucketSize(9)));
+        assert!(matches!(
+            plan_cuckoo(10, 1e-12, 4),
+            Err(PlanError::RateTooLow { .. })
+        ));
     }
 }
