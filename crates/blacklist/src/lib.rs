@@ -97,6 +97,9 @@ pub enum Error {
     /// A scaling filter cannot append another layer.
     #[error("filter cannot grow further ({0})")]
     CannotGrow(String),
+    /// A fill policy cannot be used here (see [`layers::Policy`]).
+    #[error("{0}")]
+    Policy(String),
     /// Another process holds the data directory (see [`datadir::DirLock`]).
     #[error(
         "{0}: a running bloomgate serve (or another bloomgate writing to it) holds this data directory; change the filter through the server (BF.ADD, or the HTTP API in docs/http-api.md), or stop the server first: a direct change would be overwritten by its next snapshot"
@@ -395,7 +398,9 @@ impl Blacklist {
     /// the engine's logged batch ([`Filter::update_batch`]); a scaling one
     /// by its growth rules, appending new layer files when the newest is
     /// full (`force`: even past a non-scaling filter's capacity — for adds
-    /// that were acknowledged already). Returns how many were new.
+    /// that were acknowledged already). Returns how many were new; fails
+    /// with [`Error::Policy`] at the first new key a full non-scaling
+    /// filter refuses.
     pub fn update_keys<T: AsRef<[u8]>>(&mut self, keys: &[T], force: bool) -> Result<u64, Error> {
         let Some((_, _)) = &self.update else {
             return Err(Error::Engine(bloomgate_engine::Error::NotWritable(
@@ -416,6 +421,12 @@ impl Blacklist {
                     .insert(key.as_ref(), force, GrowLimits::default(), &mut new_file)?;
             if let Some(g) = grown {
                 self.layers = g;
+            }
+            if added == layers::Added::Full {
+                return Err(Error::Policy(format!(
+                    "the filter is full ({} items, fill policy refuse): adds of new entries past its capacity are refused",
+                    self.layers.items()
+                )));
             }
             new += (added == layers::Added::New) as u64;
         }
