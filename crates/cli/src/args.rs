@@ -53,6 +53,89 @@ pub enum Command {
     /// The file's header and data checksum equal the pushed file's (the
     /// very bytes, if the filter was not changed since the push).
     Pull(PullArgs),
+    /// Print each input line the first time its entry is seen (a crawler's
+    /// "have I fetched this URL?"), remembering entries in a filter that
+    /// persists between runs (`--state FILE`).
+    Dedup(DedupArgs),
+}
+
+/// What a mutable filter does when it is full (`--policy` and its settings).
+#[derive(Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// What to do when the filter is full: grow (add a layer twice as large
+    /// at half the rate), rotate (a ring of --generations generations over a
+    /// --window of adds: entries are forgotten after the window), clear
+    /// (empty it when --clear-at of its bits are set), refuse (adds fail).
+    /// rotate and clear are refused for url and host blacklists.
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyArg>,
+    /// rotate: generations in the ring (default 4).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub generations: Option<u32>,
+    /// rotate: an entry stays at least this many new adds (default: the capacity).
+    #[arg(long, value_parser = parse_items)]
+    pub window: Option<u64>,
+    /// rotate: an entry also stays at least this many seconds, unless the
+    /// --window of adds ends first.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub window_secs: Option<u64>,
+    /// clear: the fraction of bits set that clears the filter (default 0.8).
+    #[arg(long, value_parser = parse_ratio)]
+    pub clear_at: Option<f64>,
+}
+
+/// Fill policy on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum PolicyArg {
+    /// Add layers (scalable Bloom filter).
+    Grow,
+    /// A ring of generations over a window.
+    Rotate,
+    /// Clear at a fill threshold.
+    Clear,
+    /// Refuse adds past capacity.
+    Refuse,
+}
+
+/// Parses a ratio strictly between 0 and 1.
+pub fn parse_ratio(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if !(r > 0.0 && r < 1.0) {
+        return Err(format!("must be strictly between 0 and 1, got {s}"));
+    }
+    Ok(r)
+}
+
+/// `bloomgate dedup`.
+#[derive(Args, Debug)]
+pub struct DedupArgs {
+    /// The filter that remembers the entries seen, kept between runs: a
+    /// filter file created on first use and saved atomically at the end of
+    /// each successful run (default: in memory only).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<std::path::PathBuf>,
+    /// What the entries are (default: url, or the state's kind). Entries are
+    /// compared in canonical form: `HTTP://A.com/x#top` and `http://a.com/x`
+    /// are one URL.
+    #[arg(long, value_enum)]
+    pub keys: Option<KeysArg>,
+    /// Entries a new state is sized for (for rotate: the default window).
+    #[arg(long, value_parser = parse_items, default_value = "1000000")]
+    pub capacity: u64,
+    /// Rate of new entries wrongly taken as seen, for a new state.
+    #[arg(long, value_parser = parse_fp, default_value = "1e-6")]
+    pub error_rate: f64,
+    /// Bit layout of a new state.
+    #[arg(long, value_enum, default_value = "blocked")]
+    pub layout: LayoutArg,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
+    #[arg(default_value = "-")]
+    pub inputs: Vec<String>,
 }
 
 /// Options of commands that accept a Redis filter address.
@@ -310,6 +393,8 @@ pub struct BuildArgs {
     /// free space, less the output file's size when on the same disk).
     #[arg(long, value_parser = parse_size_or_zero)]
     pub spill: Option<u64>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
     #[arg(default_value = "-")]
     pub inputs: Vec<String>,

@@ -270,7 +270,16 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         None => count_entries(&a.inputs)?,
     };
     let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
-    let plan = math::plan(a.layout.into(), items, per_lookup)
+    let policy = crate::cmd::dedup::build_policy(&a.policy, items, kind)?;
+    let first_rate = match &policy {
+        Some(p @ bloomgate_blacklist::layers::Policy::Grow { .. }) => {
+            bloomgate_blacklist::layers::Layers::plan_first(p, a.layout.into(), items, per_lookup)
+                .map_err(|e| crate::cmd::UsageError(e.to_string()))?
+                .target_fp
+        }
+        _ => per_lookup,
+    };
+    let plan = math::plan(a.layout.into(), items, first_rate)
         .map_err(|e| crate::cmd::UsageError(e.to_string()))?;
     let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
     params.key_kind = kind.as_u8();
@@ -283,7 +292,9 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         None => Budget::default_share(),
     };
     if plan.bytes() > budget.bytes {
-        return build_sliced(&a, params, (kind, mode), &budget, started);
+        let code = build_sliced(&a, params, (kind, mode), &budget, started)?;
+        crate::cmd::dedup::write_policy(&a.output, policy.as_ref(), per_lookup)?;
+        return Ok(code);
     }
     // The engine's error already names the (temporary) file and the failure.
     let filter = Arc::new(Filter::create_file(&a.output, params)?);
@@ -297,6 +308,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     filter.persist()?;
+    crate::cmd::dedup::write_policy(&a.output, policy.as_ref(), per_lookup)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     Ok(0)

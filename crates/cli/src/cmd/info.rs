@@ -53,6 +53,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
         Growth::Redis(m) => ("scaling", Some(m.expansion)),
     };
+    let (policy, policy_note) = policy_details(layers);
     let opened = list.opened();
     let live_adds = opened.replay.as_ref().map(|r| r.new);
     let layer_json: Vec<_> = layers
@@ -95,6 +96,8 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         "fp_at_fill": fp_at_fill,
         "growth": growth,
         "expansion": expansion,
+        "policy": policy,
+        "purpose": format!("{:?}", layers.rules.purpose).to_lowercase(),
         "layers": layer_json.len(),
         "layer_details": layer_json,
         "data_dir": opened.data_dir.as_ref().map(|d| d.display().to_string()),
@@ -152,6 +155,9 @@ pub fn run(a: InfoArgs) -> Result<i32> {
                 lp.target_fp
             )?;
         }
+    }
+    if let Some(note) = policy_note {
+        writeln!(o, "policy          {note}")?;
     }
     writeln!(
         o,
@@ -212,4 +218,49 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         if a.verify { " verified" } else { "" }
     )?;
     Ok(0)
+}
+
+/// The fill policy as `--json` gives it, and the line `info` prints (none
+/// for a fixed filter, whose growth line says it all).
+fn policy_details(
+    layers: &bloomgate_blacklist::layers::Layers,
+) -> (serde_json::Value, Option<String>) {
+    use bloomgate_blacklist::layers::{clear_items, Forgetting, Policy};
+    let policy = layers.policy();
+    let mut v = json!({ "name": policy.name() });
+    let note = match (&policy, &layers.rules.forgetting) {
+        (Policy::Fixed, _) => None,
+        (Policy::Rotate(r), Forgetting::Rotate { ring, .. }) => {
+            v["generations"] = json!(r.generations);
+            v["window"] = json!(r.window);
+            v["window_secs"] = json!(r.window_secs);
+            v["generation_items"] = json!(r.span());
+            v["live_generations"] = json!(ring.len());
+            v["generation_started"] = json!(ring.iter().map(|g| g.started).collect::<Vec<_>>());
+            Some(format!(
+                "{policy}: {} of {} generations live, {} items each; an entry stays at least {} adds{}",
+                ring.len(),
+                r.generations,
+                thousands(r.span()),
+                thousands(r.window),
+                r.window_secs.map(|t| format!(" or {t} s")).unwrap_or_default()
+            ))
+        }
+        (Policy::Clear { at }, Forgetting::Clear { clears, .. }) => {
+            let l = layers.layers.last().expect("a layer");
+            let lp = l.params();
+            let n = clear_items(lp.bits, lp.k, *at);
+            let fp = l.predicted_fp_for(n);
+            v["clear_at"] = json!(at);
+            v["clear_items"] = json!(n);
+            v["fp_before_clear"] = json!(fp);
+            v["clears"] = json!(clears);
+            Some(format!(
+                "{policy}: clears at ~{} items (predicted FP then {fp:.3e}), cleared {clears} time(s)",
+                thousands(n)
+            ))
+        }
+        (p, _) => Some(p.to_string()),
+    };
+    (v, note)
 }

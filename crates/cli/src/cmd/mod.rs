@@ -3,6 +3,7 @@
 
 mod build;
 pub mod check;
+pub mod dedup;
 mod info;
 mod plan;
 pub mod redis;
@@ -35,7 +36,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     // its signals itself).
     if matches!(
         cli.command,
-        Command::Build(_) | Command::Add(_) | Command::Check(_)
+        Command::Build(_) | Command::Add(_) | Command::Check(_) | Command::Dedup(_)
     ) {
         crate::input::stop_on_signals();
     }
@@ -51,6 +52,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Serve(a) => serve::run(a),
         Command::Push(a) => redis::push(a),
         Command::Pull(a) => redis::pull(a),
+        Command::Dedup(a) => dedup::run(a),
     }
 }
 
