@@ -58,8 +58,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use bloomgate_blacklist::log::{
-    encode_add, encode_chunk, encode_lineage, read_bytes, read_segment, segment_path, segments,
-    Record, SegmentReport, MAGIC, MAX_RECORD,
+    encode_add, encode_chunk, encode_cuckoo, encode_lineage, read_bytes, read_segment,
+    read_segment_all, segment_path, segments, AnyRecord, CuckooOp, CuckooRecord, Record,
+    SegmentReport, MAGIC, MAX_RECORD,
 };
 
 use crate::metrics::Metrics;
@@ -128,10 +129,13 @@ struct Health {
     failed: Mutex<Option<(WalError, Instant)>>,
     /// Quick check of `failed.is_some()`.
     refusing: AtomicBool,
+    /// Failures so far (counted before the failed group is answered).
+    failures: AtomicU64,
 }
 
 impl Health {
     fn fail(&self, e: WalError, metrics: &Metrics) {
+        self.failures.fetch_add(1, Relaxed);
         let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
             tracing::error!("bloomgate serve: {e}");
@@ -241,6 +245,12 @@ impl Wal {
         f.as_ref()
             .filter(|(_, since)| since.elapsed() < RETRY)
             .map(|(e, _)| e.clone())
+    }
+
+    /// How many times the log has failed since it started: a group that
+    /// failed has counted it before any of its writers hears back.
+    pub fn failures(&self) -> u64 {
+        self.health.failures.load(Relaxed)
     }
 
     /// Why the log refuses writes, if it does (for health reports).

@@ -52,7 +52,9 @@
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
+//! | `store/cuckoo.rs`, `store/local/cuckoo.rs` | cuckoo filters (`CF.*`): the local store's, with exactly-once replay of deletes |
 
+pub mod cuckoo;
 mod local;
 mod redis;
 

@@ -51,6 +51,7 @@
 //! The store's files are in this module and its children: [`named`] (one
 //! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
 
+pub(crate) mod cuckoo;
 pub(crate) mod dump;
 mod growth;
 mod named;
@@ -115,6 +116,8 @@ pub struct LocalStore {
     /// Per journal, its length after it was last compacted (under the
     /// snapshot lock; see [`LocalStore::compact_journal`]).
     journal_base: Mutex<HashMap<String, u64>>,
+    /// The cuckoo filters (`NAME.cf`, see [`cuckoo`]).
+    cuckoo: Box<cuckoo::Cuckoos>,
     /// Held while the store is open: no second server, and no CLI writer.
     _dir_lock: DirLock,
 }
@@ -225,15 +228,21 @@ impl LocalStore {
             }
             *lock(&n.lineage) = lineage;
         }
+        let cuckoo = Box::new(cuckoo::Cuckoos::open(dir, &limits, |n| {
+            valid_name(n) && !filters.contains_key(n)
+        })?);
         let wal_dir = dir.join(".bloomgate-wal");
         std::fs::create_dir_all(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
         // Replay.
         let old = wal::segments(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
         let mut replayed = 0u64;
         for (_, seg) in &old {
-            let rep = wal::read_segment(seg, |rec| {
+            let rep = wal::read_segment_all(seg, |rec| {
                 replayed += 1;
-                apply_replay(&filters, rec);
+                match rec {
+                    wal::AnyRecord::Bloom(rec) => apply_replay(&filters, rec),
+                    wal::AnyRecord::Cuckoo(rec) => cuckoo.replay(rec),
+                }
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
             if let Some(problem) = &rep.problem {
@@ -260,9 +269,11 @@ impl LocalStore {
             metrics,
             snapshot_lock: Mutex::new(()),
             journal_base: Mutex::new(HashMap::new()),
+            cuckoo,
             _dir_lock: dir_lock,
         };
-        let any_dirty = store.all().iter().any(|n| n.dirty.load(Relaxed));
+        let any_dirty =
+            store.all().iter().any(|n| n.dirty.load(Relaxed)) || store.cuckoo.any_dirty();
         if !old.is_empty() || any_dirty {
             // On a full disk the replayed log stays until a later snapshot
             // succeeds; the server serves meanwhile (reads, and writes once
@@ -311,7 +322,7 @@ impl LocalStore {
             .ok_or_else(|| StoreError::NotFound(name.into()))
     }
 
-    /// All names, sorted.
+    /// All names, sorted (the cuckoo filters' too).
     pub fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .filters
@@ -320,6 +331,7 @@ impl LocalStore {
             .keys()
             .cloned()
             .collect();
+        v.extend(self.cuckoo.names());
         v.sort();
         v
     }
@@ -375,7 +387,7 @@ impl LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
-        if self.get(name).is_some() {
+        if self.get(name).is_some() || self.cuckoo.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
         let params = spec.params(&self.limits)?;
@@ -448,7 +460,7 @@ impl LocalStore {
     pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
         let _snap = lock(&self.snapshot_lock);
         let Some(named) = self.get(name) else {
-            return Ok(false);
+            return Ok(self.cuckoo.delete(name));
         };
         let _w = lock(&named.write);
         named.deleted.store(true, Relaxed);

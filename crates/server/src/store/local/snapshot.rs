@@ -44,6 +44,12 @@ impl LocalStore {
                 }
             }
         }
+        // Cuckoo filters: each file holds the sequence number of its last
+        // change, so a crash before the trim below replays nothing twice.
+        match self.cuckoo.snapshot() {
+            Ok(n) => saved += n,
+            Err(e) => failure = Some(e),
+        }
         if let Some(e) = failure {
             return Err(e);
         }
