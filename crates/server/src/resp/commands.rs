@@ -93,6 +93,28 @@ impl Conn {
 
     pub(super) fn dispatch(&mut self, cmd: &[u8], argv: &[&[u8]], out: &mut Out) {
         let argc = argv.len();
+        if cmd.starts_with(b"CF.") && self.cf_dispatch(cmd, argv, out) {
+            return;
+        }
+        // A Bloom command on a cuckoo filter (RedisBloom: BF.EXISTS and
+        // BF.MEXISTS answer "absent", the others WRONGTYPE).
+        if argc >= 2
+            && matches!(
+                cmd,
+                b"BF.RESERVE"
+                    | b"BF.ADD"
+                    | b"BF.MADD"
+                    | b"BF.INSERT"
+                    | b"BF.INFO"
+                    | b"BF.CARD"
+                    | b"BF.SCANDUMP"
+                    | b"BF.LOADCHUNK"
+                    | b"BF.DEBUG"
+            )
+            && self.app.store.cf_has(&lossy(argv[1]))
+        {
+            return out.error(super::cf::WRONGTYPE);
+        }
         match cmd {
             b"PING" => match argc {
                 1 => out.simple("PONG"),
@@ -201,12 +223,17 @@ impl Conn {
             }
             b"SCAN" if argc >= 2 => self.scan(argv, out),
             b"EXISTS" if argc >= 2 => {
-                let n = argv[1..].iter().filter(|k| self.named(k).is_some()).count();
+                let n = argv[1..]
+                    .iter()
+                    .filter(|k| self.named(k).is_some() || self.app.store.cf_has(&lossy(k)))
+                    .count();
                 out.int(n as i64)
             }
             b"TYPE" if argc == 2 => {
                 if self.named(argv[1]).is_some() {
                     out.simple("MBbloom--")
+                } else if self.app.store.cf_has(&lossy(argv[1])) {
+                    out.simple("MBbloomCF")
                 } else {
                     out.simple("none")
                 }

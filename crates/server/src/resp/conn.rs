@@ -360,11 +360,17 @@ impl Conn {
             b"\0unknown"
         };
         let (class, op) = match cmd {
-            b"BF.EXISTS" | b"BF.MEXISTS" => (Class::Read, Op::Check),
+            b"BF.EXISTS" | b"BF.MEXISTS" | b"CF.EXISTS" | b"CF.MEXISTS" | b"CF.COUNT" => {
+                (Class::Read, Op::Check)
+            }
             b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.DEBUG" | b"EXISTS" | b"TYPE"
-            | b"KEYS" | b"SCAN" | b"DBSIZE" | b"INFO" => (Class::Read, Op::Info),
-            b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" => (Class::Write, Op::Add),
-            b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" => (Class::Write, Op::Admin),
+            | b"KEYS" | b"SCAN" | b"DBSIZE" | b"INFO" | b"CF.INFO" | b"CF.SCANDUMP" => {
+                (Class::Read, Op::Info)
+            }
+            b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" | b"CF.ADD" | b"CF.ADDNX" | b"CF.INSERT"
+            | b"CF.INSERTNX" | b"CF.DEL" => (Class::Write, Op::Add),
+            b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" | b"CF.RESERVE"
+            | b"CF.LOADCHUNK" | b"CF.COMPACT" => (Class::Write, Op::Admin),
             b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
             _ => (Class::Conn, Op::Other),
         };

@@ -48,7 +48,10 @@
 //! `BF.INFO`, `BF.CARD`, `BF.DEBUG`, `BF.SCANDUMP`, `BF.LOADCHUNK`, plus what clients
 //! send on connect: `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT …`,
 //! `INFO`, `COMMAND`, `CONFIG GET`, `QUIT`, `RESET`, `DEL`/`UNLINK`,
-//! `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `DBSIZE`. Replies and error strings
+//! `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `DBSIZE`; and the cuckoo filters'
+//! `CF.RESERVE`, `CF.ADD`, `CF.ADDNX`, `CF.INSERT`, `CF.INSERTNX`,
+//! `CF.EXISTS`, `CF.MEXISTS`, `CF.COUNT`, `CF.DEL`, `CF.INFO`,
+//! `CF.COMPACT`, `CF.SCANDUMP`, `CF.LOADCHUNK` (see `cf`). Replies and error strings
 //! follow Redis and RedisBloom; RESP3 connections get maps for `HELLO` and
 //! `BF.INFO`, booleans for `BF.EXISTS`/`BF.ADD` results and `_` nulls.
 //!
@@ -60,10 +63,12 @@
 //! | `conn` | one connection: reads, pipelining with prefetch, timeouts, input budget, waiting for acks, writes |
 //! | `commands` | dispatch, and the connection and keyspace commands (`PING`, `HELLO`, `AUTH`, `KEYS`, …) |
 //! | `bf` | the `BF.*` commands |
+//! | `cf` | the `CF.*` commands (cuckoo filters) |
 //!
 //! This file holds the listener and the pool of connection threads.
 
 mod bf;
+mod cf;
 pub mod codec;
 mod commands;
 mod conn;

@@ -1,0 +1,436 @@
+//! RedisBloom's cuckoo filter commands: `CF.RESERVE`, `CF.ADD`,
+//! `CF.ADDNX`, `CF.INSERT`, `CF.INSERTNX`, `CF.EXISTS`, `CF.MEXISTS`,
+//! `CF.COUNT`, `CF.DEL`, `CF.INFO`, `CF.COMPACT`, `CF.SCANDUMP`,
+//! `CF.LOADCHUNK`, with RedisBloom's replies and error texts (compared
+//! byte for byte with the module in `crates/cli/tests/serve_cuckoo.rs`).
+//!
+//! Where bloomgate differs, on purpose:
+//!
+//! * `CF.RESERVE … ERROR rate` (bloomgate only) plans each sub-filter for
+//!   that false-positive rate: the engine sizes the fingerprints for it.
+//!   Without it the rate is RedisBloom's for the bucket size, 2·b/255
+//!   (1.6 % at the default b = 2), so a RedisBloom client gets what it
+//!   expects. `BUCKETSIZE` is checked and reported as RedisBloom does and
+//!   sets that default rate; the tables themselves use the engine's buckets.
+//! * Capacities above RedisBloom's 2³⁰ are accepted, up to the server's
+//!   filter size limit (as for `BF.RESERVE`).
+//! * `CF.INFO`'s `Size` and `Number of buckets` are those of bloomgate's
+//!   tables, not RedisBloom's for the same parameters.
+//! * `CF.SCANDUMP` of an empty filter dumps it (RedisBloom answers
+//!   `0, nil` at once and the filter is not restorable). The stream is
+//!   bloomgate's own: a header (a magic line and JSON: parameters,
+//!   counters, each sub-filter's byte length and a checksum), then the
+//!   sub-filters' bytes in chunks; it loads back, with `CF.LOADCHUNK`,
+//!   into a bloomgate server bit for bit, not into RedisBloom.
+//! * `CF.COMPACT` answers `OK` and changes nothing (the chain's deletes
+//!   leave no space that moving fingerprints to older sub-filters would
+//!   need to reclaim for correctness).
+
+use super::codec::Out;
+use super::commands::{error_reply, lossy, parse_f64, parse_i64, upper};
+use super::conn::Conn;
+use crate::store::cuckoo::{
+    CfAdded, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION,
+    DEFAULT_MAX_ITERATIONS, MAX_FILTERS,
+};
+use crate::store::StoreError;
+
+/// Redis' answer to a command on a key of another type.
+pub(super) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+/// RedisBloom's largest capacity (bloomgate takes more, see the module doc).
+const REDISBLOOM_MAX_CAPACITY: i64 = 1 << 30;
+
+/// Where a key stands for a `CF.*` command.
+enum Key {
+    /// A cuckoo filter.
+    Cuckoo(std::sync::Arc<crate::store::cuckoo::CfNamed>),
+    /// A Bloom filter.
+    Bloom,
+    /// Nothing of that name.
+    Missing,
+}
+
+impl Conn {
+    fn cf_key(&self, key: &[u8]) -> Key {
+        let name = lossy(key);
+        if let Some(n) = self.app.store.cf_get(&name) {
+            Key::Cuckoo(n)
+        } else if self.named(key).is_some() {
+            Key::Bloom
+        } else {
+            Key::Missing
+        }
+    }
+
+    /// Dispatches a `CF.*` command (`cmd` upper-cased). Returns false if
+    /// `cmd` is not one.
+    pub(super) fn cf_dispatch(&mut self, cmd: &[u8], argv: &[&[u8]], out: &mut Out) -> bool {
+        let argc = argv.len();
+        let known = matches!(
+            cmd,
+            b"CF.RESERVE"
+                | b"CF.ADD"
+                | b"CF.ADDNX"
+                | b"CF.INSERT"
+                | b"CF.INSERTNX"
+                | b"CF.EXISTS"
+                | b"CF.MEXISTS"
+                | b"CF.COUNT"
+                | b"CF.DEL"
+                | b"CF.INFO"
+                | b"CF.COMPACT"
+                | b"CF.SCANDUMP"
+                | b"CF.LOADCHUNK"
+        );
+        if !known {
+            return false;
+        }
+        let arity_ok = match cmd {
+            b"CF.RESERVE" => argc >= 3 && argc % 2 == 1,
+            b"CF.ADD" | b"CF.ADDNX" | b"CF.EXISTS" | b"CF.COUNT" | b"CF.DEL" => argc == 3,
+            b"CF.MEXISTS" => argc >= 3,
+            b"CF.INSERT" | b"CF.INSERTNX" => argc >= 4,
+            b"CF.INFO" | b"CF.COMPACT" => argc == 2,
+            b"CF.SCANDUMP" => argc == 3,
+            _ => argc == 4,
+        };
+        if !arity_ok {
+            Self::wrong_arity(out, argv[0]);
+            return true;
+        }
+        if self.app.store.is_remote() {
+            out.error(&error_reply(&StoreError::Unsupported(
+                "cuckoo filters (CF.*) in Redis",
+            )));
+            return true;
+        }
+        match cmd {
+            b"CF.RESERVE" => self.cf_reserve(argv, out),
+            b"CF.ADD" | b"CF.ADDNX" => {
+                let spec = CfSpec::redis_default(DEFAULT_CAPACITY);
+                self.cf_add(
+                    argv[1],
+                    &argv[2..],
+                    cmd == b"CF.ADDNX",
+                    false,
+                    Some(spec),
+                    out,
+                )
+            }
+            b"CF.INSERT" | b"CF.INSERTNX" => self.cf_insert(argv, cmd == b"CF.INSERTNX", out),
+            b"CF.EXISTS" | b"CF.MEXISTS" => self.cf_exists(argv, cmd == b"CF.MEXISTS", out),
+            b"CF.COUNT" => match self.cf_key(argv[1]) {
+                Key::Cuckoo(n) => out.int(n.count(argv[2]) as i64),
+                _ => out.int(0),
+            },
+            b"CF.DEL" => self.cf_del(argv, out),
+            b"CF.INFO" => self.cf_info(argv, out),
+            b"CF.COMPACT" => match self.cf_key(argv[1]) {
+                Key::Cuckoo(_) => out.ok(),
+                _ => out.error("Cuckoo filter was not found"),
+            },
+            b"CF.SCANDUMP" => self.cf_scandump(argv, out),
+            _ => self.cf_loadchunk(argv, out),
+        }
+        true
+    }
+
+    /// `CF.RESERVE key capacity [BUCKETSIZE b] [MAXITERATIONS m]
+    /// [EXPANSION e] [ERROR rate]`. As RedisBloom: options are found by
+    /// name anywhere after the capacity, unknown words are ignored, and
+    /// the checks run in RedisBloom's order.
+    fn cf_reserve(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Some(capacity) = parse_i64(argv[2]) else {
+            return out.error("Bad capacity");
+        };
+        // The value after the first occurrence of `name` (RMUtil_ArgIndex).
+        let opt = |name: &[u8]| -> Option<Option<&[u8]>> {
+            let at = argv[3..].iter().position(|a| upper(a) == name)? + 3;
+            Some(argv.get(at + 1).copied())
+        };
+        let int_opt = |name: &str, lo: i64, hi: i64, default: i64| -> Result<i64, String> {
+            match opt(name.as_bytes()) {
+                None => Ok(default),
+                Some(v) => {
+                    let v = v
+                        .and_then(parse_i64)
+                        .ok_or_else(|| format!("Couldn't parse {name}"))?;
+                    if (lo..=hi).contains(&v) {
+                        Ok(v)
+                    } else {
+                        Err(format!("{name}: value must be in the range [{lo}, {hi}]"))
+                    }
+                }
+            }
+        };
+        let max_iterations = match int_opt("MAXITERATIONS", 1, 65535, DEFAULT_MAX_ITERATIONS.into())
+        {
+            Ok(v) => v,
+            Err(e) => return out.error(&e),
+        };
+        let bucket_size = match int_opt("BUCKETSIZE", 1, 255, DEFAULT_BUCKET_SIZE.into()) {
+            Ok(v) => v,
+            Err(e) => return out.error(&e),
+        };
+        let expansion = match int_opt("EXPANSION", 0, 32768, DEFAULT_EXPANSION.into()) {
+            Ok(v) => v,
+            Err(e) => return out.error(&e),
+        };
+        let error_rate = match opt(b"ERROR") {
+            None => None,
+            Some(v) => match v.and_then(parse_f64) {
+                None => return out.error("Couldn't parse ERROR"),
+                Some(e) if e > 0.0 && e < 1.0 => Some(e),
+                Some(_) => return out.error("ERROR: value must be in the range (0, 1)"),
+            },
+        };
+        if bucket_size * 2 > capacity {
+            return out.error(&format!(
+                "Capacity must be in the range [2 * BUCKETSIZE, {REDISBLOOM_MAX_CAPACITY}]"
+            ));
+        }
+        let spec = CfSpec {
+            capacity: capacity as u64,
+            bucket_size: bucket_size as u16,
+            max_iterations: max_iterations as u16,
+            expansion: (expansion as u32).next_power_of_two() * u32::from(expansion != 0),
+            error_rate,
+        };
+        let name = lossy(argv[1]);
+        match self.cf_key(argv[1]) {
+            Key::Cuckoo(_) => return out.error("ERR item exists"),
+            Key::Bloom => return out.error(WRONGTYPE),
+            Key::Missing => {}
+        }
+        match self.app.store.cf_create(&name, &spec) {
+            Ok(_) => out.ok(),
+            Err(StoreError::Exists(_)) => match self.cf_key(argv[1]) {
+                Key::Bloom => out.error(WRONGTYPE),
+                _ => out.error("ERR item exists"),
+            },
+            Err(e) => out.error(&error_reply(&e)),
+        }
+    }
+
+    /// `CF.INSERT` / `CF.INSERTNX key [CAPACITY c] [NOCREATE] ITEMS item…`.
+    /// Options are told apart by their first letter, as RedisBloom does.
+    fn cf_insert(&mut self, argv: &[&[u8]], nx: bool, out: &mut Out) {
+        let argc = argv.len();
+        let mut capacity = DEFAULT_CAPACITY as i64;
+        let mut create = true;
+        let mut items_at = None;
+        let mut i = 2;
+        while i < argc && items_at.is_none() {
+            match argv[i].first().map(u8::to_ascii_lowercase) {
+                Some(b'c') => {
+                    i += 1;
+                    let Some(v) = argv.get(i) else {
+                        return Self::wrong_arity(out, argv[0]);
+                    };
+                    let Some(c) = parse_i64(v) else {
+                        return out.error("Bad capacity");
+                    };
+                    if c < 2 * i64::from(DEFAULT_BUCKET_SIZE) {
+                        return out.error(&format!(
+                            "Capacity must be in the range [cf-bucket-size * 2, {REDISBLOOM_MAX_CAPACITY}]"
+                        ));
+                    }
+                    capacity = c;
+                    i += 1;
+                }
+                Some(b'i') => {
+                    i += 1;
+                    items_at = Some(i);
+                }
+                Some(b'n') => {
+                    create = false;
+                    i += 1;
+                }
+                _ => return out.error("Unknown argument received"),
+            }
+        }
+        let Some(at) = items_at.filter(|&k| k < argc) else {
+            return Self::wrong_arity(out, argv[0]);
+        };
+        let spec = create.then(|| CfSpec::redis_default(capacity as u64));
+        self.cf_add(argv[1], &argv[at..], nx, true, spec, out)
+    }
+
+    /// The adds of `CF.ADD`, `CF.ADDNX` (single: a full filter is the
+    /// error `Filter is full`) and `CF.INSERT`, `CF.INSERTNX` (multi: a
+    /// full filter is -1, or false for `CF.INSERT` in RESP3).
+    fn cf_add(
+        &mut self,
+        key: &[u8],
+        items: &[&[u8]],
+        nx: bool,
+        multi: bool,
+        create: Option<CfSpec>,
+        out: &mut Out,
+    ) {
+        if items.len() > self.app.limits.max_batch {
+            return out.error(&format!(
+                "ERR too many items in one command (limit {})",
+                self.app.limits.max_batch
+            ));
+        }
+        let named = match self.cf_key(key) {
+            Key::Cuckoo(n) => n,
+            Key::Bloom => return out.error(WRONGTYPE),
+            Key::Missing => {
+                let Some(spec) = create else {
+                    return out.error("ERR not found");
+                };
+                match self.app.store.cf_create(&lossy(key), &spec) {
+                    Ok(n) => n,
+                    Err(StoreError::Exists(_)) => match self.cf_key(key) {
+                        Key::Cuckoo(n) => n,
+                        Key::Bloom => return out.error(WRONGTYPE),
+                        Key::Missing => return out.error("ERR not found"),
+                    },
+                    Err(e) => return out.error(&error_reply(&e)),
+                }
+            }
+        };
+        if named.filters() >= MAX_FILTERS {
+            return out.error("Maximum expansions reached");
+        }
+        let mut outcomes = Vec::with_capacity(items.len());
+        match self
+            .app
+            .store
+            .cf_add(&named, items, nx, !multi, &mut outcomes)
+        {
+            Ok(ack) => self.ack = Some(ack),
+            Err(e) => return out.error(&error_reply(&e)),
+        }
+        if multi {
+            out.array(outcomes.len());
+        }
+        // RESP3 booleans everywhere but CF.INSERTNX's array, as RedisBloom.
+        let booleans = !(nx && multi);
+        for o in outcomes {
+            match o {
+                CfAdded::Added if booleans => out.boolean(true),
+                CfAdded::Added => out.int(1),
+                CfAdded::Exists if booleans => out.boolean(false),
+                CfAdded::Exists => out.int(0),
+                CfAdded::Full if !multi => out.error("Filter is full"),
+                CfAdded::Full if out.proto >= 3 && !nx => out.boolean(false),
+                CfAdded::Full => out.int(-1),
+            }
+        }
+    }
+
+    /// `CF.EXISTS` / `CF.MEXISTS`: a missing key, or a Bloom filter's, is
+    /// "absent" for every item, as in RedisBloom.
+    fn cf_exists(&mut self, argv: &[&[u8]], multi: bool, out: &mut Out) {
+        let items = &argv[2..];
+        if items.len() > self.app.limits.max_batch {
+            return out.error(&format!(
+                "ERR too many items in one command (limit {})",
+                self.app.limits.max_batch
+            ));
+        }
+        let hits = match self.cf_key(argv[1]) {
+            Key::Cuckoo(n) => n.exists(items),
+            _ => vec![false; items.len()],
+        };
+        if multi {
+            out.array(hits.len());
+        }
+        for h in hits {
+            out.boolean(h);
+        }
+    }
+
+    /// `CF.DEL key item`: anything but a cuckoo filter is `Not found`.
+    fn cf_del(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Key::Cuckoo(named) = self.cf_key(argv[1]) else {
+            return out.error("Not found");
+        };
+        match self.app.store.cf_delete_item(&named, argv[2]) {
+            Ok((found, ack)) => {
+                self.ack = Some(ack);
+                out.boolean(found)
+            }
+            Err(e) => out.error(&error_reply(&e)),
+        }
+    }
+
+    /// `CF.INFO key`: RedisBloom's eight fields, in its order (simple
+    /// strings; a map in RESP3).
+    fn cf_info(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let named = match self.cf_key(argv[1]) {
+            Key::Cuckoo(n) => n,
+            Key::Bloom => return out.error(WRONGTYPE),
+            Key::Missing => return out.error("ERR not found"),
+        };
+        let i = named.info();
+        out.map(8);
+        for (k, v) in [
+            ("Size", i.size_bytes),
+            ("Number of buckets", i.buckets),
+            ("Number of filters", i.filters as u64),
+            ("Number of items inserted", i.items),
+            ("Number of items deleted", i.deletes),
+            ("Bucket size", u64::from(i.bucket_size)),
+            ("Expansion rate", u64::from(i.expansion)),
+            ("Max iterations", u64::from(i.max_iterations)),
+        ] {
+            out.simple(k);
+            out.int(v as i64);
+        }
+    }
+
+    /// `CF.SCANDUMP key iter` (the stream is bloomgate's, see the module doc).
+    fn cf_scandump(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Some(iter) = parse_i64(argv[2]).and_then(|i| u64::try_from(i).ok()) else {
+            return out.error("Invalid position");
+        };
+        let named = match self.cf_key(argv[1]) {
+            Key::Cuckoo(n) => n,
+            Key::Bloom => return out.error(WRONGTYPE),
+            Key::Missing => return out.error("ERR not found"),
+        };
+        match self.app.store.cf_scandump(&named, iter) {
+            Ok((next, data)) => {
+                out.array(2);
+                out.int(next as i64);
+                if next == 0 {
+                    out.null()
+                } else {
+                    out.bulk(&data)
+                }
+            }
+            Err(e) => out.error(&error_reply(&e)),
+        }
+    }
+
+    /// `CF.LOADCHUNK key iter data`, with RedisBloom's errors: iteration 1
+    /// on an existing key `ERR item exists` (`WRONGTYPE` for a Bloom
+    /// filter's), a header that is not one of `CF.SCANDUMP`'s `Invalid
+    /// header`, a chunk of no load in progress `ERR not found` (or
+    /// `Couldn't load chunk!` for a served filter), a chunk that does not
+    /// fit `Couldn't load chunk!`. The last chunk answers once the filter's
+    /// file is written.
+    fn cf_loadchunk(&mut self, argv: &[&[u8]], out: &mut Out) {
+        let Some(iter) = parse_i64(argv[2]).and_then(|i| u64::try_from(i).ok()) else {
+            return out.error("Invalid position");
+        };
+        if iter == 0 {
+            return out.error("Invalid position");
+        }
+        if iter == 1 && self.named(argv[1]).is_some() {
+            return out.error(WRONGTYPE);
+        }
+        match self.app.store.cf_loadchunk(&lossy(argv[1]), iter, argv[3]) {
+            Ok(()) => out.ok(),
+            Err(StoreError::Exists(_)) => out.error("ERR item exists"),
+            Err(StoreError::NotFound(_)) => out.error("ERR not found"),
+            Err(StoreError::Invalid(e)) => out.error(&e),
+            Err(e) => out.error(&error_reply(&e)),
+        }
+    }
+}
