@@ -27,6 +27,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+mod cuckoo;
+
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
 use crate::store::{AddOutcome, CreateSpec, Filter, Growth, LookupScratch, StoreError};
@@ -141,6 +143,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/filters/{name}", get(info).delete(delete))
         .route("/v1/filters/{name}/check", get(check_one).post(check_batch))
         .route("/v1/filters/{name}/add", post(add))
+        .route("/v1/filters/{name}/remove", post(cuckoo::remove))
         .route(
             "/v1/filters/{name}/whitelist",
             post(whitelist_add).delete(whitelist_remove),
@@ -272,6 +275,9 @@ async fn named(app: &Arc<App>, name: &str) -> Result<Filter, ApiError> {
 
 async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     can_read(&app, &headers)?;
+    if let Some(n) = app.store.cf_get(&name) {
+        return cuckoo::info(n).await;
+    }
     let n = named(&app, &name).await?;
     let info = blocking(move || n.info(true)).await??;
     Ok(Json(info).into_response())
@@ -351,6 +357,9 @@ async fn check_one(
     Query(q): Query<ItemQuery>,
 ) -> ApiResult {
     can_read(&app, &headers)?;
+    if let Some(n) = app.store.cf_get(&name) {
+        return cuckoo::check_one(app, n, q).await;
+    }
     let n = named(&app, &name).await?;
     let item = q
         .item
@@ -413,6 +422,9 @@ async fn check_batch(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_read(&app, &headers)?;
+    if let Some(n) = app.store.cf_get(&name) {
+        return cuckoo::check_batch(app, n, &body).await;
+    }
     let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let results = check_off_loop(app, n, items).await?;
@@ -426,6 +438,9 @@ async fn add(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_write(&app, &headers)?;
+    if let Some(n) = app.store.cf_get(&name) {
+        return cuckoo::add(app, n, &body).await;
+    }
     let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();

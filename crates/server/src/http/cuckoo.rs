@@ -1,0 +1,137 @@
+//! The HTTP API on cuckoo filters (`docs/http-api.md`, "Cuckoo filters"):
+//! `GET …/check`, `POST …/check`, `POST …/add`, `POST …/remove` and
+//! `GET /v1/filters/NAME` answer for a cuckoo filter here; `…/remove` on
+//! a Bloom filter is refused with 409 `not_deletable`.
+//!
+//! Items are raw keys (a cuckoo filter has no key kinds or whitelist), an
+//! add adds a copy (RedisBloom's `CF.ADD`: added twice, an item needs two
+//! removes), a remove deletes one copy. Replies wait for the log's fsync,
+//! as Bloom adds do.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{can_write, parse_items, ApiError, ApiResult, ItemQuery, St};
+use crate::store::cuckoo::{CfAdded, CfNamed};
+use crate::App;
+
+fn too_long(app: &App, item: &str) -> bool {
+    item.len() > app.limits.max_item_bytes
+}
+
+fn check_json(app: &App, n: &CfNamed, items: &[String]) -> Vec<Value> {
+    let ok: Vec<&[u8]> = items
+        .iter()
+        .filter(|i| !too_long(app, i))
+        .map(|i| i.as_bytes())
+        .collect();
+    let mut hits = n.exists(&ok).into_iter();
+    items
+        .iter()
+        .map(|item| {
+            if too_long(app, item) {
+                return json!({"item": item, "error": "item is too long"});
+            }
+            json!({"item": item, "hit": hits.next().unwrap_or(false)})
+        })
+        .collect()
+}
+
+/// `GET /v1/filters/NAME/check?item=…` on a cuckoo filter.
+pub(super) async fn check_one(app: Arc<App>, n: Arc<CfNamed>, q: ItemQuery) -> ApiResult {
+    let item = q
+        .item
+        .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
+    if too_long(&app, &item) {
+        return Err(ApiError::bad("invalid item: item is too long"));
+    }
+    let v = check_json(&app, &n, &[item]).pop().unwrap_or_default();
+    Ok(Json(v).into_response())
+}
+
+/// `POST /v1/filters/NAME/check` on a cuckoo filter.
+pub(super) async fn check_batch(app: Arc<App>, n: Arc<CfNamed>, body: &[u8]) -> ApiResult {
+    let items = parse_items(&app, body)?;
+    Ok(Json(json!({ "results": check_json(&app, &n, &items) })).into_response())
+}
+
+/// `POST /v1/filters/NAME/add` on a cuckoo filter: a copy of each item.
+pub(super) async fn add(app: Arc<App>, n: Arc<CfNamed>, body: &[u8]) -> ApiResult {
+    let items = parse_items(&app, body)?;
+    if let Some(i) = items.iter().find(|i| too_long(&app, i)) {
+        return Err(ApiError::bad(format!(
+            "item is too long ({} bytes; the limit is {})",
+            i.len(),
+            app.limits.max_item_bytes
+        )));
+    }
+    let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
+    let mut outcomes = Vec::with_capacity(refs.len());
+    let ack = app.store.cf_add(&n, &refs, false, false, &mut outcomes)?;
+    ack.wait().await?;
+    let mut added = 0;
+    let results: Vec<Value> = items
+        .iter()
+        .zip(&outcomes)
+        .map(|(item, o)| match o {
+            CfAdded::Added | CfAdded::Exists => {
+                added += 1;
+                json!({"item": item, "added": true})
+            }
+            CfAdded::Full => json!({"item": item, "error": "filter is full"}),
+        })
+        .collect();
+    Ok(Json(json!({"added": added, "results": results})).into_response())
+}
+
+/// `POST /v1/filters/NAME/remove`: one copy of each item from a cuckoo
+/// filter; a Bloom filter cannot, and says why.
+pub(super) async fn remove(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    can_write(&app, &headers)?;
+    let Some(n) = app.store.cf_get(&name) else {
+        if app.store.get(&name).is_some() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_deletable",
+                format!(
+                    "'{name}' is a Bloom filter, which cannot remove items: its bits are shared \
+                     with other items, and clearing them would make those false negatives; a \
+                     list that needs removals belongs in a cuckoo filter (CF.RESERVE)"
+                ),
+            ));
+        }
+        return Err(crate::store::StoreError::NotFound(name).into());
+    };
+    let items = parse_items(&app, &body)?;
+    let mut results = Vec::with_capacity(items.len());
+    let mut last_ack = None;
+    let mut removed = 0;
+    for item in &items {
+        let (found, ack) = app.store.cf_delete_item(&n, item.as_bytes())?;
+        removed += found as u64;
+        results.push(json!({"item": item, "removed": found}));
+        // The log acknowledges in order: the last ack covers all.
+        last_ack = Some(ack);
+    }
+    if let Some(ack) = last_ack {
+        ack.wait().await?;
+    }
+    Ok(Json(json!({"removed": removed, "results": results})).into_response())
+}
+
+/// `GET /v1/filters/NAME` of a cuckoo filter.
+pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
+    let mut v = serde_json::to_value(n.info()).unwrap_or_default();
+    v["type"] = json!("cuckoo");
+    Ok(Json(v).into_response())
+}
