@@ -44,8 +44,9 @@ use redis::{
 };
 
 use crate::address::Address;
+use crate::batch::{Batch, READ, REPLICA_OK};
 use crate::error::{Error, Result};
-use crate::layout::{key_slot, SLOTS};
+use crate::layout::SLOTS;
 
 /// How long to wait for a connection, and for the reply to a batch.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -55,14 +56,21 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// master turns into an error within a few seconds.
 const CLUSTER_RETRIES: u32 = 5;
 
-/// True for a command that only reads (safe to send twice).
-fn is_read(cmd: &Cmd) -> bool {
-    matches!(
-        cmd.args_iter().next(),
-        Some(redis::Arg::Simple(
-            b"GETRANGE" | b"GET" | b"EXISTS" | b"HGET" | b"HGETALL" | b"SMEMBERS" | b"SCARD"
-        ))
-    )
+/// Which commands of a batch go to one node.
+enum Group {
+    /// All of them, in order (one server).
+    All,
+    /// These, in this order.
+    Some(Vec<usize>),
+}
+
+impl Group {
+    fn indexes(&self, len: usize) -> Box<dyn Iterator<Item = usize> + '_> {
+        match self {
+            Group::All => Box::new(0..len),
+            Group::Some(idx) => Box::new(idx.iter().copied()),
+        }
+    }
 }
 
 /// A node: `(host, port)`.
@@ -226,31 +234,40 @@ impl Store {
     /// returns one reply per command, in order; an error reply fails the
     /// batch.
     pub(crate) fn run(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
-        match self.run_once(cmds) {
+        let mut batch = Batch::new();
+        for c in cmds {
+            batch.push(c);
+        }
+        self.run_batch(&batch)
+    }
+
+    /// Runs the commands of `batch` (pipelined per node) and returns one
+    /// reply per command, in order; an error reply fails the batch.
+    pub(crate) fn run_batch(&self, batch: &Batch) -> Result<Vec<Value>> {
+        match self.run_once(batch) {
             // A batch of reads that met a dead connection (the server
             // restarted, a replica took over) is sent once more on new
             // connections to a fresh slot map: reads can be repeated. Writes
             // cannot (they may have run), so their error stands.
-            Err(e) if e.is_unavailable() && cmds.iter().all(is_read) => {
+            Err(e) if e.is_unavailable() && batch.all(READ) => {
                 tracing::debug!(error = %e, "reads failed; retrying once on new connections");
-                self.run_once(cmds)
+                self.run_once(batch)
             }
             other => other,
         }
     }
 
-    fn run_once(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
-        if cmds.is_empty() {
+    fn run_once(&self, batch: &Batch) -> Result<Vec<Value>> {
+        if batch.is_empty() {
             return Ok(Vec::new());
         }
         let values = match (&self.single, &self.cluster) {
             (Some(node), _) => {
-                let all: Vec<usize> = (0..cmds.len()).collect();
-                let mut out = vec![Value::Nil; cmds.len()];
-                self.pipelines(&[(node.clone(), false, all)], cmds, &mut out)?;
+                let mut out = vec![Value::Nil; batch.len()];
+                self.pipelines(&[(node.clone(), false, Group::All)], batch, &mut out)?;
                 out
             }
-            (None, Some(cluster)) => self.run_cluster(cluster, cmds)?,
+            (None, Some(cluster)) => self.run_cluster(cluster, batch)?,
             (None, None) => unreachable!("a store is a server or a cluster"),
         };
         for v in &values {
@@ -261,36 +278,42 @@ impl Store {
         Ok(values)
     }
 
-    /// Sends one pipeline per `(node, replica, command indexes)`, all before
+    /// Sends one pipeline per `(node, replica, commands)`, all before
     /// reading any reply, and stores the replies in `out`.
     fn pipelines(
         &self,
-        groups: &[(Node, bool, Vec<usize>)],
-        cmds: &[Cmd],
+        groups: &[(Node, bool, Group)],
+        batch: &Batch,
         out: &mut [Value],
     ) -> Result<()> {
         let mut open = Vec::with_capacity(groups.len());
         let mut first_err = None;
-        for (node, replica, idx) in groups {
-            let mut p = redis::pipe();
-            for &i in idx {
-                p.add_command(cmds[i].clone());
-            }
+        let mut packed = Vec::new();
+        for (node, replica, group) in groups {
+            let bytes = match group {
+                Group::All => batch.all_bytes(),
+                Group::Some(idx) => {
+                    packed.clear();
+                    for &i in idx {
+                        packed.extend_from_slice(batch.bytes(i));
+                    }
+                    &packed[..]
+                }
+            };
             match self.take(node, *replica).and_then(|mut c| {
-                c.send_packed_command(&p.get_packed_pipeline())
-                    .map_err(|e| self.err(e))?;
+                c.send_packed_command(bytes).map_err(|e| self.err(e))?;
                 Ok(c)
             }) {
-                Ok(c) => open.push((node, *replica, idx, c)),
+                Ok(c) => open.push((node, *replica, group, c)),
                 Err(e) => {
                     self.drop_pool(node, *replica);
                     first_err.get_or_insert(e);
                 }
             }
         }
-        for (node, replica, idx, mut c) in open {
+        for (node, replica, group, mut c) in open {
             let mut ok = true;
-            for &i in idx {
+            for i in group.indexes(batch.len()) {
                 match c.recv_response() {
                     Ok(v) => out[i] = v,
                     Err(e) => {
@@ -313,24 +336,14 @@ impl Store {
         }
     }
 
-    fn run_cluster(&self, cluster: &Cluster, cmds: &[Cmd]) -> Result<Vec<Value>> {
+    fn run_cluster(&self, cluster: &Cluster, batch: &Batch) -> Result<Vec<Value>> {
         let map = self.slot_map(cluster)?;
-        let read_only = cluster.read_from_replicas
-            && cmds.iter().all(|c| {
-                matches!(
-                    c.args_iter().next(),
-                    Some(redis::Arg::Simple(b"GETRANGE" | b"GET" | b"EXISTS"))
-                )
-            });
+        let read_only = cluster.read_from_replicas && batch.all(REPLICA_OK);
 
         let mut groups: HashMap<(u32, bool), Vec<usize>> = HashMap::new();
         let mut unmapped = Vec::new();
-        for (i, cmd) in cmds.iter().enumerate() {
-            let key = match cmd.args_iter().nth(1) {
-                Some(redis::Arg::Simple(k)) => k,
-                _ => b"".as_slice(),
-            };
-            let slot = key_slot(key) as usize;
+        for i in 0..batch.len() {
+            let slot = batch.slot(i) as usize;
             let master = map.master[slot];
             if master == u32::MAX {
                 unmapped.push(i);
@@ -345,12 +358,12 @@ impl Store {
             };
             groups.entry((node, replica)).or_default().push(i);
         }
-        let groups: Vec<(Node, bool, Vec<usize>)> = groups
+        let groups: Vec<(Node, bool, Group)> = groups
             .into_iter()
-            .map(|((n, r), idx)| (map.nodes[n as usize].clone(), r, idx))
+            .map(|((n, r), idx)| (map.nodes[n as usize].clone(), r, Group::Some(idx)))
             .collect();
-        let mut out = vec![Value::Nil; cmds.len()];
-        if let Err(e) = self.pipelines(&groups, cmds, &mut out) {
+        let mut out = vec![Value::Nil; batch.len()];
+        if let Err(e) = self.pipelines(&groups, batch, &mut out) {
             // The node may have failed over: read the map again next time.
             self.forget_map(cluster);
             return Err(e);
@@ -381,7 +394,7 @@ impl Store {
             }
             let conn = guard.as_mut().expect("connected");
             for i in again {
-                match conn.req_command(&cmds[i]) {
+                match conn.req_packed_command(batch.bytes(i)) {
                     Ok(v) => out[i] = v,
                     Err(e) => {
                         *guard = None;

@@ -51,8 +51,20 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
-    /// Redis answered with an error that retrying will not fix (wrong
-    /// password, no permission, out of memory, wrong key type).
+    /// Redis refused the credentials: a wrong password or user, a password
+    /// given to a server that has none, or none given to one that needs
+    /// one (`WRONGPASS`, `NOAUTH`). Retrying will not help; the address's
+    /// `USER:PASSWORD` or the password file must be fixed.
+    #[error("{server}: Redis authentication failed ({source}): check the user and password in the address or the --redis-password-file")]
+    Auth {
+        /// The server or cluster.
+        server: String,
+        /// The client's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis answered with an error that retrying will not fix (no
+    /// permission, out of memory, wrong key type).
     #[error("{server}: Redis refused: {source}")]
     Refused {
         /// The server or cluster.
@@ -97,10 +109,16 @@ pub enum Error {
 }
 
 impl Error {
-    /// Classifies an error of the Redis client: a down or moving node is
-    /// [`Error::Unavailable`], anything else [`Error::Refused`].
+    /// Classifies an error of the Redis client: refused credentials are
+    /// [`Error::Auth`], a down or moving node is [`Error::Unavailable`],
+    /// anything else [`Error::Refused`].
     pub(crate) fn from_redis(server: &str, e: redis::RedisError) -> Error {
         let server = server.to_string();
+        if e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        {
+            return Error::Auth { server, source: e };
+        }
         let transient_code = matches!(
             e.code(),
             Some("CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "LOADING" | "BUSY" | "MOVED" | "ASK")

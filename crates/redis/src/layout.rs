@@ -214,6 +214,11 @@ impl ItemPlace {
         })
     }
 
+    /// How many bits the item sets (the length of [`ItemPlace::redis_bits`]).
+    pub fn bit_count(&self) -> usize {
+        self.mask.iter().map(|m| m.count_ones() as usize).sum()
+    }
+
     /// True if every bit of the item is set in `block`, the 64 bytes of its
     /// block as stored (a shorter slice is padded with zeros: the bytes a
     /// short or missing shard lacks are zeros). The mask is the engine's
@@ -251,6 +256,13 @@ pub struct Meta {
     pub items: u64,
     /// Layout version ([`FORMAT`]).
     pub format: u32,
+    /// A random number written by each push (0 for filters pushed before
+    /// this field existed): open handles compare it to notice that the
+    /// filter was replaced.
+    pub generation: u64,
+    /// Changes of the whitelist so far (each whitelist change made through
+    /// this crate adds 1): open handles compare it to reload the whitelist.
+    pub whitelist_changes: u64,
 }
 
 impl Meta {
@@ -269,6 +281,8 @@ impl Meta {
             shard_blocks: SHARD_BLOCKS,
             items,
             format: FORMAT,
+            generation: 0,
+            whitelist_changes: 0,
         })
     }
 
@@ -327,6 +341,8 @@ impl Meta {
             ("target_fp", format!("{:?}", p.target_fp)),
             ("shard_blocks", self.shard_blocks.to_string()),
             ("items", self.items.to_string()),
+            ("generation", self.generation.to_string()),
+            ("whitelist_changes", self.whitelist_changes.to_string()),
         ]
     }
 
@@ -344,6 +360,13 @@ impl Meta {
             v.parse()
                 .map_err(|_| format!("metadata field {name:?} is not a number: {v:?}"))
         }
+        // Fields added to version 1 later: absent in older filters.
+        let optional = |name: &str| -> Result<u64, String> {
+            match fields.iter().find(|(k, _)| k == name) {
+                Some((_, v)) => num(name, v),
+                None => Ok(0),
+            }
+        };
         let format: u32 = num("format", get("format")?)?;
         if format != FORMAT {
             return Err(format!(
@@ -375,6 +398,8 @@ impl Meta {
             shard_blocks,
             items: num("items", get("items")?)?,
             format,
+            generation: optional("generation")?,
+            whitelist_changes: optional("whitelist_changes")?,
         })
     }
 }
@@ -503,7 +528,9 @@ mod tests {
         p.key_kind = 1;
         p.match_mode = 1;
         p.target_fp = 1.0 / 3.0;
-        let meta = Meta::new(p, 1, 42).unwrap();
+        let mut meta = Meta::new(p, 1, 42).unwrap();
+        meta.generation = u64::MAX - 7;
+        meta.whitelist_changes = 3;
         let fields: Vec<(String, String)> = meta
             .to_fields()
             .into_iter()
@@ -516,6 +543,9 @@ mod tests {
         assert!(Meta::from_fields(&without("bits"))
             .unwrap_err()
             .contains("bits"));
+        // Filters pushed before `generation` and `whitelist_changes` existed.
+        let old = Meta::from_fields(&without("generation")).unwrap();
+        assert_eq!((old.generation, old.whitelist_changes), (0, 3));
         let mut future = fields.clone();
         future[0].1 = "2".into();
         assert!(Meta::from_fields(&future)

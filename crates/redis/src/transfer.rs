@@ -124,7 +124,9 @@ pub fn push(
             path.display()
         )));
     }
-    let meta = Meta::new(header.params.clone(), header.hash_id, header.items)?;
+    let mut meta = Meta::new(header.params.clone(), header.hash_id, header.items)?;
+    // Tells open handles that this is another filter than the one they read.
+    meta.generation = bloomgate_engine::random_seed();
     let whitelist = Whitelist::load(&Whitelist::path_for(path))
         .map_err(|e| Error::WrongLayout(format!("{}: whitelist: {e}", path.display())))?;
     let data = filter.as_bytes();

@@ -300,3 +300,126 @@ fn leftovers_of_a_failed_push_do_not_count() {
     pull(&addr, &back, false, &|_| {}).unwrap();
     assert!(std::fs::read(&back).unwrap() == std::fs::read(&path).unwrap());
 }
+
+#[test]
+fn batched_adds_answer_as_one_add_after_another() {
+    // Adds spread over lanes answer exactly as the
+    // same adds made one by one against the file: for each key, "new"
+    // when some of its bits was not set by the keys before it.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    // A tiny filter (one shard, 1.2 bits per key at the end) so that keys
+    // often share bits and whole blocks: the order matters.
+    let params = Params::from_plan(&plan(Layout::Blocked, 2_000, 1e-2).unwrap(), 5);
+    let path = dir.path().join("tiny.bgf");
+    Filter::new(params.clone()).unwrap().save(&path).unwrap();
+    let addr = address(&server, "tiny");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let keys: Vec<String> = (0..12_000).map(|i| format!("k{}", i % 9_000)).collect();
+    let reference = Filter::new(params).unwrap();
+    let want: Vec<bool> = keys
+        .iter()
+        .map(|k| {
+            let before = reference.contains(k.as_bytes());
+            reference.insert(k.as_bytes());
+            !before
+        })
+        .collect();
+    for lanes in [1, 3, 4] {
+        let name = format!("tiny{lanes}");
+        let a = address(&server, &name);
+        push(&path, &a, false, &|_| {}).unwrap();
+        let mut rf = RedisFilter::open(&a).unwrap();
+        rf.set_lanes(lanes);
+        let got = rf.insert_keys(&keys).unwrap();
+        assert_eq!(got, want, "{lanes} lanes");
+        assert_eq!(
+            rf.items().unwrap(),
+            want.iter().filter(|&&n| n).count() as u64
+        );
+        // The bytes are the file's, bit for bit.
+        let back = dir.path().join(format!("{name}.bgf"));
+        pull(&a, &back, false, &|_| {}).unwrap();
+        let pulled = Filter::open(&back, Access::ReadOnly).unwrap();
+        assert_eq!(pulled.as_bytes(), reference.as_bytes());
+        let info = rf.info().unwrap();
+        assert_eq!(info.ones, pulled.ones(), "BITCOUNT of the shards");
+        assert!((rf.fp_at_fill(info.ones) - pulled.fp_at_fill()).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn handles_see_replacements_and_whitelist_changes_when_they_revalidate() {
+    use bloomgate_redis::Revalidated;
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("f.bgf");
+    build_file(&path, 1000);
+    let addr = address(&server, "f");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let mut a = RedisFilter::open(&addr).unwrap();
+    let mut b = RedisFilter::open(&addr).unwrap();
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Unchanged);
+    // A whitelist change through B: A applies it when it revalidates.
+    assert!(b.whitelist_add(b"item-3").unwrap());
+    assert!(a.whitelist().is_empty());
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Whitelist);
+    assert!(a.whitelist().contains(b"item-3"));
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Unchanged);
+    assert!(b.whitelist_remove(b"item-3").unwrap());
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Whitelist);
+    assert!(a.whitelist().is_empty());
+    // A replacement with another seed and size: A reads it again and
+    // answers by the new filter.
+    let other = dir.path().join("other.bgf");
+    let mut params = Params::from_plan(&plan(Layout::Blocked, 50_000, 1e-4).unwrap(), 12345);
+    params.key_kind = 0;
+    let f = Filter::new(params.clone()).unwrap();
+    f.insert(b"only-in-the-new-one");
+    f.save(&other).unwrap();
+    push(&other, &addr, true, &|_| {}).unwrap();
+    assert_ne!(a.meta().params, params);
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Replaced);
+    assert_eq!(a.meta().params, params);
+    assert_eq!(
+        a.contains_keys(&["only-in-the-new-one", "item-1"]).unwrap(),
+        vec![true, false]
+    );
+    // Deleted: not found, and found again once pushed again.
+    bloomgate_redis::delete(&addr).unwrap();
+    assert!(matches!(a.revalidate(), Err(Error::NotFound { .. })));
+    push(&path, &addr, false, &|_| {}).unwrap();
+    assert_eq!(a.revalidate().unwrap(), Revalidated::Replaced);
+    assert_eq!(a.contains_keys(&["item-1"]).unwrap(), vec![true]);
+}
+
+#[test]
+fn a_refused_password_is_an_authentication_error() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    server.cli(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    for url in [
+        format!("redis://:wrong@{}/f", server.addr()),
+        format!("redis://{}/f", server.addr()),
+        format!("redis://nobody:s3cret@{}/f", server.addr()),
+    ] {
+        let e = RedisFilter::open(&Address::parse(&url).unwrap()).unwrap_err();
+        assert!(matches!(e, Error::Auth { .. }), "{url}: {e:?}");
+        assert!(!e.is_unavailable());
+        assert!(e.to_string().contains("authentication failed"), "{e}");
+    }
+    let good = Address::parse(&format!("redis://:s3cret@{}/f", server.addr())).unwrap();
+    assert!(matches!(
+        RedisFilter::open(&good).unwrap_err(),
+        Error::NotFound { .. }
+    ));
+}

@@ -267,6 +267,9 @@ pub fn info(a: InfoArgs) -> Result<i32> {
     let m = filter.meta();
     let p = &m.params;
     let predicted = filter.predicted_fp(i.items);
+    let fill = i.fill_ratio();
+    let fp_at_fill = filter.fp_at_fill(i.ones);
+    let estimated = bloomgate_engine::math::estimate_items(p.bits, p.k, i.ones);
     let mut o = std::io::stdout().lock();
     if a.json {
         let v = json!({
@@ -289,6 +292,10 @@ pub fn info(a: InfoArgs) -> Result<i32> {
             "target_fp": p.target_fp,
             "bits_per_item": p.bits as f64 / p.planned_items.max(1) as f64,
             "predicted_fp": predicted,
+            "ones": i.ones,
+            "fill_ratio": fill,
+            "estimated_items": estimated,
+            "fp_at_fill": fp_at_fill,
             "shard_blocks": m.shard_blocks,
             "shards": i.shards,
             "shards_present": i.shards_present,
@@ -327,15 +334,24 @@ pub fn info(a: InfoArgs) -> Result<i32> {
     writeln!(o, "hash            xxh3-128, seed {:#018x}", p.seed)?;
     writeln!(
         o,
-        "items           {} inserted, {} planned",
+        "items           {} inserted, ~{} estimated from fill, {} planned",
         thousands(i.items),
+        thousands(estimated.min(u64::MAX as f64) as u64),
         thousands(p.planned_items)
     )?;
     writeln!(
         o,
-        "false positives {:.3e} predicted at {} items (target {:.3e})",
+        "fill ratio      {:.4} ({} of {} bits set)",
+        fill,
+        thousands(i.ones),
+        thousands(p.bits)
+    )?;
+    writeln!(
+        o,
+        "false positives {:.3e} predicted at {} items, {:.3e} from the fill (target {:.3e})",
         predicted,
         thousands(i.items),
+        fp_at_fill,
         p.target_fp
     )?;
     writeln!(o, "whitelist       {} items", i.whitelist)?;

@@ -155,27 +155,33 @@ impl Cluster {
     /// `redis-cli --cluster create … --cluster-replicas 1`; waits until
     /// every node reports `cluster_state:ok`.
     pub fn start(dir: &Path) -> Cluster {
-        let nodes: Vec<RedisServer> = (0..6)
+        Cluster::start_with(dir, 1, &[])
+    }
+
+    /// Starts three masters with `replicas` replicas each, every server
+    /// with the `extra` arguments (e.g. `--loadmodule`), and waits until
+    /// the cluster is ok.
+    pub fn start_with(dir: &Path, replicas: usize, extra: &[&str]) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|i| {
                 let conf = dir.join(format!("nodes-{i}.conf"));
-                RedisServer::start(
-                    dir,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        conf.to_str().unwrap(),
-                        "--cluster-node-timeout",
-                        "1000",
-                    ],
-                )
+                let mut args = vec![
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    conf.to_str().unwrap(),
+                    "--cluster-node-timeout",
+                    "1000",
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start(dir, &args)
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(

@@ -16,10 +16,17 @@
 //!   it; with [`RedisOptions::wait_replicas`] only once `WAIT` reports that
 //!   many replicas have it (see [`RedisStore`]).
 //! * **Several servers share one filter.** Each server keeps a handle per
-//!   filter with the metadata and whitelist it read when it opened it:
-//!   whitelist changes made through another server (or the CLI) are seen
-//!   after a restart; a filter replaced or deleted elsewhere must be
-//!   reopened likewise.
+//!   filter with the metadata and whitelist it read when it opened it, and
+//!   re-validates it before a request at most every [`REVALIDATE_EVERY`]
+//!   (one `HMGET` of the metadata's `generation` and `whitelist_changes`,
+//!   `bloomgate_redis::RedisFilter::revalidate`): a whitelist change made
+//!   through another server or the CLI is applied, a filter replaced by
+//!   `push --force` is read again, and a deleted one answers "not found",
+//!   within that interval. Until then a request is answered by what the
+//!   handle read.
+//! * **Credentials.** A password or user that Redis refuses is a clear
+//!   error (`ERR … authentication failed …`, HTTP 400), at startup and on
+//!   any request, not `TRYAGAIN`: retrying cannot fix it.
 //! * **Not offered:** scaling filters (a Redis filter has one layer),
 //!   `BF.SCANDUMP`/`BF.LOADCHUNK`, snapshots and reloads
 //!   ([`StoreError::Unsupported`]). A non-scaling filter is not refused
@@ -40,6 +47,10 @@ use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use super::{AddOutcome, CreateSpec, Info, LayerInfo, StoreError};
 use crate::Limits;
+
+/// How long a server answers from a filter's metadata and whitelist
+/// before it checks them again (one `HMGET` per filter per interval).
+pub const REVALIDATE_EVERY: Duration = Duration::from_secs(1);
 
 /// How to reach the Redis deployment, and how durable an add must be.
 #[derive(Clone, Debug)]
@@ -87,24 +98,54 @@ pub struct RedisStore {
 pub struct RedisNamed {
     name: String,
     /// The handle, or why the filter could not be opened (Redis was
-    /// unreachable): every operation then fails with that error.
-    filter: Result<RwLock<RedisFilter>, String>,
+    /// unreachable, or refused the credentials): every operation then
+    /// fails with that error.
+    filter: Result<RwLock<RedisFilter>, Broken>,
+    /// When the handle was last checked against the metadata.
+    checked: Mutex<std::time::Instant>,
     checks: AtomicU64,
     hits: AtomicU64,
 }
 
+/// Why a filter's handle could not be opened.
+#[derive(Clone, Debug)]
+enum Broken {
+    /// Redis could not be reached: [`StoreError::Unavailable`].
+    Unavailable(String),
+    /// The request cannot succeed as configured (refused credentials, a
+    /// bad password file): [`StoreError::Invalid`].
+    Refused(String),
+}
+
+impl Broken {
+    fn error(&self) -> StoreError {
+        match self {
+            Broken::Unavailable(why) => StoreError::Unavailable(why.clone()),
+            Broken::Refused(why) => StoreError::Invalid(why.clone()),
+        }
+    }
+}
+
 /// A crate error as a store error: every failure to reach or use Redis is
-/// [`StoreError::Unavailable`] (nothing may read as "absent").
+/// [`StoreError::Unavailable`] (nothing may read as "absent"), but refused
+/// credentials, which no retry fixes, are [`StoreError::Invalid`] with
+/// the reason.
 fn store_err(e: bloomgate_redis::Error) -> StoreError {
     use bloomgate_redis::Error as E;
     match e {
         E::NotFound { name, .. } => StoreError::NotFound(name),
         E::Exists { name, .. } => StoreError::Exists(name),
-        E::Address { .. } | E::WrongLayout(_) | E::InvalidItem { .. } => {
+        E::Address { .. } | E::WrongLayout(_) | E::InvalidItem { .. } | E::Auth { .. } => {
             StoreError::Invalid(e.to_string())
         }
         other => StoreError::Unavailable(other.to_string()),
     }
+}
+
+/// True for an error of the Redis client that says the credentials were refused.
+fn is_auth(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -164,8 +205,16 @@ impl RedisStore {
 
     /// A connection of our own to `node` (for SCAN and WAIT).
     fn connect(&self, node: &(String, u16)) -> Result<redis::Connection, StoreError> {
-        let unavailable =
-            |e: redis::RedisError| StoreError::Unavailable(format!("{}:{}: {e}", node.0, node.1));
+        let unavailable = |e: redis::RedisError| {
+            if is_auth(&e) {
+                StoreError::Invalid(format!(
+                    "{}:{}: Redis authentication failed ({e}): check the user and password in --store or --redis-password-file",
+                    node.0, node.1
+                ))
+            } else {
+                StoreError::Unavailable(format!("{}:{}: {e}", node.0, node.1))
+            }
+        };
         let mut settings = RedisConnectionInfo::default().set_db(self.base.db);
         if let Some(u) = &self.base.username {
             settings = settings.set_username(u);
@@ -214,7 +263,13 @@ impl RedisStore {
                     .arg("COUNT")
                     .arg(1000)
                     .query(&mut c)
-                    .map_err(|e| StoreError::Unavailable(format!("SCAN: {e}")))?;
+                    .map_err(|e| match is_auth(&e) {
+                        true => StoreError::Invalid(format!(
+                            "{}:{}: Redis authentication failed ({e}): check the user and password in --store or --redis-password-file",
+                            node.0, node.1
+                        )),
+                        false => StoreError::Unavailable(format!("SCAN: {e}")),
+                    })?;
                 for k in keys {
                     let name = k
                         .strip_prefix(b"bg:{")
@@ -247,6 +302,7 @@ impl RedisStore {
         let named = Arc::new(RedisNamed {
             name: name.to_string(),
             filter: Ok(RwLock::new(f)),
+            checked: Mutex::new(std::time::Instant::now()),
             checks: AtomicU64::new(0),
             hits: AtomicU64::new(0),
         });
@@ -275,8 +331,9 @@ impl RedisStore {
 
     /// The filter called `name`, if it is served or can be opened. When
     /// Redis cannot be asked, a handle whose every operation is
-    /// [`StoreError::Unavailable`]: a name that cannot be looked up must
-    /// not read as a missing filter (whose lookups answer "absent").
+    /// [`StoreError::Unavailable`] (or [`StoreError::Invalid`] when Redis
+    /// refused the credentials): a name that cannot be looked up must not
+    /// read as a missing filter (whose lookups answer "absent").
     ///
     /// A name not served yet changes the [generation](Self::generation),
     /// so that callers caching the answer ask again: a filter created by
@@ -287,16 +344,19 @@ impl RedisStore {
         }
         let r = self.open_named(name);
         self.generation.fetch_add(1, Relaxed);
-        match r {
-            Ok(n) => n,
-            Err(StoreError::Unavailable(why)) => Some(Arc::new(RedisNamed {
-                name: name.to_string(),
-                filter: Err(why),
-                checks: AtomicU64::new(0),
-                hits: AtomicU64::new(0),
-            })),
-            Err(_) => None,
-        }
+        let broken = match r {
+            Ok(n) => return n,
+            Err(StoreError::Unavailable(why)) => Broken::Unavailable(why),
+            Err(StoreError::Invalid(why)) => Broken::Refused(why),
+            Err(_) => return None,
+        };
+        Some(Arc::new(RedisNamed {
+            name: name.to_string(),
+            filter: Err(broken),
+            checked: Mutex::new(std::time::Instant::now()),
+            checks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }))
     }
 
     /// Changes when a filter is opened, created or deleted.
@@ -470,12 +530,9 @@ impl RedisStore {
         items: &[&[u8]],
         add: bool,
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
-        let mut f = named
-            .filter
-            .as_ref()
-            .map_err(|why| StoreError::Unavailable(why.clone()))?
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let lock = named.filter.as_ref().map_err(Broken::error)?;
+        named.revalidate_if_due(lock)?;
+        let mut f = lock.write().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::with_capacity(items.len());
         for item in items {
             if let Err(e) = f.entry_key(item) {
@@ -495,9 +552,40 @@ impl RedisStore {
 
 impl RedisNamed {
     fn read(&self) -> Result<std::sync::RwLockReadGuard<'_, RedisFilter>, StoreError> {
-        match &self.filter {
-            Ok(f) => Ok(f.read().unwrap_or_else(|p| p.into_inner())),
-            Err(why) => Err(StoreError::Unavailable(why.clone())),
+        let f = match &self.filter {
+            Ok(f) => f,
+            Err(broken) => return Err(broken.error()),
+        };
+        self.revalidate_if_due(f)?;
+        Ok(f.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Checks the handle against the metadata when it was last checked
+    /// [`REVALIDATE_EVERY`] ago or more (one request does, the others go
+    /// on meanwhile). A filter deleted elsewhere is [`StoreError::NotFound`]
+    /// (checked again at each request until it is pushed again).
+    fn revalidate_if_due(&self, f: &RwLock<RedisFilter>) -> Result<(), StoreError> {
+        {
+            let Ok(mut checked) = self.checked.try_lock() else {
+                return Ok(());
+            };
+            if checked.elapsed() < REVALIDATE_EVERY {
+                return Ok(());
+            }
+            *checked = std::time::Instant::now();
+        }
+        let mut w = f.write().unwrap_or_else(|p| p.into_inner());
+        match w.revalidate() {
+            Ok(_) => Ok(()),
+            Err(e @ bloomgate_redis::Error::NotFound { .. }) => {
+                // Check again at the next request.
+                let mut checked = lock(&self.checked);
+                if let Some(t) = checked.checked_sub(REVALIDATE_EVERY) {
+                    *checked = t;
+                }
+                Err(store_err(e))
+            }
+            Err(e) => Err(store_err(e)),
         }
     }
 
@@ -547,7 +635,7 @@ impl RedisNamed {
             k: p.k,
             items: i.items,
             capacity: p.planned_items,
-            fill_ratio: 0.0,
+            fill_ratio: i.fill_ratio(),
             predicted_fp: f.predicted_fp(i.items),
             target_fp: p.target_fp,
             layers: 1,
@@ -603,6 +691,22 @@ mod tests {
             RedisStore::address_of(&opts("redis://h:1/notadb"), "_"),
             Err(StoreError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn refused_credentials_are_not_a_retry() {
+        let auth = bloomgate_redis::Error::Auth {
+            server: "h:1".into(),
+            source: redis::RedisError::from((
+                redis::ErrorKind::AuthenticationFailed,
+                "Password authentication failed",
+            )),
+        };
+        let e = store_err(auth);
+        assert!(matches!(e, StoreError::Invalid(_)), "{e}");
+        // Invalid: RESP `ERR …` and HTTP 400, where Unavailable would be
+        // TRYAGAIN / 503, which clients retry.
+        assert!(e.to_string().contains("authentication failed"), "{e}");
     }
 
     #[test]
