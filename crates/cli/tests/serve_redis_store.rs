@@ -537,3 +537,418 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     ]));
     assert_eq!(out.trim(), "http://acked.example/");
 }
+
+/// Builds a raw-key filter planned for `planned` keys at 10⁻⁴ holding
+/// `keys`, pushes it to the cluster as `name`, and waits until every
+/// master's replica is online (the master counts it for `WAIT` from then).
+fn push_to_cluster(d: &Path, cluster: &Cluster, name: &str, planned: &str, keys: &[String]) {
+    let entries = d.join(format!("{name}-entries.txt"));
+    write_lines(&entries, keys);
+    let file = d.join(format!("{name}.bgf"));
+    ok(&bg(&[
+        "build",
+        "--keys",
+        "raw",
+        "-n",
+        planned,
+        "-p",
+        "1e-4",
+        "-o",
+        p(&file),
+        p(&entries),
+    ]));
+    ok(&bg(&["push", p(&file), &cluster.address(name)]));
+    let t = Instant::now();
+    for m in cluster.masters() {
+        let master = cluster.nodes.iter().find(|n| n.port == m.port).unwrap();
+        while !master
+            .cli(&["INFO", "replication"])
+            .contains("state=online")
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "replica of {} not online",
+                m.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The `--store` address of a cluster (its filter address without the name).
+fn cluster_store(cluster: &Cluster) -> String {
+    let a = cluster.address("x");
+    a.strip_suffix("/x").unwrap().to_string()
+}
+
+/// `BF.MADD name items…` through `s`: per item, whether it was new.
+fn madd(s: &Server, name: &str, items: &[String]) -> Result<Vec<bool>, String> {
+    let mut args: Vec<&str> = vec!["BF.MADD", name];
+    args.extend(items.iter().map(String::as_str));
+    match s.resp().cmd(&args) {
+        V::Arr(v) => Ok(v
+            .iter()
+            .map(|x| match x {
+                V::Int(n) => *n == 1,
+                other => panic!("{other:?}"),
+            })
+            .collect()),
+        V::Err(e) => Err(e),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn cli_and_two_servers_write_one_cluster_filter_at_once() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cluster = Cluster::start(d);
+    // 10⁷ planned keys: 24 MB, 23 shards over the three masters. At
+    // 11,000 keys the chance that a fresh key is a false positive (then
+    // "new" to no one) is below 10⁻³⁰: each fresh key is new to exactly one.
+    push_to_cluster(d, &cluster, "shared", "1e7", &["seed-key".to_string()]);
+    let store = cluster_store(&cluster);
+    let a = Server::start_args(d, &["--store", &store]);
+    let b = Server::start_args(d, &["--store", &store]);
+
+    // Four writers at once: two `bloomgate add` processes and two threads
+    // sending BF.MADD to servers A and B. Each adds 2,000 keys of its own
+    // and the same 3,000 shared keys (half of them in reverse order).
+    let shared: Vec<String> = (0..3000).map(|i| format!("shared-{i}")).collect();
+    let lists: Vec<Vec<String>> = (0..4)
+        .map(|w| {
+            let mut l: Vec<String> = (0..2000).map(|i| format!("w{w}-{i}")).collect();
+            l.extend(shared.iter().cloned());
+            if w % 2 == 1 {
+                l.reverse();
+            }
+            l
+        })
+        .collect();
+    let address = cluster.address("shared");
+    let mut children = Vec::new();
+    for (w, list) in lists.iter().enumerate().take(2) {
+        let input = d.join(format!("w{w}.txt"));
+        write_lines(&input, list);
+        children.push(
+            Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+                .args(["add", &address, p(&input), "--print-new"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let told: Vec<Vec<String>> = std::thread::scope(|scope| {
+        let servers = [&a, &b];
+        let threads: Vec<_> = (2..4)
+            .map(|w| {
+                let (s, list) = (servers[w - 2], &lists[w]);
+                scope.spawn(move || {
+                    let mut new = Vec::new();
+                    for batch in list.chunks(100) {
+                        let answers = madd(s, "shared", batch).expect("acknowledged");
+                        new.extend(
+                            batch
+                                .iter()
+                                .zip(answers)
+                                .filter(|(_, n)| *n)
+                                .map(|(k, _)| k.clone()),
+                        );
+                    }
+                    new
+                })
+            })
+            .collect();
+        let mut told: Vec<Vec<String>> = children
+            .into_iter()
+            .map(|c| {
+                ok(&c.wait_with_output().unwrap())
+                    .lines()
+                    .map(String::from)
+                    .collect()
+            })
+            .collect();
+        told.extend(threads.into_iter().map(|t| t.join().unwrap()));
+        told
+    });
+    let mut claims: std::collections::HashMap<&str, usize> = Default::default();
+    for (w, new) in told.iter().enumerate() {
+        let own = format!("w{w}-");
+        assert_eq!(
+            new.iter().filter(|k| k.starts_with(&own)).count(),
+            2000,
+            "writer {w} was told all its own keys were new"
+        );
+        for k in new {
+            *claims.entry(k.as_str()).or_default() += 1;
+        }
+    }
+    for s in &shared {
+        assert_eq!(
+            claims.get(s.as_str()),
+            Some(&1),
+            "{s}: new to exactly one writer"
+        );
+    }
+    // Every acknowledged add is a hit: through the CLI and both servers.
+    let all: Vec<String> = shared
+        .iter()
+        .cloned()
+        .chain((0..4).flat_map(|w| (0..2000).map(move |i| format!("w{w}-{i}"))))
+        .collect();
+    let all_file = d.join("all.txt");
+    write_lines(&all_file, &all);
+    assert_eq!(
+        ok(&bg(&["check", &address, p(&all_file), "--count"])).trim(),
+        "11000"
+    );
+    for s in [&a, &b] {
+        for batch in all.chunks(500) {
+            let mut args: Vec<&str> = vec!["BF.MEXISTS", "shared"];
+            args.extend(batch.iter().map(String::as_str));
+            assert_eq!(
+                s.resp().cmd(&args).arr(),
+                vec![V::Int(1); batch.len()].as_slice()
+            );
+        }
+    }
+    // The metadata's count has every new key once.
+    assert_eq!(a.resp().cmd(&["BF.CARD", "shared"]).int(), 1 + 11000);
+}
+
+#[test]
+fn acknowledged_adds_survive_a_master_failover_with_redis_wait() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut cluster = Cluster::start(d);
+    push_to_cluster(d, &cluster, "durable", "1e7", &["seed-key".to_string()]);
+    let store = cluster_store(&cluster);
+    let s = Server::start_args(
+        d,
+        &[
+            "--store",
+            &store,
+            "--redis-wait",
+            "1",
+            "--redis-wait-ms",
+            "1000",
+        ],
+    );
+    // The victim: a master that holds shards but not the metadata.
+    let meta_slot = bloomgate_redis::layout::key_slot(b"bg:{durable}");
+    let masters = cluster.masters();
+    let owner = |slot: u16| {
+        masters
+            .iter()
+            .find(|m| m.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .unwrap()
+            .port
+    };
+    let victim = masters
+        .iter()
+        .map(|m| m.port)
+        .find(|&port| port != owner(meta_slot))
+        .unwrap();
+    assert!(
+        (0..23).any(|i| owner(bloomgate_redis::layout::shard_slot("durable", i)) == victim),
+        "the victim holds shards"
+    );
+
+    // A writer adds batches of 20 keys without pause; a batch is
+    // acknowledged only once WAIT saw a replica of every master written.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (acked, refused) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let (mut acked, mut refused) = (Vec::new(), 0usize);
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let batch: Vec<String> = (n..n + 20).map(|i| format!("durable-{i}")).collect();
+                n += 20;
+                match madd(&s, "durable", &batch) {
+                    Ok(_) => acked.extend(batch),
+                    Err(e) => {
+                        assert!(e.starts_with("TRYAGAIN"), "{e}");
+                        refused += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+            (acked, refused)
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        cluster.node(victim).kill9();
+        let t = Instant::now();
+        cluster.wait_failover(victim, Duration::from_secs(30));
+        eprintln!("failover after {:.1} s", t.elapsed().as_secs_f64());
+        // Adds go on after the failover: a batch that writes to the
+        // promoted replica (which has no replica of its own now) is
+        // refused, WAIT seeing 0 of 1; the others are acknowledged.
+        std::thread::sleep(Duration::from_millis(1500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap()
+    });
+    eprintln!(
+        "{} keys acknowledged, {refused} batches refused",
+        acked.len()
+    );
+    assert!(acked.len() >= 200, "{}", acked.len());
+    assert!(refused > 0, "the kill was met by the writer");
+    // Every acknowledged key is in the filter after the failover.
+    let file = d.join("acked.txt");
+    write_lines(&file, &acked);
+    assert_eq!(
+        ok(&bg(&[
+            "check",
+            &cluster.address("durable"),
+            p(&file),
+            "--count"
+        ]))
+        .trim(),
+        acked.len().to_string()
+    );
+    for batch in acked.chunks(500) {
+        let mut args: Vec<&str> = vec!["BF.MEXISTS", "durable"];
+        args.extend(batch.iter().map(String::as_str));
+        assert_eq!(
+            s.resp().cmd(&args).arr(),
+            vec![V::Int(1); batch.len()].as_slice()
+        );
+    }
+}
+
+/// Polls `BF.EXISTS name item` on `s` until it answers `want` (fails after 5 s).
+fn eventually(s: &Server, name: &str, item: &str, want: i64) -> Duration {
+    let t = Instant::now();
+    loop {
+        let v = s.resp().cmd(&["BF.EXISTS", name, item]);
+        if v == V::Int(want) {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{item}: {v:?}, want {want}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_server_sees_changes_made_elsewhere_and_refused_passwords() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let redis = RedisServer::start(d, &[]);
+    build_and_push(d, &redis);
+    let s = serve(d, &redis, &[]);
+    let address = format!("redis://{}/urls", redis.addr());
+    let hit = "http://evil3.example/phish/";
+    assert_eq!(s.resp().cmd(&["BF.EXISTS", "urls", hit]), V::Int(1));
+
+    // A whitelist change through the CLI is applied by the running server
+    // within its revalidation interval (1 s), and so is its removal.
+    ok(&bg(&["whitelist", "add", &address, hit]));
+    let took = eventually(&s, "urls", hit, 0);
+    eprintln!("whitelist change seen after {:.2} s", took.as_secs_f64());
+    ok(&bg(&["whitelist", "remove", &address, hit]));
+    eventually(&s, "urls", hit, 1);
+
+    // A replacement with another filter (other entries, size and seed):
+    // the server answers by the new one.
+    let entries = d.join("new-entries.txt");
+    write_lines(&entries, ["http://replaced.example/only/"]);
+    let other = d.join("other.bgf");
+    ok(&bg(&[
+        "build",
+        "--match",
+        "prefix",
+        "-n",
+        "500",
+        "-p",
+        "1e-6",
+        "-o",
+        p(&other),
+        p(&entries),
+    ]));
+    ok(&bg(&["push", "--force", p(&other), &address]));
+    eventually(&s, "urls", "http://replaced.example/only/x", 1);
+    eventually(&s, "urls", hit, 0);
+    // `bloomgate info` on the Redis filter: the fill and the rate from it.
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&bg(&["info", &address, "--json"]))).unwrap();
+    let fill = info["fill_ratio"].as_f64().unwrap();
+    assert!(fill > 0.0 && fill < 0.01, "{info}");
+    assert!(info["fp_at_fill"].as_f64().unwrap() < 1e-6, "{info}");
+    let (_, v) = s.http("GET", "/v1/filters/urls", None, None);
+    assert!(
+        (v["fill_ratio"].as_f64().unwrap() - fill).abs() < 1e-12,
+        "{v}"
+    );
+
+    // A refused password is an authentication error, not "unavailable":
+    // for a running server, on a filter it opens after the change (a new
+    // connection), over both protocols; the CLI says so, and a server
+    // refuses to start.
+    ok(&bg(&[
+        "push",
+        p(&other),
+        &format!("redis://{}/later", redis.addr()),
+    ]));
+    redis.cli(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let v = s
+        .resp()
+        .cmd(&["BF.EXISTS", "later", "http://replaced.example/only/"]);
+    assert!(v.err().starts_with("ERR"), "{v:?}");
+    assert!(v.err().contains("authentication failed"), "{v:?}");
+    let (st, v) = s.http(
+        "GET",
+        "/v1/filters/later/check?item=http://replaced.example/only/",
+        None,
+        None,
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("authentication failed"),
+        "{v}"
+    );
+    let wrong = format!("redis://:wrong@{}/urls", redis.addr());
+    let q = d.join("q.txt");
+    write_lines(&q, [hit]);
+    let out = bg(&["check", &wrong, p(&q)]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(!err.contains("unavailable"), "{err}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["serve", "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+        .args(["--store", &format!("redis://:wrong@{}", redis.addr())])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("serve started with a refused password");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("authentication failed"), "{err}");
+}
