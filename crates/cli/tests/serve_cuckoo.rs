@@ -849,3 +849,149 @@ fn redis_py_cf_client() {
         &["--port".to_string(), s.resp.port().to_string()],
     );
 }
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped
+/// (as in `serve_full_disk.rs`); `None` where mounting is refused, unless
+/// `BLOOMGATE_REQUIRE_CLIENTS` requires it.
+struct Tmpfs {
+    dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            common::skip("cannot mount a tmpfs (the full-disk test needs root)");
+            return None;
+        }
+        Some(Tmpfs {
+            dir,
+            _parent: parent,
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Fills the disk of `dir` (`dir/filler`), then leaves `left` bytes free.
+fn fill_leaving(dir: &Path, left: u64) {
+    let path = dir.join("filler");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let chunk = vec![1u8; 4096];
+    while let Ok(n) = f.write(&chunk) {
+        if n == 0 {
+            break;
+        }
+    }
+    let len = f.metadata().unwrap().len();
+    f.set_len(len.saturating_sub(left)).unwrap();
+}
+
+/// Changes the log could not write (a full disk) are in memory but not
+/// acknowledged; once space returns, an answer that depends on them (here
+/// `CF.ADDNX`'s "already there") is acknowledged only after the chain was
+/// saved with them, so it still holds after SIGKILL: the log's sequence
+/// numbers continue from a file that has them. Every acknowledged change
+/// is exact after the restart.
+#[test]
+fn changes_the_log_could_not_write_are_saved_before_later_ones() {
+    let Some(fs) = Tmpfs::mount("6M") else {
+        return;
+    };
+    let dir = fs.dir.clone();
+    let args = ["--snapshot-secs", "100000"];
+    let mut s = Server::start(&dir, &args);
+    let mut c = s.resp();
+    assert_eq!(
+        c.cmd(&["CF.RESERVE", "cf", "200000", "ERROR", "0.000001"]),
+        V::Simple("OK".into())
+    );
+    fill_leaving(&dir, 128 << 10);
+    // CF.INSERT batches of 500 until the log refuses one.
+    let mut acked: Vec<String> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for b in 0..10_000 {
+        let items: Vec<String> = (0..500).map(|i| format!("i-{b}-{i}")).collect();
+        let mut a: Vec<&[u8]> = vec![b"CF.INSERT", b"cf", b"ITEMS"];
+        a.extend(items.iter().map(|s| s.as_bytes()));
+        c.send(&a);
+        match c.read().unwrap() {
+            V::Arr(v) if v.len() == 500 => acked.extend(items),
+            V::Err(e) => {
+                assert!(e.contains("No space left"), "{e}");
+                failed = items;
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        !acked.is_empty() && !failed.is_empty(),
+        "the disk never filled up"
+    );
+    // Refused before anything changes while the log cannot write.
+    assert!(c
+        .cmd(&["CF.ADD", "cf", "refused"])
+        .err()
+        .contains("No space"));
+    // Space returns; the log resumes by itself.
+    let filler = dir.join("filler");
+    let len = std::fs::metadata(&filler).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(len.saturating_sub(3 << 20))
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let (_, h) = s.http("GET", "/healthz", None, None);
+        if h["writable"] == true {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{h}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The unacknowledged insert is in memory: ADDNX says so, and that
+    // answer is acknowledged.
+    // (Its last item: a prefix of the failed group may have reached the
+    // segment before the disk filled, and would be replayed anyway.)
+    let unlogged = failed.last().unwrap();
+    assert_eq!(c.cmd(&["CF.ADDNX", "cf", unlogged]), V::Int(0));
+    assert_eq!(c.cmd(&["CF.ADD", "cf", "after"]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.DEL", "cf", &acked[0]]), V::Int(1));
+    drop(c);
+    s.kill9();
+    let s = Server::start(&dir, &args);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["CF.EXISTS", "cf", unlogged]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.COUNT", "cf", "after"]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.COUNT", "cf", &acked[0]]), V::Int(0));
+    for batch in acked[1..].chunks(1000) {
+        let mut a: Vec<&[u8]> = vec![b"CF.MEXISTS", b"cf"];
+        a.extend(batch.iter().map(|s| s.as_bytes()));
+        c.send(&a);
+        let v = c.read().unwrap();
+        assert!(
+            v.arr().iter().all(|r| *r == V::Int(1)),
+            "an acknowledged add is missing"
+        );
+    }
+}
