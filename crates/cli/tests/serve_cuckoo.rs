@@ -8,6 +8,8 @@
 //! the HTTP API, and redis-py (`tests/python/test_cuckoo.py`).
 
 mod common;
+#[path = "../../redis/tests/servers/mod.rs"]
+mod servers;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -992,6 +994,33 @@ fn changes_the_log_could_not_write_are_saved_before_later_ones() {
         assert!(
             v.arr().iter().all(|r| *r == V::Int(1)),
             "an acknowledged add is missing"
+        );
+    }
+}
+
+/// Served from Redis (`--store`), every `CF.*` command is a clear error.
+#[test]
+fn the_redis_store_refuses_cf_commands_clearly() {
+    if servers::redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let redis = servers::RedisServer::start(dir.path(), &[]);
+    let store = format!("redis://{}", redis.addr());
+    let s = Server::start_args(dir.path(), &["--store", &store]);
+    let mut c = s.resp();
+    for cmd in [
+        &["CF.RESERVE", "c", "100"][..],
+        &["CF.ADD", "c", "a"],
+        &["CF.EXISTS", "c", "a"],
+        &["CF.MEXISTS", "c", "a"],
+        &["CF.DEL", "c", "a"],
+        &["CF.INFO", "c"],
+    ] {
+        assert_eq!(
+            c.cmd(cmd).err(),
+            "ERR not supported by this store: cuckoo filters (CF.*) in Redis",
+            "{cmd:?}"
         );
     }
 }
