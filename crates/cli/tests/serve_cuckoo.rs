@@ -833,6 +833,25 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
     );
     let (st, v) = s.http("POST", "/v1/filters/none/remove", Some(r#"["a"]"#), None);
     assert_eq!((st, v["error"]["code"].as_str()), (404, Some("not_found")));
+    // Created over HTTP: `"layout": "cuckoo"`, raw keys only.
+    let body = r#"{"name": "hc", "items": 1000, "fp": 0.0001, "layout": "cuckoo"}"#;
+    let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(
+        (v["type"].as_str(), v["fingerprint_bits"].as_u64()),
+        (Some("cuckoo"), Some(17))
+    );
+    assert_eq!(c.cmd(&["TYPE", "hc"]), V::Simple("MBbloomCF".into()));
+    let body = r#"{"name": "hu", "items": 1000, "fp": 0.0001, "layout": "cuckoo", "kind": "url"}"#;
+    let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
+    assert_eq!(st, 400, "{v}");
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name": "cf", "items": 10, "fp": 0.01}"#),
+        None,
+    );
+    assert_eq!(st, 409, "a Bloom filter cannot take a cuckoo filter's name");
     // HTTP changes are durable like the Redis protocol's.
     s.kill9();
     let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);

@@ -552,12 +552,15 @@ async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> 
             .map_err(|e: bloomgate_url::ParseKindError| ApiError::bad(e.to_string()))?,
         None => bloomgate_url::MatchMode::Exact,
     };
+    if b.layout.as_deref() == Some("cuckoo") {
+        return cuckoo::create(app, b.name, b.items, b.fp, kind, mode).await;
+    }
     let layout = match b.layout.as_deref() {
         None | Some("blocked") => bloomgate_engine::Layout::Blocked,
         Some("classic") => bloomgate_engine::Layout::Classic,
         Some(other) => {
             return Err(ApiError::bad(format!(
-                "unknown layout '{other}' (blocked, classic)"
+                "unknown layout '{other}' (blocked, classic, cuckoo)"
             )))
         }
     };

@@ -1,7 +1,8 @@
 //! The HTTP API on cuckoo filters (`docs/http-api.md`, "Cuckoo filters"):
 //! `GET …/check`, `POST …/check`, `POST …/add`, `POST …/remove` and
-//! `GET /v1/filters/NAME` answer for a cuckoo filter here; `…/remove` on
-//! a Bloom filter is refused with 409 `not_deletable`.
+//! `GET /v1/filters/NAME` answer for a cuckoo filter here, and `POST
+//! /v1/filters` with `"layout": "cuckoo"` creates one; `…/remove` on a
+//! Bloom filter is refused with 409 `not_deletable`.
 //!
 //! Items are raw keys (a cuckoo filter has no key kinds or whitelist), an
 //! add adds a copy (RedisBloom's `CF.ADD`: added twice, an item needs two
@@ -17,7 +18,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::{can_write, parse_items, ApiError, ApiResult, ItemQuery, St};
-use crate::store::cuckoo::{CfAdded, CfNamed};
+use crate::store::cuckoo::{CfAdded, CfNamed, CfSpec};
 use crate::App;
 
 fn too_long(app: &App, item: &str) -> bool {
@@ -134,4 +135,37 @@ pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
     let mut v = serde_json::to_value(n.info()).unwrap_or_default();
     v["type"] = json!("cuckoo");
     Ok(Json(v).into_response())
+}
+
+/// `POST /v1/filters` with `"layout": "cuckoo"`: a chain planned for
+/// `items` at rate `fp` per sub-filter, buckets of 4 (the engine's best
+/// space per item), 500 evictions before an insert gives up, growing by
+/// sub-filters of the same size (RedisBloom's default expansion, 1).
+pub(super) async fn create(
+    app: Arc<App>,
+    name: String,
+    items: u64,
+    fp: f64,
+    kind: bloomgate_url::KeyKind,
+    mode: bloomgate_url::MatchMode,
+) -> ApiResult {
+    if kind != bloomgate_url::KeyKind::Raw || mode != bloomgate_url::MatchMode::Exact {
+        return Err(ApiError::bad(
+            "a cuckoo filter holds raw keys: no kind or mode other than raw/exact",
+        ));
+    }
+    if !(fp > 0.0 && fp < 1.0) || items < 2 {
+        return Err(ApiError::bad("need items >= 2 and 0 < fp < 1"));
+    }
+    let spec = CfSpec {
+        capacity: items,
+        bucket_size: 4,
+        max_iterations: 500,
+        expansion: 1,
+        error_rate: Some(fp),
+    };
+    let n = super::blocking(move || app.store.cf_create(&name, &spec)).await??;
+    let mut v = serde_json::to_value(n.info()).unwrap_or_default();
+    v["type"] = json!("cuckoo");
+    Ok((StatusCode::CREATED, Json(v)).into_response())
 }
