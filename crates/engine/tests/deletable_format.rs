@@ -1,0 +1,276 @@
+//! The deletable filters' files: golden bytes, bit-identical round trips,
+//! and corruption caught with the same errors as Bloom filter files.
+
+use bloomgate_engine::format::{
+    data_checksum, DeletableHeader, Geometry, FORMAT_VERSION, HEADER_LEN,
+};
+use bloomgate_engine::{
+    plan_counting, plan_cuckoo, CountingFilter, CuckooFilter, Error, FormatProblem,
+};
+
+fn counting() -> CountingFilter {
+    let f = CountingFilter::with_plan(&plan_counting(100, 0.01).unwrap(), 42).unwrap();
+    for c in b'a'..=b'z' {
+        f.insert(&[c]);
+    }
+    f.insert(b"q");
+    f.remove(b"z");
+    f
+}
+
+fn cuckoo() -> CuckooFilter {
+    let f = CuckooFilter::with_plan(&plan_cuckoo(100, 0.01, 4).unwrap(), 42).unwrap();
+    for c in b'a'..=b'z' {
+        f.insert(&[c]).unwrap();
+    }
+    f.insert(b"q").unwrap();
+    f.remove(b"z");
+    f
+}
+
+/// Pins the hash, the counter and slot derivations, the nibble and bit
+/// order and the header encoding: the same items and seed must give the
+/// same file bytes forever. The values are literals, computed once.
+#[test]
+fn golden_file_bytes() {
+    let c = counting().to_bytes();
+    let q = cuckoo().to_bytes();
+    let (ch, cd) = (
+        data_checksum(&c[..HEADER_LEN]),
+        data_checksum(&c[HEADER_LEN..]),
+    );
+    let (qh, qd) = (
+        data_checksum(&q[..HEADER_LEN]),
+        data_checksum(&q[HEADER_LEN..]),
+    );
+    eprintln!("counting header {ch:#x} data {cd:#x}; cuckoo header {qh:#x} data {qd:#x}");
+    assert_eq!(c.len(), HEADER_LEN + 576);
+    assert_eq!(q.len(), HEADER_LEN + 192);
+    assert_eq!(cd, GOLDEN_COUNTING_DATA, "counting data changed: {cd:#x}");
+    assert_eq!(
+        ch, GOLDEN_COUNTING_HEADER,
+        "counting header changed: {ch:#x}"
+    );
+    assert_eq!(qd, GOLDEN_CUCKOO_DATA, "cuckoo data changed: {qd:#x}");
+    assert_eq!(qh, GOLDEN_CUCKOO_HEADER, "cuckoo header changed: {qh:#x}");
+    // The fields docs/file-format.md documents, at their offsets.
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    assert_eq!(&c[..8], b"BLOOMGT\x01");
+    assert_eq!((c[16], u32_at(&c, 20), u32_at(&c, 24)), (3, 6, 128));
+    assert_eq!(
+        (u64_at(&c, 32), u64_at(&c, 48), u64_at(&c, 72)),
+        (576 * 8, 26, 576)
+    );
+    assert_eq!((q[16], u32_at(&q, 20), u32_at(&q, 24)), (4, 10, 4));
+    assert_eq!((u64_at(&q, 96), u32_at(&q, 104)), (32, 500));
+    assert_eq!((u64_at(&q, 48), u64_at(&q, 72)), (26, 192));
+}
+
+const GOLDEN_COUNTING_DATA: u64 = 0xa401_ecee_2073_6c81;
+const GOLDEN_COUNTING_HEADER: u64 = 0x1617_ea7f_e3dd_7e6f;
+const GOLDEN_CUCKOO_DATA: u64 = 0xc601_1fe0_6400_df4f;
+const GOLDEN_CUCKOO_HEADER: u64 = 0x16a9_408d_6067_d58c;
+
+#[test]
+fn round_trips_are_bit_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, q) = (counting(), cuckoo());
+    let (cp, qp) = (dir.path().join("c.bgf"), dir.path().join("q.bgf"));
+    c.save(&cp).unwrap();
+    q.save(&qp).unwrap();
+    let (c2, q2) = (
+        CountingFilter::open(&cp).unwrap(),
+        CuckooFilter::open(&qp).unwrap(),
+    );
+    c2.verify().unwrap();
+    q2.verify().unwrap();
+    assert_eq!(c2.to_bytes(), c.to_bytes());
+    assert_eq!(q2.to_bytes(), q.to_bytes());
+    assert_eq!(c2.params(), c.params());
+    assert_eq!(q2.params(), q.params());
+    // Saved again from the opened copy: the same file.
+    let cp2 = dir.path().join("c2.bgf");
+    c2.save(&cp2).unwrap();
+    assert_eq!(std::fs::read(&cp).unwrap(), std::fs::read(&cp2).unwrap());
+    // Changes to an opened file stay in memory until saved.
+    c2.insert(b"new");
+    assert!(!CountingFilter::open(&cp).unwrap().contains(b"new") || c.contains(b"new"));
+    assert_eq!(std::fs::read(&cp).unwrap(), c.to_bytes());
+    // No temporaries left.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+}
+
+fn problem(e: Error) -> FormatProblem {
+    match e {
+        Error::Format { problem, .. } => problem,
+        e => panic!("not a format error: {e}"),
+    }
+}
+
+#[test]
+fn corruption_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("counting", counting().to_bytes()),
+        ("cuckoo", cuckoo().to_bytes()),
+    ] {
+        let open = |b: &[u8]| -> Result<(), Error> {
+            let p = dir.path().join(name);
+            std::fs::write(&p, b).unwrap();
+            if name == "counting" {
+                CountingFilter::open(&p)?.verify()
+            } else {
+                CuckooFilter::open(&p)?.verify()
+            }
+        };
+        let from_bytes = |b: &[u8]| -> Result<(), Error> {
+            if name == "counting" {
+                CountingFilter::from_bytes(b).map(drop)
+            } else {
+                CuckooFilter::from_bytes(b).map(drop)
+            }
+        };
+        open(&bytes).unwrap();
+        from_bytes(&bytes).unwrap();
+        // Any flipped bit of the header.
+        for at in [12usize, 16, 20, 33, 50, 97, 2000, 4095] {
+            let mut b = bytes.clone();
+            b[at] ^= 0x10;
+            assert_eq!(
+                problem(open(&b).unwrap_err()),
+                FormatProblem::HeaderChecksum,
+                "{name} @{at}"
+            );
+            assert_eq!(
+                problem(from_bytes(&b).unwrap_err()),
+                FormatProblem::HeaderChecksum
+            );
+        }
+        // A flipped bit of the data: caught by verify and by from_bytes.
+        let mut b = bytes.clone();
+        b[HEADER_LEN + 3] ^= 1;
+        assert!(
+            matches!(
+                problem(open(&b).unwrap_err()),
+                FormatProblem::DataChecksum { .. }
+            ),
+            "{name}"
+        );
+        assert!(matches!(
+            problem(from_bytes(&b).unwrap_err()),
+            FormatProblem::DataChecksum { .. }
+        ));
+        // Truncated and trailing.
+        assert!(matches!(
+            problem(open(&bytes[..bytes.len() - 64]).unwrap_err()),
+            FormatProblem::Truncated { .. }
+        ));
+        let mut b = bytes.clone();
+        b.push(0);
+        assert_eq!(
+            problem(open(&b).unwrap_err()),
+            FormatProblem::Trailing { extra: 1 }
+        );
+        assert!(matches!(
+            problem(open(&bytes[..100]).unwrap_err()),
+            FormatProblem::TooShort(100)
+        ));
+        let mut b = bytes.clone();
+        b[0] = b'X';
+        assert_eq!(problem(open(&b).unwrap_err()), FormatProblem::BadMagic);
+    }
+}
+
+/// Headers whose checksum is right but whose fields are impossible are
+/// refused with a message naming the field, never read.
+#[test]
+fn impossible_fields_are_refused() {
+    let base = DeletableHeader {
+        version: FORMAT_VERSION,
+        geometry: Geometry::Cuckoo {
+            buckets: 32,
+            bucket_size: 4,
+            fingerprint_bits: 10,
+            max_kicks: 500,
+        },
+        hash_id: 1,
+        key_kind: 0,
+        match_mode: 0,
+        flags: 0,
+        seed: 1,
+        items: 0,
+        planned_items: 100,
+        target_fp: 0.01,
+        data_len: 192,
+        data_checksum: 0,
+    };
+    let len = |h: &DeletableHeader| HEADER_LEN as u64 + h.data_len;
+    assert_eq!(
+        DeletableHeader::decode(&base.encode(), len(&base)).unwrap(),
+        base
+    );
+    let bad = |g: Geometry, data_len: u64, want: &str| {
+        let h = DeletableHeader {
+            geometry: g,
+            data_len,
+            ..base.clone()
+        };
+        match DeletableHeader::decode(&h.encode(), len(&h)) {
+            Err(FormatProblem::BadField(msg)) => assert!(msg.contains(want), "{msg} lacks {want}"),
+            other => panic!("{other:?}"),
+        }
+    };
+    let cuckoo = |buckets, bucket_size, fingerprint_bits, max_kicks| Geometry::Cuckoo {
+        buckets,
+        bucket_size,
+        fingerprint_bits,
+        max_kicks,
+    };
+    bad(cuckoo(33, 4, 10, 500), 192, "not a power of two");
+    bad(cuckoo(32, 9, 10, 500), 192, "bucket size 9");
+    bad(cuckoo(32, 4, 33, 500), 192, "fingerprint width 33");
+    bad(cuckoo(32, 4, 1, 500), 192, "fingerprint width 1");
+    bad(cuckoo(32, 4, 10, 70_000), 192, "max kicks");
+    bad(cuckoo(32, 4, 10, 500), 256, "data length");
+    bad(
+        Geometry::Counting {
+            counters: 1280,
+            k: 0,
+        },
+        640,
+        "k = 0",
+    );
+    bad(
+        Geometry::Counting {
+            counters: 1280,
+            k: 33,
+        },
+        640,
+        "k = 33",
+    );
+    let h = DeletableHeader {
+        flags: 1,
+        ..base.clone()
+    };
+    assert!(matches!(
+        DeletableHeader::decode(&h.encode(), len(&h)),
+        Err(FormatProblem::BadField(_))
+    ));
+    let h = DeletableHeader {
+        hash_id: 2,
+        ..base.clone()
+    };
+    assert!(matches!(
+        DeletableHeader::decode(&h.encode(), len(&h)),
+        Err(FormatProblem::BadField(_))
+    ));
+    let h = DeletableHeader {
+        version: 2,
+        ..base.clone()
+    };
+    assert!(matches!(
+        DeletableHeader::decode(&h.encode(), len(&h)),
+        Err(FormatProblem::NewerVersion { .. })
+    ));
+}
