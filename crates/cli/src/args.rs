@@ -28,6 +28,23 @@ pub enum Command {
     Check(CheckArgs),
     /// Add entries to an existing filter file in place.
     Add(AddArgs),
+    /// Delete entries from a counting or cuckoo filter file.
+    ///
+    /// Each entry (canonicalized by the filter's key kind, as `add` does)
+    /// loses one copy; the file is replaced whole, atomically, at the end:
+    /// an error or Ctrl-C leaves it unchanged. Entries that are not present
+    /// are counted and named on stderr, and change nothing. Bloom filters
+    /// (blocked, classic) cannot delete and are refused; build a deletable
+    /// one with `bloomgate build --layout counting|cuckoo`.
+    ///
+    /// RISK — remove only entries that were added. An entry that was never
+    /// added may still test present (a false positive, at the filter's
+    /// rate); removing it takes away another entry's counts (counting) or
+    /// fingerprint (cuckoo), and that other entry may then test absent: a
+    /// false negative, which the filter cannot detect. Entries added twice
+    /// are stored twice: remove them as many times as they were added, never
+    /// more.
+    Remove(RemoveArgs),
     /// Show a filter file's parameters and statistics.
     Info(InfoArgs),
     /// Combine two compatible filters (same layout, size, k, seed).
@@ -277,6 +294,43 @@ impl From<LayoutArg> for Layout {
     }
 }
 
+/// Filter layout of `build` and `plan --layout`: the two Bloom layouts and
+/// the two that can delete.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum BuildLayoutArg {
+    /// One 512-bit cache line per item: one cache miss per lookup (default).
+    Blocked,
+    /// The textbook layout: fewest bits, k cache misses per lookup.
+    Classic,
+    /// A counting Bloom filter (4-bit counters): can delete; about 5-6 times
+    /// the memory of a blocked filter.
+    Counting,
+    /// A cuckoo filter (packed fingerprints): can delete; a fixed capacity
+    /// (adds fail when it is full).
+    Cuckoo,
+}
+
+impl BuildLayoutArg {
+    /// The Bloom layout, or `None` for a deletable one.
+    pub fn bloom(self) -> Option<Layout> {
+        match self {
+            BuildLayoutArg::Blocked => Some(Layout::Blocked),
+            BuildLayoutArg::Classic => Some(Layout::Classic),
+            BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo => None,
+        }
+    }
+
+    /// The deletable kind, or `None` for a Bloom layout.
+    pub fn deletable(self) -> Option<bloomgate_engine::format::DeletableKind> {
+        use bloomgate_engine::format::DeletableKind;
+        match self {
+            BuildLayoutArg::Counting => Some(DeletableKind::Counting),
+            BuildLayoutArg::Cuckoo => Some(DeletableKind::Cuckoo),
+            BuildLayoutArg::Blocked | BuildLayoutArg::Classic => None,
+        }
+    }
+}
+
 /// Key kind on the command line.
 #[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
 pub enum KeysArg {
@@ -352,6 +406,10 @@ pub struct PlanArgs {
     /// Print JSON (`{"layouts": [...]}`).
     #[arg(long)]
     pub json: bool,
+    /// Also size this layout, beside blocked and classic: counting or
+    /// cuckoo (the filters that can delete entries) show their cost.
+    #[arg(long, value_enum)]
+    pub layout: Option<BuildLayoutArg>,
 }
 
 /// `bloomgate build`.
@@ -361,9 +419,13 @@ pub struct BuildArgs {
     pub size: SizeArgs,
     #[command(flatten)]
     pub keys: KeyArgs,
-    /// Bit layout.
+    /// Filter layout: the Bloom filters blocked and classic, or counting and
+    /// cuckoo, which can delete entries (`bloomgate remove`) and cost more
+    /// memory (`bloomgate plan --layout counting`). Those two are built in
+    /// memory (a --memory smaller than the filter is refused) and take no
+    /// --policy or --spill.
     #[arg(long, value_enum, default_value = "blocked")]
-    pub layout: LayoutArg,
+    pub layout: BuildLayoutArg,
     /// Output filter file (written atomically).
     #[arg(long, short = 'o')]
     pub output: String,
@@ -465,6 +527,23 @@ pub struct AddArgs {
     pub print_new: bool,
     #[command(flatten)]
     pub redis: RedisOpts,
+}
+
+/// `bloomgate remove`.
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The counting or cuckoo filter file (replaced atomically).
+    pub filter: String,
+    /// Input files, one entry per line (`-` for standard input).
+    #[arg(default_value = "-")]
+    pub inputs: Vec<String>,
+    /// Key kind of the entries; must match the filter's.
+    #[arg(long, value_enum)]
+    pub keys: Option<KeysArg>,
+    /// Stop at the first invalid entry (nothing is saved then) instead of
+    /// skipping it.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `bloomgate info`.

@@ -255,6 +255,14 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
 }
 
 pub fn build(a: BuildArgs) -> Result<i32> {
+    let layout = match (a.layout.bloom(), a.layout.deletable()) {
+        (Some(layout), _) => layout,
+        (None, Some(which)) => return crate::cmd::deletable::build(a, which),
+        (None, None) => bail!(
+            "--layout {:?} is neither a Bloom nor a deletable layout",
+            a.layout
+        ),
+    };
     let started = Instant::now();
     let kind: KeyKind = a.keys.keys.into();
     let mode: MatchMode = a.keys.match_mode.into();
@@ -273,14 +281,14 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let policy = crate::cmd::dedup::build_policy(&a.policy, items, kind)?;
     let first_rate = match &policy {
         Some(p @ bloomgate_blacklist::layers::Policy::Grow { .. }) => {
-            bloomgate_blacklist::layers::Layers::plan_first(p, a.layout.into(), items, per_lookup)
+            bloomgate_blacklist::layers::Layers::plan_first(p, layout, items, per_lookup)
                 .map_err(|e| crate::cmd::UsageError(e.to_string()))?
                 .target_fp
         }
         _ => per_lookup,
     };
-    let plan = math::plan(a.layout.into(), items, first_rate)
-        .map_err(|e| crate::cmd::UsageError(e.to_string()))?;
+    let plan =
+        math::plan(layout, items, first_rate).map_err(|e| crate::cmd::UsageError(e.to_string()))?;
     let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
     params.key_kind = kind.as_u8();
     params.match_mode = mode.as_u8();
@@ -316,7 +324,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
 
 /// Counts the entries (non-empty lines) of input files, for a build whose
 /// `--items` was left out: one extra pass over the inputs, said on stderr.
-fn count_entries(inputs: &[String]) -> Result<u64> {
+pub(super) fn count_entries(inputs: &[String]) -> Result<u64> {
     if inputs.iter().any(|i| i == "-") {
         return Err(crate::cmd::UsageError(
             "--items is required when reading standard input (it cannot be read twice to count it)"
@@ -500,6 +508,15 @@ pub fn add(a: AddArgs) -> Result<i32> {
             "--print-new applies to Redis filters (an add to a file has one writer)".into(),
         )
         .into());
+    }
+    if crate::cmd::deletable::kind_of(&a.filter).is_some() {
+        return crate::cmd::deletable::edit(
+            &a.filter,
+            &a.inputs,
+            a.keys,
+            a.strict,
+            crate::cmd::deletable::Op::Add,
+        );
     }
     let started = Instant::now();
     // All layers, writable; in a data directory also its lock (refused

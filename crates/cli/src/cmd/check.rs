@@ -173,6 +173,9 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
     if crate::cmd::redis::is_address(&a.filter) {
         return check_redis(a, out);
     }
+    if crate::cmd::deletable::kind_of(&a.filter).is_some() {
+        return check_deletable(a, out);
+    }
     if a.verify {
         crate::cmd::verify_files(&a.filter)?;
     }
@@ -266,6 +269,53 @@ fn check_redis(a: CheckArgs, out: impl Write) -> Result<i32> {
                 r.with_context(|| format!("checking against {}", filter.address().display()))?;
             report.take(chunk, r)
         },
+    )?;
+    report.finish(output)
+}
+
+/// `bloomgate check` against a counting or cuckoo filter file: the same
+/// lookup keys, whitelist rule, output and exit codes as for a Bloom file,
+/// one lookup at a time (these filters have no batched lookup). The file is
+/// memory-mapped whole; checking in slices (`--memory`) is for Bloom filters,
+/// so a budget smaller than the filter is refused rather than ignored.
+fn check_deletable(a: CheckArgs, out: impl Write) -> Result<i32> {
+    use crate::cmd::deletable::Deletable;
+    let d = Deletable::open(&a.filter)?;
+    if a.verify {
+        d.filter.verify()?;
+    }
+    d.check_rules(&a.filter, a.keys, a.match_mode)?;
+    if let Some(budget) = a.memory.filter(|&m| m < d.filter.data_bytes()) {
+        return Err(crate::cmd::UsageError(format!(
+            "{}: checking in slices (--memory {}) is for Bloom filters; this {} filter's {} are memory-mapped whole: leave out --memory",
+            a.filter,
+            bytes(budget),
+            d.filter.kind(),
+            bytes(d.filter.data_bytes())
+        ))
+        .into());
+    }
+    let output = Output::of(&a);
+    let mut report = Report::new(out, &a.inputs, d.kind);
+    let filter = &d.filter;
+    input::process(
+        a.inputs.clone(),
+        Progress::default(),
+        |chunk| {
+            let (mut r, lines) = ChunkOut::split(chunk);
+            let mut keys = Vec::new();
+            for (line_no, line) in lines {
+                let verdict = query_keys(d.kind, d.mode, line, &mut keys).map(|()| {
+                    verdict_ref(
+                        &d.whitelist,
+                        keys.iter().map(|k| (k.as_slice(), filter.contains(k))),
+                    )
+                });
+                r.answer(output, line_no, line, verdict);
+            }
+            r
+        },
+        |chunk, r| report.take(chunk, r),
     )?;
     report.finish(output)
 }

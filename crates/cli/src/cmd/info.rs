@@ -14,6 +14,9 @@ pub fn run(a: InfoArgs) -> Result<i32> {
     if crate::cmd::redis::is_address(&a.filter) {
         return crate::cmd::redis::info(a);
     }
+    if crate::cmd::deletable::kind_of(&a.filter).is_some() {
+        return crate::cmd::deletable::info(a);
+    }
     let stdout = std::io::stdout();
     let mut o = stdout.lock();
     if a.verify {

@@ -4,9 +4,11 @@
 mod build;
 pub mod check;
 pub mod dedup;
+mod deletable;
 mod info;
 mod plan;
 pub mod redis;
+mod remove;
 mod serve;
 mod spill;
 mod union;
@@ -36,7 +38,11 @@ pub fn run(cli: Cli) -> Result<i32> {
     // its signals itself).
     if matches!(
         cli.command,
-        Command::Build(_) | Command::Add(_) | Command::Check(_) | Command::Dedup(_)
+        Command::Build(_)
+            | Command::Add(_)
+            | Command::Remove(_)
+            | Command::Check(_)
+            | Command::Dedup(_)
     ) {
         crate::input::stop_on_signals();
     }
@@ -44,6 +50,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Plan(a) => plan::run(a),
         Command::Build(a) => build::build(a),
         Command::Add(a) => build::add(a),
+        Command::Remove(a) => remove::run(a),
         Command::Check(a) => check::run(a),
         Command::Info(a) => info::run(a),
         Command::Union(a) => union::run(a),

@@ -1,4 +1,15 @@
-//! `bloomgate plan`: sizes for both layouts, and the exact classic optimum.
+//! `bloomgate plan`: sizes for both Bloom layouts, and the exact classic
+//! optimum; with `--layout counting|cuckoo`, the cost of a filter that can
+//! delete, beside them.
+//!
+//! The deletable rows come from the engine's planners
+//! (`math::plan_counting`, `math::plan_cuckoo`, whose formulas and
+//! trade-offs are in `bloomgate_engine::math`): a counting filter is the
+//! blocked Bloom layout with 4-bit counters in 128-counter blocks, so it
+//! costs several times a blocked filter; a cuckoo filter's table is a power
+//! of two of buckets, so its bits per item vary between `f/0.95` and
+//! `2f/0.95` with the item count, and the plan says how full it is and how
+//! many items the same table would hold at its planned 95 % load.
 
 use std::io::Write;
 
@@ -8,7 +19,7 @@ use serde_json::json;
 use bloomgate_engine::math::{self, Layout};
 use bloomgate_url::{max_lookups, KeyKind, MatchMode};
 
-use crate::args::PlanArgs;
+use crate::args::{BuildLayoutArg, PlanArgs};
 use crate::report::{bytes, thousands};
 
 pub fn run(a: PlanArgs) -> Result<i32> {
@@ -29,6 +40,12 @@ pub fn run(a: PlanArgs) -> Result<i32> {
         layouts.push(plan);
     }
     let (opt_bpi, opt_k) = math::classic_optimum(per_lookup);
+    let extra = match a.layout {
+        Some(l @ (BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo)) => {
+            Some(deletable_row(l, n, per_lookup, lookups, &layouts[0])?)
+        }
+        _ => None,
+    };
     if a.json {
         let out = json!({
             "items": n,
@@ -51,7 +68,7 @@ pub fn run(a: PlanArgs) -> Result<i32> {
                 "k": pl.k,
                 "predicted_fp": pl.predicted_fp,
                 "predicted_fp_per_query": 1.0 - (1.0 - pl.predicted_fp).powi(lookups as i32),
-            })).collect::<Vec<_>>(),
+            })).chain(extra.as_ref().map(|r| r.json.clone())).collect::<Vec<_>>(),
         });
         writeln!(o, "{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(0);
@@ -90,7 +107,121 @@ pub fn run(a: PlanArgs) -> Result<i32> {
             pl.predicted_fp * 100.0
         )?;
     }
+    if let Some(r) = &extra {
+        writeln!(o, "{}", r.row)?;
+    }
     writeln!(o)?;
     writeln!(o, "blocked: one cache miss per lookup (default); classic: smallest, k cache misses per lookup")?;
+    if let Some(r) = &extra {
+        writeln!(o, "{}", r.note)?;
+    }
     Ok(0)
+}
+
+/// The plan of a deletable layout: its table row, its JSON entry (the
+/// Bloom rows' fields plus its own), and a note on what it costs.
+struct DeletableRow {
+    row: String,
+    json: serde_json::Value,
+    note: String,
+}
+
+fn deletable_row(
+    layout: BuildLayoutArg,
+    n: u64,
+    per_lookup: f64,
+    lookups: u32,
+    blocked: &math::Plan,
+) -> Result<DeletableRow> {
+    let usage = |e: math::PlanError| crate::cmd::UsageError(e.to_string());
+    let per_query = |fp: f64| 1.0 - (1.0 - fp).powi(lookups as i32);
+    let row = |name: &str, bits: u64, bpi: f64, k: String, fp: f64| {
+        format!(
+            "{:<8} {:>18} {:>12} {:>13.2} {:>3} {:>12.4}%",
+            name,
+            thousands(bits),
+            bytes(bits / 8),
+            bpi,
+            k,
+            fp * 100.0
+        )
+    };
+    let times = |bits: u64| bits as f64 / blocked.bits as f64;
+    Ok(match layout {
+        BuildLayoutArg::Counting => {
+            let pl = math::plan_counting(n, per_lookup).map_err(usage)?;
+            DeletableRow {
+                row: row(
+                    "counting",
+                    pl.bits(),
+                    pl.bits_per_item(),
+                    pl.k.to_string(),
+                    pl.predicted_fp,
+                ),
+                json: json!({
+                    "layout": "counting",
+                    "bits": pl.bits(),
+                    "bytes": pl.bytes(),
+                    "bits_per_item": pl.bits_per_item(),
+                    "k": pl.k,
+                    "predicted_fp": pl.predicted_fp,
+                    "predicted_fp_per_query": per_query(pl.predicted_fp),
+                    "counters": pl.counters,
+                    "counter_bits": math::COUNTER_BITS,
+                    "times_blocked": times(pl.bits()),
+                }),
+                note: format!(
+                    "counting: can delete (bloomgate remove); {} {}-bit counters, {} to a cache line, k = {}: {:.1}x the blocked filter's memory",
+                    thousands(pl.counters),
+                    math::COUNTER_BITS,
+                    math::COUNTING_BLOCK_COUNTERS,
+                    pl.k,
+                    times(pl.bits())
+                ),
+            }
+        }
+        _ => {
+            let pl = math::plan_cuckoo(n, per_lookup, math::CUCKOO_DEFAULT_BUCKET_SIZE)
+                .map_err(usage)?;
+            let fits = (pl.slots() as f64 * math::cuckoo_max_load(pl.bucket_size)).floor() as u64;
+            DeletableRow {
+                row: row(
+                    "cuckoo",
+                    pl.bits(),
+                    pl.bits_per_item(),
+                    "-".into(),
+                    pl.predicted_fp,
+                ),
+                json: json!({
+                    "layout": "cuckoo",
+                    "bits": pl.bits(),
+                    "bytes": pl.bytes(),
+                    "bits_per_item": pl.bits_per_item(),
+                    "k": null,
+                    "predicted_fp": pl.predicted_fp,
+                    "predicted_fp_per_query": per_query(pl.predicted_fp),
+                    "buckets": pl.buckets,
+                    "bucket_size": pl.bucket_size,
+                    "fingerprint_bits": pl.fingerprint_bits,
+                    "slots": pl.slots(),
+                    "load": pl.load(),
+                    "max_items": fits,
+                    "times_blocked": times(pl.bits()),
+                }),
+                note: format!(
+                    "cuckoo: can delete (bloomgate remove); {}-bit fingerprints in {} buckets of {}: {:.1} % full at {} items, {:.1}x the blocked filter's memory;\n        \
+                     its bucket count is a power of two, so the same table holds up to {} items ({:.1} bits per item) at its planned {:.0} % load; adds fail beyond it",
+                    pl.fingerprint_bits,
+                    thousands(pl.buckets),
+                    pl.bucket_size,
+                    pl.load() * 100.0,
+                    thousands(n),
+                    times(pl.bits()),
+                    thousands(fits),
+                    pl.bits() as f64 / fits.max(1) as f64,
+                    math::cuckoo_max_load(pl.bucket_size) * 100.0
+                ),
+            }
+        }
+    })
 }

@@ -1,0 +1,747 @@
+//! Counting and cuckoo filters from the command line: `build --layout
+//! counting|cuckoo`, and `add`, `remove`, `check` and `info` on their files.
+//!
+//! # Why beside the Bloom path, not inside it
+//!
+//! A Bloom filter file goes through [`bloomgate_blacklist::Blacklist`]: a
+//! chain of layers with growth rules, updated in place (bits are only ever
+//! set, so a half-finished update loses nothing and is resealed), with the
+//! live adds of a served data directory replayed into it. A deletable filter
+//! (`bloomgate_engine::deletable`) differs in the two ways that matter here:
+//!
+//! * **It is never changed in place.** A delete clears what an insert set
+//!   and a cuckoo insert moves fingerprints between buckets, so a crash in
+//!   the middle of an in-place write could lose an item stored long before.
+//!   The file is mapped copy-on-write, changed in this process's memory,
+//!   and written whole by the engine's `save` (temporary file, fsync,
+//!   rename, fsync of the directory). An `add` or `remove` that fails, is
+//!   interrupted or is killed therefore leaves the previous file, byte for
+//!   byte; one that succeeds replaces it in one rename.
+//! * **One file is one table.** No layers, no growth: a cuckoo filter with
+//!   no room left is an error (nothing is ever evicted), a counting filter
+//!   past its planned count says its false-positive rate went up.
+//!
+//! What they share with Bloom files is everything a user sees: entries and
+//! queries become keys by the same rules (`bloomgate_url::entry_key`,
+//! `query_keys`, stored key kind and match mode), the same whitelist file
+//! beside the filter is consulted by the same rule
+//! ([`bloomgate_blacklist::verdict_ref`]), and `check` prints the same
+//! output with the same exit codes (see `cmd::check`).
+//!
+//! # Multisets, and the one risk of deleting
+//!
+//! Every entry line adds one copy: a counting filter adds one to each of the
+//! item's counters, a cuckoo filter stores one more fingerprint (as
+//! RedisBloom's `CF.ADD`), so an entry added twice stays present after one
+//! `remove`. A delete takes back one copy's trace. Deleting an item that
+//! was never added but tests present (a false positive, at the filter's
+//! rate) takes away *another* item's counts or fingerprint, and that item
+//! may then test absent: a false negative. Neither filter can tell, so the
+//! user must guarantee it: remove only entries that were added, and as many
+//! times as they were added at most (`remove --help`, README "Deleting
+//! entries").
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::json;
+
+use bloomgate_blacklist::datadir::{self, DirLock};
+use bloomgate_blacklist::{per_lookup_rate, Whitelist};
+use bloomgate_engine::format::{peek_layout_code, DeletableKind, FORMAT_VERSION};
+use bloomgate_engine::math::{self, CUCKOO_DEFAULT_BUCKET_SIZE, CUCKOO_PLANNED_LOAD};
+use bloomgate_engine::{
+    random_seed, Access, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams,
+    Removal,
+};
+use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
+
+use crate::args::{BuildArgs, InfoArgs, KeysArg, MatchArg};
+use crate::cmd::UsageError;
+use crate::input::{self, Progress};
+use crate::report::{self, bytes, thousands};
+
+/// How many invalid (or absent) entries are named before only counting.
+const SHOW: usize = 10;
+
+/// How many single-label host entries are named before only counting.
+const SHOW_SINGLE_LABEL: usize = 5;
+
+/// The deletable kind of the filter file at `path`; `None` for a Bloom
+/// filter, and for anything that cannot be read as a filter (the Bloom path
+/// then reports why, as it always has).
+pub fn kind_of(path: &str) -> Option<DeletableKind> {
+    peek_layout_code(Path::new(path))
+        .ok()
+        .and_then(DeletableKind::from_code)
+}
+
+/// A counting or cuckoo filter file with its key rules and whitelist.
+pub struct Deletable {
+    /// The filter (never [`AnyFilter::Bloom`]).
+    pub filter: AnyFilter,
+    /// What its entries are.
+    pub kind: KeyKind,
+    /// How queries match them.
+    pub mode: MatchMode,
+    /// The exact list of known false positives (`FILE.whitelist`).
+    pub whitelist: Whitelist,
+}
+
+impl Deletable {
+    /// Opens the counting or cuckoo filter file at `path` (the header is
+    /// checked, the data mapped copy-on-write) and its whitelist.
+    pub fn open(path: &str) -> Result<Deletable> {
+        let filter = AnyFilter::open(path, Access::ReadOnly)?;
+        if !filter.kind().deletable() {
+            bail!(
+                "{path}: a {} Bloom filter, not a counting or cuckoo filter",
+                filter.kind()
+            );
+        }
+        let (kind, mode) = rules_of(path, &filter)?;
+        let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))?;
+        Ok(Deletable {
+            filter,
+            kind,
+            mode,
+            whitelist,
+        })
+    }
+
+    /// Fails with a usage error if `keys` or `mode` is given and differs
+    /// from the filter's (the messages of `cmd::check_kind`).
+    pub fn check_rules(
+        &self,
+        path: &str,
+        keys: Option<KeysArg>,
+        mode: Option<MatchArg>,
+    ) -> Result<()> {
+        if let Some(k) = keys.map(KeyKind::from) {
+            if k != self.kind {
+                return Err(UsageError(format!(
+                    "{path} holds {} keys, but --keys {k} was given",
+                    self.kind
+                ))
+                .into());
+            }
+        }
+        if let Some(m) = mode.map(MatchMode::from) {
+            if m != self.mode {
+                return Err(UsageError(format!(
+                    "{path} was built for {} matching, but --match {m} was given",
+                    self.mode
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The key kind and match mode stored in a filter's header.
+fn rules_of(path: &str, filter: &AnyFilter) -> Result<(KeyKind, MatchMode)> {
+    let kind = KeyKind::from_u8(filter.key_kind()).ok_or_else(|| {
+        anyhow!(
+            "{path}: unknown key kind code {} (written by a newer bloomgate?)",
+            filter.key_kind()
+        )
+    })?;
+    let mode = MatchMode::from_u8(filter.match_mode()).ok_or_else(|| {
+        anyhow!(
+            "{path}: unknown match mode code {} (written by a newer bloomgate?)",
+            filter.match_mode()
+        )
+    })?;
+    Ok((kind, mode))
+}
+
+/// What is done to each entry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Add one copy.
+    Add,
+    /// Remove one copy.
+    Remove,
+}
+
+/// What one pass of adds or removes did.
+#[derive(Default)]
+pub struct Tally {
+    /// Non-empty input lines read.
+    pub lines: u64,
+    /// Lines that are not valid entries of the key kind (skipped).
+    pub invalid: u64,
+    /// Add: copies added. Remove: copies removed.
+    pub done: u64,
+    /// Add: of those, entries that were present already (one more copy).
+    /// Remove: entries not present (nothing changed).
+    pub other: u64,
+    /// Remove: the first few entries that were not present (`file:line`).
+    pub absent_at: Vec<String>,
+    /// Invalid entries named on stderr so far.
+    shown: usize,
+    single_label: u64,
+    single_label_at: Vec<String>,
+}
+
+/// Where an add found a cuckoo filter full: the entry that found no room
+/// (it and every later one were not added; every earlier one was).
+pub struct Full {
+    /// `input:line` of the entry.
+    pub at: String,
+    /// Evictions tried before giving up (all undone by the engine).
+    pub kicks: u32,
+}
+
+/// The keys of one input chunk, made on a worker: back to back in `arena`,
+/// with their line numbers.
+struct ChunkKeys {
+    arena: Vec<u8>,
+    ends: Vec<usize>,
+    lines: Vec<u64>,
+    invalid: Vec<(u64, String)>,
+    single_label: Vec<u64>,
+}
+
+/// Applies `op` to every entry of `inputs`, in input order: the lines are
+/// turned into keys on every core, and the keys go into the filter one at a
+/// time in the order of the input, so that "the first N entries were added"
+/// is exact when a cuckoo filter fills up (`full` then says where).
+///
+/// Returns what was done and how the pass ended; on an error the filter
+/// holds the changes made before it, and the caller decides whether to save.
+pub fn apply(
+    filter: &AnyFilter,
+    (kind, mode): (KeyKind, MatchMode),
+    inputs: &[String],
+    strict: bool,
+    op: Op,
+    full: &mut Option<Full>,
+) -> (Tally, Result<()>) {
+    let mut t = Tally::default();
+    let names = inputs.to_vec();
+    let progress = Progress::default();
+    let bar = report::progress_bar(input::total_size(inputs), &progress, None);
+    let mut first_invalid = None;
+    let result = input::process(
+        inputs.to_vec(),
+        progress,
+        |chunk| {
+            let mut out = ChunkKeys {
+                arena: Vec::with_capacity(chunk.data.len()),
+                ends: Vec::new(),
+                lines: Vec::new(),
+                invalid: Vec::new(),
+                single_label: Vec::new(),
+            };
+            chunk.for_each_line(|line_no, line| {
+                match line.map(|l| entry_key(kind, mode, l).map_err(|e| e.to_string())) {
+                    Ok(Ok(k)) => {
+                        if kind == KeyKind::Host && is_single_label_host(&k) {
+                            out.single_label.push(line_no);
+                        }
+                        out.arena.extend_from_slice(&k);
+                        out.ends.push(out.arena.len());
+                        out.lines.push(line_no);
+                    }
+                    Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
+                }
+            });
+            out
+        },
+        |chunk, mut out| {
+            let name = &names[chunk.input];
+            t.lines += (out.lines.len() + out.invalid.len()) as u64;
+            out.invalid.sort_by_key(|(l, _)| *l);
+            for (line, reason) in out.invalid {
+                t.invalid += 1;
+                let msg = format!("{name}:{line}: invalid {kind} entry: {reason}");
+                if strict {
+                    first_invalid = Some(msg);
+                    bail!("stopping at the first invalid entry (--strict)");
+                }
+                if t.shown < SHOW {
+                    eprintln!("bloomgate: {msg}");
+                    t.shown += 1;
+                }
+            }
+            t.single_label += out.single_label.len() as u64;
+            for line in out.single_label {
+                if t.single_label_at.len() < SHOW_SINGLE_LABEL {
+                    t.single_label_at.push(format!("{name}:{line}"));
+                }
+            }
+            let mut start = 0;
+            for (&end, &line) in out.ends.iter().zip(&out.lines) {
+                let key = &out.arena[start..end];
+                start = end;
+                match (op, filter) {
+                    (Op::Add, AnyFilter::Counting(f)) => {
+                        t.done += 1;
+                        t.other += !f.insert(key) as u64;
+                    }
+                    (Op::Add, AnyFilter::Cuckoo(f)) => match f.insert(key) {
+                        Ok(new) => {
+                            t.done += 1;
+                            t.other += !new as u64;
+                        }
+                        Err(e) => {
+                            *full = Some(Full {
+                                at: format!("{name}:{line}"),
+                                kicks: e.kicks,
+                            });
+                            bail!("{e}");
+                        }
+                    },
+                    (Op::Remove, AnyFilter::Counting(_) | AnyFilter::Cuckoo(_)) => {
+                        let removal = match filter {
+                            AnyFilter::Counting(f) => f.remove(key),
+                            AnyFilter::Cuckoo(f) => f.remove(key),
+                            AnyFilter::Bloom(_) => unreachable!("matched above"),
+                        };
+                        match removal {
+                            Removal::Removed => t.done += 1,
+                            Removal::NotPresent => {
+                                t.other += 1;
+                                if t.absent_at.len() < SHOW {
+                                    t.absent_at.push(format!(
+                                        "{name}:{line} ({})",
+                                        String::from_utf8_lossy(key)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    (_, AnyFilter::Bloom(_)) => {
+                        bail!("a Bloom filter cannot take this path (internal error)")
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    report::finish(bar);
+    let result = match first_invalid {
+        Some(msg) => Err(anyhow!("{msg} (--strict)")),
+        None => result,
+    };
+    if t.invalid > t.shown as u64 {
+        eprintln!(
+            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
+            thousands(t.invalid - t.shown as u64),
+            thousands(t.invalid)
+        );
+    }
+    if t.single_label > 0 {
+        eprintln!(
+            "bloomgate: warning: {} host entr{} of a single label (at {}{}) will match only that exact host, never its subdomains: queries look up parent domains of at least two labels",
+            thousands(t.single_label),
+            if t.single_label == 1 { "y" } else { "ies" },
+            t.single_label_at.join(", "),
+            if t.single_label > t.single_label_at.len() as u64 {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    (t, result)
+}
+
+/// Takes the data directory's lock if the file is in one: a running server
+/// holds it (the change would be lost to, or lose, the server's state), so
+/// the edit is refused then, as `add` is for Bloom files.
+fn lock_data_dir(path: &str) -> Result<Option<DirLock>> {
+    Ok(match datadir::locate(Path::new(path)) {
+        Some((dir, _)) => Some(DirLock::acquire(&dir)?),
+        None => None,
+    })
+}
+
+/// `bloomgate add` or `bloomgate remove` on a counting or cuckoo filter
+/// file: the changes are made in memory and the file is replaced whole,
+/// atomically, at the end.
+///
+/// * Success: saved.
+/// * A cuckoo filter that fills up during an add: the entries before the
+///   one that found no room are saved (no entry is evicted by a full
+///   table, so nothing stored before is lost), and the error says how many
+///   and where it stopped.
+/// * Any other failure (an I/O error, `--strict`, Ctrl-C): nothing is
+///   saved; the file is as it was.
+pub fn edit(
+    path: &str,
+    inputs: &[String],
+    keys: Option<KeysArg>,
+    strict: bool,
+    op: Op,
+) -> Result<i32> {
+    let started = Instant::now();
+    let verb = match op {
+        Op::Add => "added to",
+        Op::Remove => "removed from",
+    };
+    let _lock = lock_data_dir(path)?;
+    let d = Deletable::open(path)?;
+    d.check_rules(path, keys, None)?;
+    // The file is rewritten whole with a fresh checksum: check the data it
+    // holds first, or damage would be sealed in as if it were valid.
+    d.filter
+        .verify()
+        .with_context(|| format!("refusing to change {path}: its data is damaged"))?;
+    let mut full = None;
+    let (t, result) = apply(&d.filter, (d.kind, d.mode), inputs, strict, op, &mut full);
+    match (result, full) {
+        (Ok(()), _) => {
+            d.filter.save(path)?;
+            summary(verb, op, path, &d.filter, &t, started);
+            Ok(0)
+        }
+        (Err(_), Some(full)) => {
+            d.filter.save(path)?;
+            summary(verb, op, path, &d.filter, &t, started);
+            bail!(
+                "{path}: the cuckoo filter is full: the entry at {} found no room after {} evictions (all undone); the {} entries before it were added and saved, it and the rest were not. Nothing stored was lost. Build a larger filter (bloomgate build --layout cuckoo --items …) for more",
+                full.at,
+                full.kicks,
+                thousands(t.done)
+            )
+        }
+        (Err(e), None) => Err(anyhow!(
+            "{}; nothing was saved: {path} is unchanged",
+            report::one_line(&e)
+        )),
+    }
+}
+
+/// The last line of `build`, `add` and `remove`: what was done and what the
+/// filter holds now.
+fn summary(verb: &str, op: Op, path: &str, filter: &AnyFilter, t: &Tally, started: Instant) {
+    let secs = started.elapsed().as_secs_f64();
+    let what = match op {
+        Op::Add if t.other > 0 => format!(
+            "{} added ({} of them already present: one more copy each)",
+            thousands(t.done),
+            thousands(t.other)
+        ),
+        Op::Add => format!("{} added", thousands(t.done)),
+        Op::Remove => format!(
+            "{} removed, {} not present",
+            thousands(t.done),
+            thousands(t.other)
+        ),
+    };
+    let load = match filter {
+        AnyFilter::Cuckoo(f) => format!(", load {:.1} %", f.load() * 100.0),
+        _ => String::new(),
+    };
+    eprintln!(
+        "{verb} {path}: {} lines, {what}, {} invalid; {} items in the {} filter ({} planned{load}), {}, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
+        thousands(t.lines),
+        thousands(t.invalid),
+        thousands(filter.items()),
+        filter.kind(),
+        thousands(filter.planned_items()),
+        bytes(filter.data_bytes()),
+        thousands((t.lines as f64 / secs.max(1e-9)) as u64),
+        filter.predicted_fp(),
+        filter.target_fp(),
+    );
+    if op == Op::Remove && t.other > 0 {
+        eprintln!(
+            "bloomgate: not present (nothing changed): {}{}",
+            t.absent_at.join(", "),
+            if t.other > t.absent_at.len() as u64 {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    if matches!(filter, AnyFilter::Counting(_)) && filter.items() > filter.planned_items() {
+        eprintln!(
+            "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
+            thousands(filter.items()),
+            thousands(filter.planned_items()),
+            filter.predicted_fp(),
+            filter.target_fp()
+        );
+    }
+}
+
+/// Refuses a filter larger than the memory it may take: counting and cuckoo
+/// filters are built whole in memory (the Bloom layouts' build in slices
+/// has no counterpart for them).
+fn check_memory(layout: &str, need: u64, memory: Option<u64>) -> Result<()> {
+    let hint = "counting and cuckoo filters are built whole in memory (only the Bloom layouts, blocked and classic, are built in slices)";
+    match memory {
+        Some(m) if need > m => Err(UsageError(format!(
+            "the {layout} filter needs {} but --memory allows {}: {hint}; raise --memory, or plan for fewer items or a higher rate",
+            bytes(need),
+            bytes(m)
+        ))
+        .into()),
+        Some(_) => Ok(()),
+        None => match bloomgate_engine::mem_available() {
+            Some(avail) if need > avail / 10 * 6 => bail!(
+                "the {layout} filter needs {} but only {} may be used (60 % of the {} available): {hint}; pass --memory to allow more",
+                bytes(need),
+                bytes(avail / 10 * 6),
+                bytes(avail)
+            ),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// `bloomgate build --layout counting|cuckoo`: plans the filter, inserts
+/// every entry in memory, and writes the file atomically at the end
+/// (nothing is left at the output path on any failure).
+pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
+    let started = Instant::now();
+    let layout = which.name();
+    let kind: KeyKind = a.keys.keys.into();
+    let mode: MatchMode = a.keys.match_mode.into();
+    let p = &a.policy;
+    if p.policy.is_some()
+        || p.generations.is_some()
+        || p.window.is_some()
+        || p.window_secs.is_some()
+        || p.clear_at.is_some()
+    {
+        return Err(UsageError(format!(
+            "--policy and its settings apply to Bloom filters; a {layout} filter is one fixed table"
+        ))
+        .into());
+    }
+    if a.spill.is_some() {
+        return Err(UsageError(format!(
+            "--spill applies to Bloom filters built in slices; a {layout} filter is built in memory"
+        ))
+        .into());
+    }
+    if !a.force && Path::new(&a.output).exists() {
+        return Err(UsageError(format!(
+            "{}: already exists (use --force to overwrite, or `bloomgate add` to add to it)",
+            a.output
+        ))
+        .into());
+    }
+    let items = match a.size.items {
+        Some(n) => n,
+        None => crate::cmd::build::count_entries(&a.inputs)?,
+    };
+    let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
+    let seed = a.seed.unwrap_or_else(random_seed);
+    let usage = |e: bloomgate_engine::PlanError| UsageError(e.to_string());
+    let filter = match which {
+        DeletableKind::Counting => {
+            let plan = math::plan_counting(items, per_lookup).map_err(usage)?;
+            check_memory(layout, plan.bytes(), a.memory)?;
+            let mut params = CountingParams::from_plan(&plan, seed);
+            params.key_kind = kind.as_u8();
+            params.match_mode = mode.as_u8();
+            AnyFilter::Counting(CountingFilter::new(params)?)
+        }
+        DeletableKind::Cuckoo => {
+            let plan =
+                math::plan_cuckoo(items, per_lookup, CUCKOO_DEFAULT_BUCKET_SIZE).map_err(usage)?;
+            check_memory(layout, plan.bytes(), a.memory)?;
+            let mut params = CuckooParams::from_plan(&plan, seed);
+            params.key_kind = kind.as_u8();
+            params.match_mode = mode.as_u8();
+            AnyFilter::Cuckoo(CuckooFilter::new(params)?)
+        }
+    };
+    let mut full = None;
+    let (t, result) = apply(
+        &filter,
+        (kind, mode),
+        &a.inputs,
+        a.strict,
+        Op::Add,
+        &mut full,
+    );
+    match (result, full) {
+        (Ok(()), _) => {
+            filter.save(&a.output)?;
+            summary("built", Op::Add, &a.output, &filter, &t, started);
+            Ok(0)
+        }
+        (Err(_), Some(full)) => bail!(
+            "the cuckoo filter planned for {} entries is full after {} (the entry at {} found no room after {} evictions): the inputs hold more entries than --items; nothing was written to {}",
+            thousands(items),
+            thousands(t.done),
+            full.at,
+            full.kicks,
+            a.output
+        ),
+        (Err(e), None) => Err(anyhow!(
+            "{}; nothing was written to {}",
+            report::one_line(&e),
+            a.output
+        )),
+    }
+}
+
+/// `bloomgate info` on a counting or cuckoo filter file. Unlike a Bloom
+/// filter's (which reads only the header), it makes one pass over the data
+/// to count non-zero and saturated counters, or occupied slots.
+pub fn info(a: InfoArgs) -> Result<i32> {
+    use std::io::Write;
+    let d = Deletable::open(&a.filter)?;
+    if a.verify {
+        d.filter.verify()?;
+    }
+    let f = &d.filter;
+    let data_bytes = f.data_bytes();
+    let planned = f.planned_items();
+    let mut v = json!({
+        "path": a.filter,
+        "format_version": FORMAT_VERSION,
+        "layout": f.kind().name(),
+        "deletable": true,
+        "bits": data_bytes * 8,
+        "bytes": data_bytes,
+        "bits_per_item": (data_bytes * 8) as f64 / planned.max(1) as f64,
+        "hash": "xxh3-128",
+        "seed": format!("{:#018x}", f.seed()),
+        "key_kind": d.kind.to_string(),
+        "match_mode": d.mode.to_string(),
+        "items": f.items(),
+        "planned_items": planned,
+        "target_fp": f.target_fp(),
+        "predicted_fp": f.predicted_fp(),
+        "whitelist_items": d.whitelist.len(),
+        "verified": a.verify,
+    });
+    let mut lines: Vec<(&str, String)> = Vec::new();
+    match f {
+        AnyFilter::Counting(c) => {
+            let p = c.params();
+            let nonzero = c.nonzero_counters();
+            let saturated = c.saturated_counters();
+            v["counters"] = json!(p.counters);
+            v["counter_bits"] = json!(math::COUNTER_BITS);
+            v["k"] = json!(p.k);
+            v["load"] = json!(c.load());
+            v["nonzero_counters"] = json!(nonzero);
+            v["fill_ratio"] = json!(nonzero as f64 / p.counters as f64);
+            v["saturated_counters"] = json!(saturated);
+            lines.push((
+                "layout",
+                format!(
+                    "counting ({}-bit counters, {} to a 64-byte block, k = {})",
+                    math::COUNTER_BITS,
+                    math::COUNTING_BLOCK_COUNTERS,
+                    p.k
+                ),
+            ));
+            lines.push((
+                "size",
+                format!("{} counters = {}", thousands(p.counters), bytes(data_bytes)),
+            ));
+            lines.push((
+                "load",
+                format!(
+                    "{:.4} ({} items of {} planned)",
+                    c.load(),
+                    thousands(c.items()),
+                    thousands(planned)
+                ),
+            ));
+            lines.push((
+                "fill ratio",
+                format!(
+                    "{:.4} ({} counters above zero)",
+                    nonzero as f64 / p.counters as f64,
+                    thousands(nonzero)
+                ),
+            ));
+            lines.push((
+                "saturated",
+                format!(
+                    "{} counters at {} (never changed again: a delete cannot clear them)",
+                    thousands(saturated),
+                    math::COUNTER_MAX
+                ),
+            ));
+        }
+        AnyFilter::Cuckoo(c) => {
+            let p = c.params();
+            let occupied = c.occupied_slots();
+            v["buckets"] = json!(p.buckets);
+            v["bucket_size"] = json!(p.bucket_size);
+            v["fingerprint_bits"] = json!(p.fingerprint_bits);
+            v["max_kicks"] = json!(p.max_kicks);
+            v["slots"] = json!(p.slots());
+            v["occupied_slots"] = json!(occupied);
+            v["load"] = json!(c.load());
+            v["fill_ratio"] = json!(occupied as f64 / p.slots() as f64);
+            lines.push((
+                "layout",
+                format!(
+                    "cuckoo ({}-bit fingerprints, buckets of {} slots, up to {} evictions per insert)",
+                    p.fingerprint_bits, p.bucket_size, p.max_kicks
+                ),
+            ));
+            lines.push((
+                "size",
+                format!(
+                    "{} buckets = {} slots = {}",
+                    thousands(p.buckets),
+                    thousands(p.slots()),
+                    bytes(data_bytes)
+                ),
+            ));
+            lines.push((
+                "load",
+                format!(
+                    "{:.4} ({} of {} slots occupied; {} items planned, inserts may fail past about {:.0} %)",
+                    occupied as f64 / p.slots() as f64,
+                    thousands(occupied),
+                    thousands(p.slots()),
+                    thousands(planned),
+                    CUCKOO_PLANNED_LOAD * 100.0
+                ),
+            ));
+        }
+        AnyFilter::Bloom(_) => bail!("{}: not a counting or cuckoo filter", a.filter),
+    }
+    let stdout = std::io::stdout();
+    let mut o = stdout.lock();
+    if a.json {
+        writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(0);
+    }
+    writeln!(o, "file            {}", a.filter)?;
+    writeln!(o, "format          version {FORMAT_VERSION}")?;
+    for (name, line) in &lines[..2] {
+        writeln!(o, "{name:<16}{line}")?;
+    }
+    writeln!(o, "keys            {} ({} matching)", d.kind, d.mode)?;
+    writeln!(o, "hash            xxh3-128, seed {:#018x}", f.seed())?;
+    writeln!(
+        o,
+        "items           {} stored (adds minus removes), {} planned",
+        thousands(f.items()),
+        thousands(planned)
+    )?;
+    for (name, line) in &lines[2..] {
+        writeln!(o, "{name:<16}{line}")?;
+    }
+    writeln!(
+        o,
+        "false positives {:.3e} predicted at {} items (target {:.3e})",
+        f.predicted_fp(),
+        thousands(f.items()),
+        f.target_fp()
+    )?;
+    writeln!(o, "whitelist       {} items", d.whitelist.len())?;
+    if a.verify {
+        writeln!(o, "checksum        verified")?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,758 @@
+//! Counting and cuckoo filters through the real binary, on real files:
+//! build → check → remove → check (removed entries miss, every other entry
+//! still hits), canonical forms, duplicates counted, a cuckoo filter filled
+//! past capacity by `add`, `remove` on a Bloom file, `info` fields, damaged
+//! files, and `add` killed or interrupted in the middle of a large input.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const LAYOUTS: [&str; 2] = ["counting", "cuckoo"];
+
+fn bg() -> Command {
+    Command::cargo_bin("bloomgate").unwrap()
+}
+
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new() -> Dir {
+        Dir(tempfile::tempdir().unwrap())
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+    fn lines<S: AsRef<str>>(&self, name: &str, lines: &[S]) -> PathBuf {
+        let p = self.path(name);
+        let mut text = String::new();
+        for l in lines {
+            text.push_str(l.as_ref());
+            text.push('\n');
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs bloomgate; returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bg().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !stderr.contains("panicked"),
+        "bloomgate {args:?} panicked: {stderr}"
+    );
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    )
+}
+
+/// Runs bloomgate and expects success; returns stdout and stderr.
+fn ok(args: &[&str]) -> (String, String) {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 0, "bloomgate {args:?} failed: {err}");
+    (out, err)
+}
+
+/// The input lines `check` prints as hits.
+fn hits(filter: &Path, queries: &Path) -> Vec<String> {
+    let (out, _) = ok(&["check", s(filter), s(queries)]);
+    out.lines().map(str::to_owned).collect()
+}
+
+fn info(filter: &Path) -> Value {
+    let (out, _) = ok(&["info", "--json", s(filter)]);
+    serde_json::from_str(&out).unwrap()
+}
+
+fn urls(range: std::ops::Range<usize>) -> Vec<String> {
+    range
+        .map(|i| format!("http://site{i}.example/page/{i}"))
+        .collect()
+}
+
+#[test]
+fn build_check_remove_check() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let f = d.path("f.bgf");
+        let mut entries = urls(0..2000);
+        entries.push("http://a.com/x".into());
+        let list = d.lines("list.txt", &entries);
+        let (_, err) = ok(&[
+            "build",
+            "--layout",
+            layout,
+            "--items",
+            "2001",
+            "--fp",
+            "1e-4",
+            "--seed",
+            "7",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        assert!(err.contains(&format!("in the {layout} filter")), "{err}");
+        assert_eq!(hits(&f, &list).len(), 2001, "{layout}: every entry hits");
+
+        // Remove the first 500 in other spellings of the same URLs, and
+        // `HTTP://A.com/x#top` for `http://a.com/x`.
+        let mut gone: Vec<String> = (0..500)
+            .map(|i| format!("HTTP://SITE{i}.Example:80/page/./{i}#frag"))
+            .collect();
+        gone.push("HTTP://A.com/x#top".into());
+        let gone_file = d.lines("gone.txt", &gone);
+        let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
+        assert!(err.contains("501 removed, 0 not present"), "{err}");
+
+        // Zero false negatives: every entry not removed still hits.
+        let kept = d.lines("kept.txt", &entries[500..2000]);
+        assert_eq!(
+            hits(&f, &kept).len(),
+            1500,
+            "{layout}: a kept entry was lost"
+        );
+        // Removed entries miss (at a 1e-4 rate, 501 lookups expect 0.05
+        // false positives; the seed is fixed, so this is deterministic).
+        let removed = d.lines("removed.txt", &entries[..500]);
+        assert_eq!(hits(&f, &removed), Vec::<String>::new(), "{layout}");
+        let ax = d.lines("ax.txt", &["http://a.com/x"]);
+        assert!(
+            hits(&f, &ax).is_empty(),
+            "{layout}: http://a.com/x still hits"
+        );
+        assert_eq!(info(&f)["items"], 1500);
+
+        // Removing them again changes nothing and says so.
+        let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
+        assert!(err.contains("0 removed, 501 not present"), "{err}");
+        assert!(err.contains("not present (nothing changed)"), "{err}");
+        assert_eq!(hits(&f, &kept).len(), 1500);
+
+        // `add` takes them back, in any spelling.
+        let (_, err) = ok(&["add", s(&f), s(&gone_file)]);
+        assert!(err.contains("501 added"), "{err}");
+        assert_eq!(hits(&f, &list).len(), 2001, "{layout}");
+    }
+}
+
+#[test]
+fn check_output_whitelist_and_exit_codes_as_for_bloom() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let f = d.path("f.bgf");
+        let list = d.lines(
+            "list.txt",
+            &["http://evil.example/a", "http://bad.example/"],
+        );
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        let q = d.lines(
+            "q.txt",
+            &[
+                "HTTP://EVIL.example/a#x",
+                "http://good.example/",
+                "http://bad.example/",
+            ],
+        );
+        let (out, _) = ok(&["check", "--count", s(&f), s(&q)]);
+        assert_eq!(out, "2\n");
+        let (out, _) = ok(&["check", "--json", s(&f), s(&q)]);
+        let v: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v[0]["hit"], true);
+        assert_eq!(v[0]["matched"], "evil.example/a");
+        assert_eq!(v[0]["whitelisted"], false);
+        assert_eq!(v[1]["hit"], false);
+
+        // The whitelist beside the file still applies.
+        std::fs::write(
+            d.path("f.bgf.whitelist"),
+            "# bloomgate whitelist v1\nbad.example/\n",
+        )
+        .unwrap();
+        let (out, _) = ok(&["check", "--json", s(&f), s(&q)]);
+        let v: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(v[2]["hit"], false, "{layout}: whitelisted");
+        assert_eq!(v[2]["whitelisted"], true);
+        assert_eq!(v[0]["hit"], true);
+        assert_eq!(info(&f)["whitelist_items"], 1);
+
+        // An invalid query: reported, exit code 1, the others answered.
+        let bad = d.lines("bad.txt", &["http://evil.example/a", "http://[::1"]);
+        let (code, out, err) = run(&["check", s(&f), s(&bad)]);
+        assert_eq!(code, 1, "{err}");
+        assert_eq!(out, "http://evil.example/a\n");
+        assert!(err.contains("invalid url query"), "{err}");
+
+        // Rules that do not match the file's: a usage error.
+        let (code, _, err) = run(&["check", "--keys", "host", s(&f), s(&q)]);
+        assert_eq!(code, 2);
+        assert!(err.contains("holds url keys"), "{err}");
+        let (code, _, err) = run(&["check", "--memory", "64", s(&f), s(&q)]);
+        assert_eq!(code, 2);
+        assert!(err.contains("leave out --memory"), "{err}");
+    }
+}
+
+#[test]
+fn host_keys_match_parent_domains_until_removed() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let f = d.path("f.bgf");
+        let list = d.lines("list.txt", &["Evil.Example", "other.example"]);
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "--keys",
+            "host",
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        let q = d.lines(
+            "q.txt",
+            &["https://a.b.evil.example/x", "joe@other.example"],
+        );
+        assert_eq!(hits(&f, &q).len(), 2);
+        let gone = d.lines("gone.txt", &["EVIL.example."]);
+        ok(&["remove", s(&f), s(&gone)]);
+        assert_eq!(hits(&f, &q), vec!["joe@other.example".to_string()]);
+        let (code, _, err) = run(&["remove", "--keys", "raw", s(&f), s(&gone)]);
+        assert_eq!(code, 2, "{err}");
+    }
+}
+
+#[test]
+fn duplicates_are_counted() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let f = d.path("f.bgf");
+        let list = d.lines("list.txt", &["x", "x", "y"]);
+        let (_, err) = ok(&[
+            "build",
+            "--layout",
+            layout,
+            "--keys",
+            "raw",
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        assert!(err.contains("3 added (1 of them already present"), "{err}");
+        let x = d.lines("x.txt", &["x"]);
+        ok(&["remove", s(&f), s(&x)]);
+        assert_eq!(hits(&f, &x).len(), 1, "{layout}: x was added twice");
+        ok(&["remove", s(&f), s(&x)]);
+        assert!(hits(&f, &x).is_empty(), "{layout}");
+        assert_eq!(hits(&f, &d.lines("y.txt", &["y"])).len(), 1);
+    }
+}
+
+#[test]
+fn counting_counters_saturate_and_never_reach_zero() {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let x15 = d.lines("x15.txt", &["x"; 15]);
+    ok(&[
+        "build",
+        "--layout",
+        "counting",
+        "--keys",
+        "raw",
+        "-n",
+        "100",
+        "-p",
+        "1e-3",
+        "-o",
+        s(&f),
+        s(&x15),
+    ]);
+    let v = info(&f);
+    let k = v["k"].as_u64().unwrap();
+    assert_eq!(v["saturated_counters"].as_u64().unwrap(), k, "{v}");
+    // Saturated counters are never decremented: 15 removes leave x present
+    // (a false positive, never a false negative).
+    ok(&["remove", s(&f), s(&x15)]);
+    let x = d.lines("x.txt", &["x"]);
+    assert_eq!(hits(&f, &x).len(), 1);
+    assert_eq!(info(&f)["items"], 0);
+    let (out, _) = ok(&["info", s(&f)]);
+    assert!(
+        out.contains(&format!("saturated       {k} counters at 15")),
+        "{out}"
+    );
+}
+
+#[test]
+fn info_fields() {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..300));
+    let c = d.path("c.bgf");
+    ok(&[
+        "build",
+        "--layout",
+        "counting",
+        "-n",
+        "1000",
+        "-p",
+        "1e-4",
+        "-o",
+        s(&c),
+        s(&list),
+    ]);
+    let v = info(&c);
+    assert_eq!(v["layout"], "counting");
+    assert_eq!(v["deletable"], true);
+    assert_eq!(v["items"], 300);
+    assert_eq!(v["planned_items"], 1000);
+    assert_eq!(v["key_kind"], "url");
+    assert_eq!(v["match_mode"], "exact");
+    assert_eq!(v["counter_bits"], 4);
+    assert_eq!(v["saturated_counters"], 0);
+    let counters = v["counters"].as_u64().unwrap();
+    assert_eq!(counters % 128, 0);
+    assert_eq!(v["bytes"].as_u64().unwrap(), counters / 2);
+    let nonzero = v["nonzero_counters"].as_u64().unwrap();
+    // 300 items with k counters each (distinct within an item).
+    let k = v["k"].as_u64().unwrap();
+    assert!(nonzero <= 300 * k && nonzero > 300 * k / 2, "{v}");
+    assert!((v["fill_ratio"].as_f64().unwrap() - nonzero as f64 / counters as f64).abs() < 1e-12);
+    assert!((v["load"].as_f64().unwrap() - 0.3).abs() < 1e-12);
+    let fp = v["predicted_fp"].as_f64().unwrap();
+    assert!(fp > 0.0 && fp < 1e-4, "{v}");
+
+    let q = d.path("q.bgf");
+    ok(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "-n",
+        "1000",
+        "-p",
+        "1e-4",
+        "-o",
+        s(&q),
+        s(&list),
+    ]);
+    let v = info(&q);
+    assert_eq!(v["layout"], "cuckoo");
+    assert_eq!(v["items"], 300);
+    assert_eq!(v["occupied_slots"], 300);
+    assert_eq!(v["bucket_size"], 4);
+    // f = ceil(log2(2 * 4 / 1e-4)) = 17 bits.
+    assert_eq!(v["fingerprint_bits"], 17);
+    let slots = v["slots"].as_u64().unwrap();
+    assert_eq!(slots, v["buckets"].as_u64().unwrap() * 4);
+    assert!((v["load"].as_f64().unwrap() - 300.0 / slots as f64).abs() < 1e-12);
+    let (out, _) = ok(&["info", "--verify", s(&q)]);
+    for want in [
+        "cuckoo (17-bit fingerprints, buckets of 4 slots",
+        "300 of",
+        "slots occupied",
+        "false positives",
+        "checksum        verified",
+    ] {
+        assert!(out.contains(want), "{want:?} not in {out}");
+    }
+}
+
+#[test]
+fn full_cuckoo_add_errors_and_keeps_everything() {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let first: Vec<String> = (0..50).map(|i| format!("old-{i}")).collect();
+    let list = d.lines("list.txt", &first);
+    ok(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "--keys",
+        "raw",
+        "-n",
+        "100",
+        "-p",
+        "1e-3",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    let slots = info(&f)["slots"].as_u64().unwrap();
+    let more: Vec<String> = (0..4 * slots).map(|i| format!("new-{i}")).collect();
+    let more_file = d.lines("more.txt", &more);
+    let (code, _, err) = run(&["add", s(&f), s(&more_file)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the cuckoo filter is full"), "{err}");
+    assert!(err.contains("Nothing stored was lost"), "{err}");
+    // "the N entries before it were added and saved"
+    let n: u64 = err
+        .split("; the ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("no count in {err}"));
+    assert!(n > 0 && n + 50 <= slots, "{n} of {slots}");
+    assert!(err.contains(&format!("more.txt:{}", n + 1)), "{err}");
+    // Every entry added before, and every one of this run before it filled.
+    assert_eq!(hits(&f, &list).len(), 50);
+    let added = d.lines("added.txt", &more[..n as usize]);
+    assert_eq!(hits(&f, &added).len(), n as usize);
+    assert_eq!(info(&f)["items"].as_u64().unwrap(), 50 + n);
+    ok(&["info", "--verify", s(&f)]);
+
+    // A build whose inputs exceed the table writes nothing.
+    let g = d.path("g.bgf");
+    let (code, _, err) = run(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "--keys",
+        "raw",
+        "-n",
+        "10",
+        "-o",
+        s(&g),
+        "-p",
+        "1e-3",
+        s(&more_file),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(!g.exists());
+}
+
+#[test]
+fn remove_on_a_bloom_file_is_refused() {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..10));
+    for layout in ["blocked", "classic"] {
+        let f = d.path(&format!("{layout}.bgf"));
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        let before = std::fs::read(&f).unwrap();
+        let (code, _, err) = run(&["remove", s(&f), s(&list)]);
+        assert_eq!(code, 1);
+        assert!(
+            err.contains(&format!(
+                "is a {layout} Bloom filter, which cannot delete entries"
+            )),
+            "{err}"
+        );
+        assert!(
+            err.contains("--layout counting or --layout cuckoo"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&f).unwrap(), before);
+    }
+    let (code, _, err) = run(&["remove", s(&d.path("missing.bgf")), s(&list)]);
+    assert_eq!(code, 1);
+    assert!(err.contains("missing.bgf"), "{err}");
+    let (_, out, _) = run(&["remove", "--help"]);
+    assert!(out.contains("remove only entries that were added"), "{out}");
+    assert!(out.contains("false negative"), "{out}");
+}
+
+#[test]
+fn build_refuses_what_does_not_apply() {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..10));
+    let f = d.path("f.bgf");
+    for layout in LAYOUTS {
+        for extra in [
+            &["--memory", "1K"][..],
+            &["--policy", "grow"],
+            &["--spill", "1G"],
+        ] {
+            let mut args = vec![
+                "build",
+                "--layout",
+                layout,
+                "-n",
+                "1000",
+                "-p",
+                "1e-4",
+                "-o",
+                s(&f),
+            ];
+            args.extend_from_slice(extra);
+            args.push(s(&list));
+            let (code, _, err) = run(&args);
+            assert_eq!(code, 2, "{extra:?}: {err}");
+            assert!(err.contains(extra[0]), "{err}");
+            assert!(!f.exists());
+        }
+        let (code, _, err) = run(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "1000",
+            "-p",
+            "1e-4",
+            "--memory",
+            "1G",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        std::fs::remove_file(&f).unwrap();
+    }
+}
+
+#[test]
+fn plan_shows_the_cost_beside_bloom() {
+    let (out, _) = ok(&[
+        "plan", "-n", "1e10", "-p", "1e-4", "--layout", "counting", "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let layouts = v["layouts"].as_array().unwrap();
+    let names: Vec<&str> = layouts
+        .iter()
+        .map(|l| l["layout"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["blocked", "classic", "counting"]);
+    let counting = &layouts[2];
+    let blocked_bytes = layouts[0]["bytes"].as_u64().unwrap();
+    let bytes = counting["bytes"].as_u64().unwrap();
+    assert_eq!(bytes, counting["counters"].as_u64().unwrap() / 2);
+    assert!(bytes > 4 * blocked_bytes, "{counting}");
+    assert!(counting["predicted_fp"].as_f64().unwrap() <= 1e-4);
+
+    let (out, _) = ok(&[
+        "plan", "-n", "1e10", "-p", "1e-4", "--layout", "cuckoo", "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let cuckoo = &v["layouts"][2];
+    assert_eq!(cuckoo["layout"], "cuckoo");
+    assert_eq!(cuckoo["fingerprint_bits"], 17);
+    let max = cuckoo["max_items"].as_u64().unwrap();
+    assert!(max >= 10_000_000_000, "{cuckoo}");
+    // At its planned load the table costs f / 0.95 bits per item.
+    let per_item = cuckoo["bits"].as_u64().unwrap() as f64 / max as f64;
+    assert!((17.8..18.0).contains(&per_item), "{per_item}");
+
+    let (out, _) = ok(&["plan", "-n", "1e10", "-p", "1e-4", "--layout", "cuckoo"]);
+    assert!(out.contains("\ncuckoo "), "{out}");
+    assert!(out.contains("power of two"), "{out}");
+    let (out, _) = ok(&["plan", "-n", "1e10", "-p", "1e-4"]);
+    assert!(
+        !out.contains("counting") && !out.contains("cuckoo"),
+        "{out}"
+    );
+}
+
+#[test]
+fn damaged_files_give_clear_errors() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let list = d.lines("list.txt", &urls(0..200));
+        let good = d.path("good.bgf");
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "1000",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&good),
+            s(&list),
+        ]);
+        let bytes = std::fs::read(&good).unwrap();
+
+        // A damaged header: refused by every command.
+        let f = d.path("header.bgf");
+        let mut b = bytes.clone();
+        b[40] ^= 0x5a;
+        std::fs::write(&f, &b).unwrap();
+        for cmd in ["check", "add", "remove"] {
+            let (code, _, err) = run(&[cmd, s(&f), s(&list)]);
+            assert_eq!(code, 1, "{layout} {cmd}: {err}");
+            assert!(err.contains("header.bgf"), "{err}");
+        }
+        let (code, _, err) = run(&["info", s(&f)]);
+        assert_eq!(code, 1, "{err}");
+        assert_eq!(
+            std::fs::read(&f).unwrap(),
+            b,
+            "{layout}: a damaged file was changed"
+        );
+
+        // Damaged data: add and remove refuse to seal it under a fresh
+        // checksum; --verify finds it.
+        let f = d.path("data.bgf");
+        let mut b = bytes.clone();
+        b[4096 + 77] ^= 0x11;
+        std::fs::write(&f, &b).unwrap();
+        for cmd in ["add", "remove"] {
+            let (code, _, err) = run(&[cmd, s(&f), s(&list)]);
+            assert_eq!(code, 1, "{layout} {cmd}: {err}");
+            assert!(err.contains("its data is damaged"), "{err}");
+            assert!(err.contains("checksum"), "{err}");
+        }
+        assert_eq!(std::fs::read(&f).unwrap(), b);
+        for args in [&["info", "--verify"][..], &["check", "--verify"]] {
+            let mut a = args.to_vec();
+            a.push(s(&f));
+            a.push(s(&list));
+            if args[0] == "info" {
+                a.pop();
+            }
+            let (code, _, err) = run(&a);
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(err.contains("checksum"), "{err}");
+        }
+
+        // Truncated: not a panic, a sentence.
+        let f = d.path("short.bgf");
+        std::fs::write(&f, &bytes[..bytes.len() - 64]).unwrap();
+        for cmd in ["check", "add", "remove"] {
+            let (code, _, err) = run(&[cmd, s(&f), s(&list)]);
+            assert_eq!(code, 1, "{layout} {cmd}: {err}");
+            assert!(err.contains("short.bgf"), "{err}");
+        }
+    }
+}
+
+/// Starts `bloomgate add FILE -` and writes `lines` URLs to its standard
+/// input, which stays open (returned): the process has read them all and
+/// waits for more when this returns.
+fn add_from_stdin(f: &Path, lines: usize) -> (std::process::Child, std::process::ChildStdin) {
+    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["add", s(f), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut text = Vec::new();
+    for i in 0..lines {
+        writeln!(text, "http://stdin{i}.example/x").unwrap();
+    }
+    stdin.write_all(&text).unwrap();
+    stdin.flush().unwrap();
+    (child, stdin)
+}
+
+/// Asserts that `dir` holds exactly the files named (no temporary left).
+fn only_files(dir: &Path, names: &[&str]) {
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(found, want);
+}
+
+#[test]
+fn killed_or_interrupted_add_leaves_the_previous_file() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let list = d.lines("list.txt", &urls(0..1000));
+        let f = d.path("f.bgf");
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "400000",
+            "-p",
+            "1e-3",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        let before = std::fs::read(&f).unwrap();
+
+        // SIGKILL while the add is reading its standard input.
+        let (mut child, stdin) = add_from_stdin(&f, 200_000);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.try_wait().unwrap().is_none(), "add ended early");
+        child.kill().unwrap();
+        drop(stdin);
+        child.wait().unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: SIGKILL");
+        only_files(d.0.path(), &["list.txt", "f.bgf"]);
+
+        // Ctrl-C: the add stops at the end of what it is reading (here:
+        // standard input closes), says nothing was saved, exit 1.
+        let (mut child, stdin) = add_from_stdin(&f, 200_000);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.try_wait().unwrap().is_none(), "add ended early");
+        let pid = child.id().to_string();
+        let status = StdCommand::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::thread::sleep(Duration::from_millis(200));
+        drop(stdin);
+        let t = Instant::now();
+        let code = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code();
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "add did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("interrupted"), "{err}");
+        assert!(err.contains("nothing was saved"), "{err}");
+        assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: Ctrl-C");
+        only_files(d.0.path(), &["list.txt", "f.bgf"]);
+        assert_eq!(hits(&f, &list).len(), 1000);
+    }
+}
