@@ -472,6 +472,10 @@ impl Conn {
         if self.app.store.is_remote() {
             return cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"BF.");
         }
+        if cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"CF.") && args.len() >= 2 {
+            let key = String::from_utf8_lossy(&buf[args[1].clone()]);
+            return self.app.store.cf_would_block(cmd, &key);
+        }
         if (is(b"BF.ADD") || is(b"BF.MADD") || is(b"BF.INSERT")) && args.len() >= 2 {
             self.look_up(&buf[args[1].clone()]);
             return self.last.named.as_ref().is_none_or(|n| n.add_would_block());

@@ -43,6 +43,22 @@ impl Store {
         }
     }
 
+    /// Whether a `CF.*` command on `name` may wait (on a lock, for a
+    /// snapshot's copy, or on a whole-file write: `CF.RESERVE`,
+    /// `CF.LOADCHUNK`, `CF.SCANDUMP`'s copy): a front end then runs it off
+    /// its event loop.
+    pub fn cf_would_block(&self, cmd: &[u8], name: &str) -> bool {
+        let is = |c: &[u8]| cmd.eq_ignore_ascii_case(c);
+        if is(b"CF.RESERVE") || is(b"CF.LOADCHUNK") || is(b"CF.SCANDUMP") {
+            return true;
+        }
+        match self.cf_get(name) {
+            Some(n) => n.write_busy(),
+            // An add that creates the filter writes its file.
+            None => is(b"CF.ADD") || is(b"CF.ADDNX") || is(b"CF.INSERT") || is(b"CF.INSERTNX"),
+        }
+    }
+
     /// All cuckoo filters, sorted by name.
     pub fn cf_all(&self) -> Vec<Arc<CfNamed>> {
         match self {

@@ -216,6 +216,10 @@ pub struct CfNamed {
     /// The log's failure count when this chain's last change was queued
     /// (see [`Cuckoos::settle`]).
     logged_epoch: AtomicU64,
+    /// The sub-filters' bytes of a `CF.SCANDUMP` in progress, with the
+    /// `seq` they were copied at: each chunk is cut from one copy instead
+    /// of a copy of the whole chain per chunk.
+    dump: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -429,6 +433,11 @@ impl Chain {
     }
 }
 
+/// The chain's `seq` (read under its lock).
+fn h_seq(state: &RwLock<Chain>) -> u64 {
+    read(state).seq
+}
+
 /// `NAME.cf`'s bytes: magic, u32 LE header length, JSON header, the
 /// sub-filters' bytes, xxh3-64 (LE) of everything before it.
 fn encode_file(h: &Header, body: &[Vec<u8>]) -> Vec<u8> {
@@ -501,6 +510,12 @@ impl CfNamed {
     /// Matching fingerprints of `item` (an upper bound of its copies).
     pub fn count(&self, item: &[u8]) -> u64 {
         read(&self.state).count(item)
+    }
+
+    /// Whether a change would wait for the chain's lock (a snapshot is
+    /// copying it): a front end then makes the change off its event loop.
+    pub fn write_busy(&self) -> bool {
+        self.state.try_write().is_err()
     }
 
     /// Sub-filters in the chain.
@@ -828,8 +843,8 @@ impl Cuckoos {
     /// sub-filters' bytes, paired with i+1; past the end `(0, [])`.
     /// Each call copies the chain (consistent, under its read lock).
     pub fn scandump(&self, named: &CfNamed, iter: u64) -> (u64, Vec<u8>) {
-        let (mut h, body) = read(&named.state).serialize();
         if iter == 0 {
+            let (mut h, body) = read(&named.state).serialize();
             // The incarnation id and the log position belong to this
             // server's files, not to the filter: a loaded copy is a new
             // incarnation, and two dumps of equal filters are equal.
@@ -837,11 +852,27 @@ impl Cuckoos {
             h.seq = 0;
             let mut out = DUMP_MAGIC.to_vec();
             out.extend_from_slice(&serde_json::to_vec(&h).expect("a header serializes"));
+            *lock(&named.dump) = Some((h_seq(&named.state), Arc::new(body.concat())));
             return (1, out);
         }
-        let body: Vec<u8> = body.concat();
+        // The copy made with the header, unless the chain changed since
+        // (then the chunks do not match the header's checksum, and a load
+        // of them fails rather than build a damaged filter).
+        let body = {
+            let mut d = lock(&named.dump);
+            let seq = h_seq(&named.state);
+            match d.as_ref() {
+                Some((s, b)) if *s == seq => b.clone(),
+                _ => {
+                    let b = Arc::new(read(&named.state).serialize().1.concat());
+                    *d = Some((seq, b.clone()));
+                    b
+                }
+            }
+        };
         let start = (iter - 1).saturating_mul(CF_DUMP_CHUNK as u64);
         if start >= body.len() as u64 {
+            *lock(&named.dump) = None;
             return (0, Vec::new());
         }
         let start = start as usize;
@@ -935,6 +966,7 @@ impl CfNamed {
             dirty: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
             logged_epoch: AtomicU64::new(0),
+            dump: Mutex::new(None),
         }
     }
 }
