@@ -45,6 +45,11 @@
 //! between only means some records are replayed onto files that already
 //! contain them, which is harmless because insertion is idempotent.
 //!
+//! Cuckoo filter changes (`CF.ADD`, `CF.DEL`, …) are logged too, but a
+//! delete is not idempotent: they carry sequence numbers and are replayed
+//! exactly once, after the changes their filter's file already holds (see
+//! `store/local/cuckoo.rs`).
+//!
 //! At startup all segments are read in order. A record whose length is
 //! impossible, whose bytes end early or whose checksum does not match ends
 //! that segment: the intact prefix is kept and the loss (records/bytes) is

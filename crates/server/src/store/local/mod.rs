@@ -10,6 +10,7 @@
 //! | file | what |
 //! |---|---|
 //! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
+//! | `NAME.cf` | a cuckoo filter, with the log position it includes ([`cuckoo`]) |
 //! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
 //! | `.bloomgate-wal/lock` | held (`flock`) while the server runs ([`DirLock`]) |
 //!
