@@ -83,69 +83,76 @@ fn urls(range: std::ops::Range<usize>) -> Vec<String> {
 }
 
 #[test]
-fn build_check_remove_check() {
-    for layout in LAYOUTS {
-        let d = Dir::new();
-        let f = d.path("f.bgf");
-        let mut entries = urls(0..2000);
-        entries.push("http://a.com/x".into());
-        let list = d.lines("list.txt", &entries);
-        let (_, err) = ok(&[
-            "build",
-            "--layout",
-            layout,
-            "--items",
-            "2001",
-            "--fp",
-            "1e-4",
-            "--seed",
-            "7",
-            "-o",
-            s(&f),
-            s(&list),
-        ]);
-        assert!(err.contains(&format!("in the {layout} filter")), "{err}");
-        assert_eq!(hits(&f, &list).len(), 2001, "{layout}: every entry hits");
+fn build_check_remove_check_counting() {
+    build_check_remove_check("counting");
+}
 
-        // Remove the first 500 in other spellings of the same URLs, and
-        // `HTTP://A.com/x#top` for `http://a.com/x`.
-        let mut gone: Vec<String> = (0..500)
-            .map(|i| format!("HTTP://SITE{i}.Example:80/page/./{i}#frag"))
-            .collect();
-        gone.push("HTTP://A.com/x#top".into());
-        let gone_file = d.lines("gone.txt", &gone);
-        let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
-        assert!(err.contains("501 removed, 0 not present"), "{err}");
+#[test]
+fn build_check_remove_check_cuckoo() {
+    build_check_remove_check("cuckoo");
+}
 
-        // Zero false negatives: every entry not removed still hits.
-        let kept = d.lines("kept.txt", &entries[500..2000]);
-        assert_eq!(
-            hits(&f, &kept).len(),
-            1500,
-            "{layout}: a kept entry was lost"
-        );
-        // Removed entries miss (at a 1e-4 rate, 501 lookups expect 0.05
-        // false positives; the seed is fixed, so this is deterministic).
-        let removed = d.lines("removed.txt", &entries[..500]);
-        assert_eq!(hits(&f, &removed), Vec::<String>::new(), "{layout}");
-        let ax = d.lines("ax.txt", &["http://a.com/x"]);
-        assert!(
-            hits(&f, &ax).is_empty(),
-            "{layout}: http://a.com/x still hits"
-        );
-        assert_eq!(info(&f)["items"], 1500);
+fn build_check_remove_check(layout: &str) {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let mut entries = urls(0..2000);
+    entries.push("http://a.com/x".into());
+    let list = d.lines("list.txt", &entries);
+    let (_, err) = ok(&[
+        "build",
+        "--layout",
+        layout,
+        "--items",
+        "2001",
+        "--fp",
+        "1e-4",
+        "--seed",
+        "7",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    assert!(err.contains(&format!("in the {layout} filter")), "{err}");
+    assert_eq!(hits(&f, &list).len(), 2001, "{layout}: every entry hits");
 
-        // Removing them again changes nothing and says so.
-        let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
-        assert!(err.contains("0 removed, 501 not present"), "{err}");
-        assert!(err.contains("not present (nothing changed)"), "{err}");
-        assert_eq!(hits(&f, &kept).len(), 1500);
+    // Remove the first 500 in other spellings of the same URLs, and
+    // `HTTP://A.com/x#top` for `http://a.com/x`.
+    let mut gone: Vec<String> = (0..500)
+        .map(|i| format!("HTTP://SITE{i}.Example:80/page/./{i}#frag"))
+        .collect();
+    gone.push("HTTP://A.com/x#top".into());
+    let gone_file = d.lines("gone.txt", &gone);
+    let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
+    assert!(err.contains("501 removed, 0 not present"), "{err}");
 
-        // `add` takes them back, in any spelling.
-        let (_, err) = ok(&["add", s(&f), s(&gone_file)]);
-        assert!(err.contains("501 added"), "{err}");
-        assert_eq!(hits(&f, &list).len(), 2001, "{layout}");
-    }
+    // Zero false negatives: every entry not removed still hits.
+    let kept = d.lines("kept.txt", &entries[500..2000]);
+    assert_eq!(
+        hits(&f, &kept).len(),
+        1500,
+        "{layout}: a kept entry was lost"
+    );
+    // Removed entries miss (at a 1e-4 rate, 501 lookups expect 0.05
+    // false positives; the seed is fixed, so this is deterministic).
+    let removed = d.lines("removed.txt", &entries[..500]);
+    assert_eq!(hits(&f, &removed), Vec::<String>::new(), "{layout}");
+    let ax = d.lines("ax.txt", &["http://a.com/x"]);
+    assert!(
+        hits(&f, &ax).is_empty(),
+        "{layout}: http://a.com/x still hits"
+    );
+    assert_eq!(info(&f)["items"], 1500);
+
+    // Removing them again changes nothing and says so.
+    let (_, err) = ok(&["remove", s(&f), s(&gone_file)]);
+    assert!(err.contains("0 removed, 501 not present"), "{err}");
+    assert!(err.contains("not present (nothing changed)"), "{err}");
+    assert_eq!(hits(&f, &kept).len(), 1500);
+
+    // `add` takes them back, in any spelling.
+    let (_, err) = ok(&["add", s(&f), s(&gone_file)]);
+    assert!(err.contains("501 added"), "{err}");
+    assert_eq!(hits(&f, &list).len(), 2001, "{layout}");
 }
 
 #[test]
@@ -546,10 +553,14 @@ fn build_refuses_what_does_not_apply() {
     }
 }
 
+// `plan` is run with few items: the Bloom rows' math is slow in a debug
+// build. The 10^10 figures the README gives are pinned by the engine's
+// tests of `plan_counting` / `plan_cuckoo`.
+
 #[test]
-fn plan_shows_the_cost_beside_bloom() {
+fn plan_shows_the_cost_of_counting_beside_bloom() {
     let (out, _) = ok(&[
-        "plan", "-n", "1e10", "-p", "1e-4", "--layout", "counting", "--json",
+        "plan", "-n", "1e5", "-p", "1e-4", "--layout", "counting", "--json",
     ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let layouts = v["layouts"].as_array().unwrap();
@@ -563,29 +574,36 @@ fn plan_shows_the_cost_beside_bloom() {
     let bytes = counting["bytes"].as_u64().unwrap();
     assert_eq!(bytes, counting["counters"].as_u64().unwrap() / 2);
     assert!(bytes > 4 * blocked_bytes, "{counting}");
+    let times = counting["times_blocked"].as_f64().unwrap();
+    assert!((times - bytes as f64 / blocked_bytes as f64).abs() < 1e-9);
     assert!(counting["predicted_fp"].as_f64().unwrap() <= 1e-4);
+}
 
+#[test]
+fn plan_shows_the_cost_of_cuckoo_beside_bloom() {
     let (out, _) = ok(&[
-        "plan", "-n", "1e10", "-p", "1e-4", "--layout", "cuckoo", "--json",
+        "plan", "-n", "1e5", "-p", "1e-4", "--layout", "cuckoo", "--json",
     ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let cuckoo = &v["layouts"][2];
     assert_eq!(cuckoo["layout"], "cuckoo");
+    // f = ceil(log2(2 * 4 / 1e-4)) = 17; 1e5 / (4 * 0.95) -> 2^15 buckets.
     assert_eq!(cuckoo["fingerprint_bits"], 17);
+    assert_eq!(cuckoo["buckets"], 1 << 15);
     let max = cuckoo["max_items"].as_u64().unwrap();
-    assert!(max >= 10_000_000_000, "{cuckoo}");
+    assert_eq!(max, (4.0 * 32768.0 * 0.95f64).floor() as u64);
     // At its planned load the table costs f / 0.95 bits per item.
     let per_item = cuckoo["bits"].as_u64().unwrap() as f64 / max as f64;
     assert!((17.8..18.0).contains(&per_item), "{per_item}");
+    assert!((cuckoo["load"].as_f64().unwrap() - 1e5 / 131072.0).abs() < 1e-12);
+}
 
-    let (out, _) = ok(&["plan", "-n", "1e10", "-p", "1e-4", "--layout", "cuckoo"]);
+#[test]
+fn plan_text_names_the_deletable_row() {
+    let (out, _) = ok(&["plan", "-n", "1e5", "-p", "1e-4", "--layout", "cuckoo"]);
     assert!(out.contains("\ncuckoo "), "{out}");
     assert!(out.contains("power of two"), "{out}");
-    let (out, _) = ok(&["plan", "-n", "1e10", "-p", "1e-4"]);
-    assert!(
-        !out.contains("counting") && !out.contains("cuckoo"),
-        "{out}"
-    );
+    assert!(!out.contains("counting"), "{out}");
 }
 
 #[test]
@@ -696,63 +714,70 @@ fn only_files(dir: &Path, names: &[&str]) {
 }
 
 #[test]
-fn killed_or_interrupted_add_leaves_the_previous_file() {
-    for layout in LAYOUTS {
-        let d = Dir::new();
-        let list = d.lines("list.txt", &urls(0..1000));
-        let f = d.path("f.bgf");
-        ok(&[
-            "build",
-            "--layout",
-            layout,
-            "-n",
-            "400000",
-            "-p",
-            "1e-3",
-            "-o",
-            s(&f),
-            s(&list),
-        ]);
-        let before = std::fs::read(&f).unwrap();
+fn killed_or_interrupted_add_leaves_the_previous_counting_file() {
+    killed_or_interrupted_add_leaves_the_previous_file("counting");
+}
 
-        // SIGKILL while the add is reading its standard input.
-        let (mut child, stdin) = add_from_stdin(&f, 200_000);
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(child.try_wait().unwrap().is_none(), "add ended early");
-        child.kill().unwrap();
-        drop(stdin);
-        child.wait().unwrap();
-        assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: SIGKILL");
-        only_files(d.0.path(), &["list.txt", "f.bgf"]);
+#[test]
+fn killed_or_interrupted_add_leaves_the_previous_cuckoo_file() {
+    killed_or_interrupted_add_leaves_the_previous_file("cuckoo");
+}
 
-        // Ctrl-C: the add stops at the end of what it is reading (here:
-        // standard input closes), says nothing was saved, exit 1.
-        let (mut child, stdin) = add_from_stdin(&f, 200_000);
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(child.try_wait().unwrap().is_none(), "add ended early");
-        let pid = child.id().to_string();
-        let status = StdCommand::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        std::thread::sleep(Duration::from_millis(200));
-        drop(stdin);
-        let t = Instant::now();
-        let code = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st.code();
-            }
-            assert!(t.elapsed() < Duration::from_secs(30), "add did not stop");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-        assert_eq!(code, Some(1), "{err}");
-        assert!(err.contains("interrupted"), "{err}");
-        assert!(err.contains("nothing was saved"), "{err}");
-        assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: Ctrl-C");
-        only_files(d.0.path(), &["list.txt", "f.bgf"]);
-        assert_eq!(hits(&f, &list).len(), 1000);
-    }
+fn killed_or_interrupted_add_leaves_the_previous_file(layout: &str) {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..1000));
+    let f = d.path("f.bgf");
+    ok(&[
+        "build",
+        "--layout",
+        layout,
+        "-n",
+        "400000",
+        "-p",
+        "1e-3",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    let before = std::fs::read(&f).unwrap();
+
+    // SIGKILL while the add is reading its standard input.
+    let (mut child, stdin) = add_from_stdin(&f, 200_000);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "add ended early");
+    child.kill().unwrap();
+    drop(stdin);
+    child.wait().unwrap();
+    assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: SIGKILL");
+    only_files(d.0.path(), &["list.txt", "f.bgf"]);
+
+    // Ctrl-C: the add stops at the end of what it is reading (here:
+    // standard input closes), says nothing was saved, exit 1.
+    let (mut child, stdin) = add_from_stdin(&f, 200_000);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "add ended early");
+    let pid = child.id().to_string();
+    let status = StdCommand::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    drop(stdin);
+    let t = Instant::now();
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "add did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(err.contains("nothing was saved"), "{err}");
+    assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: Ctrl-C");
+    only_files(d.0.path(), &["list.txt", "f.bgf"]);
+    assert_eq!(hits(&f, &list).len(), 1000);
 }
