@@ -83,6 +83,8 @@ struct Run {
     secs: f64,
     redis_cpu: f64,
     client_cpu: f64,
+    /// Commands Redis ran (all nodes).
+    commands: u64,
 }
 
 impl Run {
@@ -94,6 +96,9 @@ impl Run {
     }
     fn client_us(&self) -> f64 {
         self.client_cpu * 1e6 / self.items as f64
+    }
+    fn commands_per_item(&self) -> f64 {
+        self.commands as f64 / self.items as f64
     }
 }
 
@@ -118,18 +123,27 @@ struct Target {
 }
 
 impl Target {
-    fn redis_cpu(&self) -> f64 {
-        self.nodes
-            .iter()
-            .map(|&port| {
-                let mut c = conn(port);
-                let info: String = redis::cmd("INFO").arg("cpu").query(&mut c).unwrap();
-                info.lines()
-                    .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
-                    .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-                    .sum::<f64>()
-            })
-            .sum()
+    /// Redis's CPU seconds (user + system) and commands run, summed over
+    /// every node.
+    fn redis_counters(&self) -> (f64, u64) {
+        let mut cpu = 0.0;
+        let mut commands = 0;
+        for &port in &self.nodes {
+            let mut c = conn(port);
+            let info: String = redis::cmd("INFO").arg("all").query(&mut c).unwrap();
+            for l in info.lines() {
+                let Some((k, v)) = l.split_once(':') else {
+                    continue;
+                };
+                match k {
+                    "used_cpu_sys" | "used_cpu_user" => cpu += v.trim().parse::<f64>().unwrap(),
+                    // The INFO of this call counts itself: one more.
+                    "total_commands_processed" => commands += v.trim().parse::<u64>().unwrap(),
+                    _ => {}
+                }
+            }
+        }
+        (cpu, commands)
     }
 
     /// The port of the master serving `key`.
@@ -163,7 +177,7 @@ fn measure<R: Send>(
     n: usize,
     work: impl Fn(usize, std::ops::Range<usize>) -> Result<R> + Sync,
 ) -> Result<(Run, Vec<R>)> {
-    let (r0, c0) = (target.redis_cpu(), client_cpu());
+    let ((r0, n0), c0) = (target.redis_counters(), client_cpu());
     let t = Instant::now();
     let per = n.div_ceil(clients);
     let results: Vec<Result<R>> = std::thread::scope(|s| {
@@ -176,7 +190,7 @@ fn measure<R: Send>(
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let secs = t.elapsed().as_secs_f64();
-    let (r1, c1) = (target.redis_cpu(), client_cpu());
+    let ((r1, n1), c1) = (target.redis_counters(), client_cpu());
     let results = results.into_iter().collect::<Result<Vec<R>>>()?;
     Ok((
         Run {
@@ -184,6 +198,8 @@ fn measure<R: Send>(
             secs,
             redis_cpu: r1 - r0,
             client_cpu: c1 - c0,
+            // Less the INFO commands of the measurement itself.
+            commands: (n1 - n0).saturating_sub(target.nodes.len() as u64),
         },
         results,
     ))
@@ -548,14 +564,16 @@ fn main() -> Result<()> {
                     other => bail!("unknown layout {other:?}"),
                 };
                 eprintln!(
-                    "{} {layout} clients={clients}: add {:.0}/s ({:.2} µs Redis, {:.2} µs client per item), lookup {:.0}/s ({:.2} µs Redis, {:.2} µs client), fp {:.2e}",
+                    "{} {layout} clients={clients}: add {:.0}/s ({:.2} µs Redis, {:.2} µs client, {:.3} commands per item), lookup {:.0}/s ({:.2} µs Redis, {:.2} µs client, {:.3} commands), fp {:.2e}",
                     t.name,
                     o.add.rate(),
                     o.add.redis_us(),
                     o.add.client_us(),
+                    o.add.commands_per_item(),
                     o.lookup.rate(),
                     o.lookup.redis_us(),
                     o.lookup.client_us(),
+                    o.lookup.commands_per_item(),
                     o.fp
                 );
                 rows.push((t.name.to_string(), layout.clone(), clients, o));
@@ -645,7 +663,7 @@ fn print_tables(
         }
     }
     println!();
-    println!("CPU per item, µs: Redis (all nodes, `INFO cpu`) / client (this process)");
+    println!("Per item: Redis CPU µs (all nodes, `INFO cpu`) / client CPU µs (this process, `getrusage`) / commands Redis ran (`total_commands_processed`)");
     println!();
     println!("| target | op | clients | bloomgate | per-bit | Lua | RedisBloom |");
     println!("|---|---|---:|---:|---:|---:|---:|");
@@ -655,7 +673,12 @@ fn print_tables(
                 let cell = |l: &str| {
                     get(t, l, c).map_or("–".into(), |o| {
                         let r = if op == "add" { o.add } else { o.lookup };
-                        format!("{:.2} / {:.2}", r.redis_us(), r.client_us())
+                        format!(
+                            "{:.2} / {:.2} / {:.3}",
+                            r.redis_us(),
+                            r.client_us(),
+                            r.commands_per_item()
+                        )
                     })
                 };
                 println!(
