@@ -212,12 +212,15 @@ fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
             }
         }
         if explicit {
+            // The state keeps the settings it was created with; a different
+            // policy is refused rather than silently ignored.
             let asked = policy_from(&a.policy, a.capacity, PolicyArg::Grow)?;
-            if asked != layers.policy() {
+            if asked.name() != layers.policy().name() {
                 return Err(UsageError(format!(
-                    "{} has the fill policy {}; it cannot be changed to {asked} (start a new state)",
+                    "{} has the fill policy {}; it cannot be changed to {} (start a new state)",
                     path.display(),
-                    layers.policy()
+                    layers.policy(),
+                    asked.name()
                 ))
                 .into());
             }
