@@ -10,8 +10,8 @@
 //! | file | what |
 //! |---|---|
 //! | `NAME.bgf` | the filter (its first layer) |
-//! | `NAME.bgf.layer1`, `.layer2`, … | further layers of a scaling filter ([`layer_path`]) |
-//! | `NAME.bgf.meta` | JSON `{"expansion": 2, "nonscaling": false}`: a filter with growth rules ([`meta_path`], [`Meta`]) |
+//! | `NAME.bgf.layer1`, `.layer2`, … | further layers of a scaling filter, or generations of a rotating one ([`layer_path`]) |
+//! | `NAME.bgf.meta` | JSON `{"expansion": 2, "nonscaling": false, "error_rate": 0.01, "policy": "grow"}`: a filter with growth rules and a fill policy ([`meta_path`], [`Meta`], "Fill policies" below) |
 //! | `NAME.bgf.whitelist` | the exact whitelist ([`crate::whitelist`]) |
 //!
 //! Inside a data directory served by `bloomgate serve` there are also the
