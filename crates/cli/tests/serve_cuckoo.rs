@@ -155,6 +155,16 @@ const RESP2_SCRIPT: &[(&str, &[u8])] = &[
         b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
     ),
     (
+        "CF.LOADCHUNK bfk 2 x",
+        b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+    ),
+    (
+        "CF.LOADCHUNK bfk -3 x",
+        b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+    ),
+    ("CF.LOADCHUNK nokey9 -3 x", b"-ERR not found\r\n"),
+    ("CF.SCANDUMP nokey9 -3", b"-Invalid position\r\n"),
+    (
         "CF.RESERVE x 10 MAXITERATIONS abc",
         b"-Couldn't parse MAXITERATIONS\r\n",
     ),

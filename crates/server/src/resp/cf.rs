@@ -416,15 +416,20 @@ impl Conn {
     /// fit `Couldn't load chunk!`. The last chunk answers once the filter's
     /// file is written.
     fn cf_loadchunk(&mut self, argv: &[&[u8]], out: &mut Out) {
-        let Some(iter) = parse_i64(argv[2]).and_then(|i| u64::try_from(i).ok()) else {
-            return out.error("Invalid position");
+        let iter = match parse_i64(argv[2]) {
+            None | Some(0) => return out.error("Invalid position"),
+            Some(i) => i,
         };
-        if iter == 0 {
-            return out.error("Invalid position");
-        }
-        if iter == 1 && self.named(argv[1]).is_some() {
+        if self.named(argv[1]).is_some() {
             return out.error(WRONGTYPE);
         }
+        let Ok(iter) = u64::try_from(iter) else {
+            // No chunk has a negative position.
+            return match self.cf_key(argv[1]) {
+                Key::Cuckoo(_) => out.error("Couldn't load chunk!"),
+                _ => out.error("ERR not found"),
+            };
+        };
         match self.app.store.cf_loadchunk(&lossy(argv[1]), iter, argv[3]) {
             Ok(()) => out.ok(),
             Err(StoreError::Exists(_)) => out.error("ERR item exists"),
