@@ -282,7 +282,10 @@ fn duplicates_are_counted() {
             s(&f),
             s(&list),
         ]);
-        assert!(err.contains("3 added (1 of them already present"), "{err}");
+        assert!(
+            err.contains("3 added (1 of them tested present already"),
+            "{err}"
+        );
         let x = d.lines("x.txt", &["x"]);
         ok(&["remove", s(&f), s(&x)]);
         assert_eq!(hits(&f, &x).len(), 1, "{layout}: x was added twice");
@@ -436,6 +439,12 @@ fn full_cuckoo_add_errors_and_keeps_everything() {
         .unwrap_or_else(|| panic!("no count in {err}"));
     assert!(n > 0 && n + 50 <= slots, "{n} of {slots}");
     assert!(err.contains(&format!("more.txt:{}", n + 1)), "{err}");
+    // The summary counts the lines dealt with: those added and the one that
+    // found no room, not the rest of the input.
+    assert!(
+        err.contains(&format!("{} lines, {n} added", n + 1)),
+        "{err}"
+    );
     // Every entry added before, and every one of this run before it filled.
     assert_eq!(hits(&f, &list).len(), 50);
     let added = d.lines("added.txt", &more[..n as usize]);

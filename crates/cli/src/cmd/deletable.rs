@@ -175,7 +175,8 @@ pub struct Tally {
     pub invalid: u64,
     /// Add: copies added. Remove: copies removed.
     pub done: u64,
-    /// Add: of those, entries that were present already (one more copy).
+    /// Add: of those, entries that tested present already (a repeat, or a
+    /// false positive): one more copy each.
     /// Remove: entries not present (nothing changed).
     pub other: u64,
     /// Remove: the first few entries that were not present (`file:line`).
@@ -253,7 +254,9 @@ pub fn apply(
         },
         |chunk, mut out| {
             let name = &names[chunk.input];
-            t.lines += (out.lines.len() + out.invalid.len()) as u64;
+            // Lines are counted as they are dealt with: an add that stops
+            // at a full table has not read the rest of the chunk.
+            t.lines += out.invalid.len() as u64;
             out.invalid.sort_by_key(|(l, _)| *l);
             for (line, reason) in out.invalid {
                 t.invalid += 1;
@@ -277,6 +280,7 @@ pub fn apply(
             for (&end, &line) in out.ends.iter().zip(&out.lines) {
                 let key = &out.arena[start..end];
                 start = end;
+                t.lines += 1;
                 match (op, filter) {
                     (Op::Add, AnyFilter::Counting(f)) => {
                         t.done += 1;
@@ -422,7 +426,7 @@ fn summary(verb: &str, op: Op, path: &str, filter: &AnyFilter, t: &Tally, starte
     let secs = started.elapsed().as_secs_f64();
     let what = match op {
         Op::Add if t.other > 0 => format!(
-            "{} added ({} of them already present: one more copy each)",
+            "{} added ({} of them tested present already, a repeat or a false positive: stored once more)",
             thousands(t.done),
             thousands(t.other)
         ),
