@@ -758,7 +758,7 @@ fn killed_or_interrupted_add_leaves_the_previous_file(layout: &str) {
     drop(stdin);
     child.wait().unwrap();
     assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: SIGKILL");
-    only_files(d.0.path(), &["list.txt", "f.bgf"]);
+    only_files(d.0.path(), &["list.txt", "f.bgf", "f.bgf.lock"]);
 
     // Ctrl-C: the add stops at the end of what it is reading (here:
     // standard input closes), says nothing was saved, exit 1.
@@ -787,6 +787,61 @@ fn killed_or_interrupted_add_leaves_the_previous_file(layout: &str) {
     assert!(err.contains("interrupted"), "{err}");
     assert!(err.contains("nothing was saved"), "{err}");
     assert_eq!(std::fs::read(&f).unwrap(), before, "{layout}: Ctrl-C");
-    only_files(d.0.path(), &["list.txt", "f.bgf"]);
+    only_files(d.0.path(), &["list.txt", "f.bgf", "f.bgf.lock"]);
     assert_eq!(hits(&f, &list).len(), 1000);
+}
+
+#[test]
+fn concurrent_adds_wait_for_each_other_and_lose_nothing() {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let list = d.lines("list.txt", &urls(0..100));
+    ok(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "-n",
+        "10000",
+        "-p",
+        "1e-3",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    // The first add holds the filter's lock while it reads its standard
+    // input; the second, from a file, must wait for it rather than save a
+    // copy without the first one's entries.
+    let (first, mut stdin) = add_from_stdin(&f, 1000);
+    std::thread::sleep(Duration::from_millis(300));
+    let second_list = d.lines("second.txt", &urls(5000..6000));
+    let mut second = StdCommand::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["add", s(&f), s(&second_list)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "the second add did not wait"
+    );
+    writeln!(stdin, "http://last.example/").unwrap();
+    drop(stdin);
+    let out = first.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("waiting for another bloomgate"), "{err}");
+    let mut all = urls(0..100);
+    all.extend((0..1000).map(|i| format!("http://stdin{i}.example/x")));
+    all.push("http://last.example/".into());
+    all.extend(urls(5000..6000));
+    let all_file = d.lines("all.txt", &all);
+    assert_eq!(hits(&f, &all_file).len(), all.len());
+    assert_eq!(info(&f)["items"], all.len());
 }

@@ -364,6 +364,35 @@ fn lock_data_dir(path: &str) -> Result<Option<DirLock>> {
     })
 }
 
+/// Holds `FILE.lock` (created beside the filter, and left there) while an
+/// `add` or `remove` changes `FILE`, or a `build --force` replaces it. Each
+/// reads the file, changes it in memory and replaces it whole, so two at
+/// once would each save without the other's changes: entries one of them
+/// reported added would be lost (false negatives). A second one waits for
+/// the first, then reads what that one saved.
+fn lock_file(path: &str) -> Result<std::fs::File> {
+    let lock = format!("{path}.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .with_context(|| format!("{lock}: cannot create the filter's lock file"))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            eprintln!(
+                "bloomgate: waiting for another bloomgate that is changing {path} ({lock} is held)"
+            );
+            f.lock().with_context(|| format!("{lock}: cannot lock"))?;
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("{lock}: cannot lock"))
+        }
+    }
+    Ok(f)
+}
+
 /// `bloomgate add` or `bloomgate remove` on a counting or cuckoo filter
 /// file: the changes are made in memory and the file is replaced whole,
 /// atomically, at the end.
@@ -388,6 +417,7 @@ pub fn edit(
         Op::Remove => "removed from",
     };
     let _lock = lock_data_dir(path)?;
+    let _file_lock = lock_file(path)?;
     let d = Deletable::open(path)?;
     d.check_rules(path, keys, None)?;
     // The file is rewritten whole with a fresh checksum: check the data it
@@ -536,6 +566,11 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
     let items = match a.size.items {
         Some(n) => n,
         None => crate::cmd::build::count_entries(&a.inputs)?,
+    };
+    // Replacing a file an `add` or `remove` may be changing: wait for it.
+    let _file_lock = match Path::new(&a.output).exists() {
+        true => Some(lock_file(&a.output)?),
+        false => None,
     };
     let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
     let seed = a.seed.unwrap_or_else(random_seed);
