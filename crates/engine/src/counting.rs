@@ -187,7 +187,7 @@ impl CountingFilter {
     }
 
     /// Where `item`'s counters are.
-    #[inline]
+    #[inline(always)]
     fn slots(&self, item: &[u8]) -> Slots {
         let h = hash_item(self.params.seed, item);
         let blocks = self.params.counters / COUNTING_BLOCK_COUNTERS;

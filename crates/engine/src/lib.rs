@@ -22,7 +22,7 @@
 //! opens a file of any kind.
 //!
 //! The sizing formulas and their sources are in [`math`]. A filter larger
-//! than the memory a build may use is built a slice at a time ([`slice`]),
+//! than the memory a build may use is built a slice at a time ([`slice`](mod@slice)),
 //! bit for bit as it would be in memory.
 //!
 //! ```
