@@ -133,7 +133,10 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// One chunk's lines, canonicalized by a worker.
+/// One chunk's lines, canonicalized by a worker. Reused from chunk to
+/// chunk (see `run_to`): fresh multi-megabyte buffers per chunk cost page
+/// faults and zeroing on every chunk.
+#[derive(Default)]
 struct ChunkKeys {
     /// The keys, back to back, and where each ends.
     arena: Vec<u8>,
@@ -144,13 +147,12 @@ struct ChunkKeys {
     invalid: Vec<(u64, String)>,
 }
 
-fn canonicalize(chunk: &input::Chunk, kind: KeyKind) -> ChunkKeys {
-    let mut out = ChunkKeys {
-        arena: Vec::with_capacity(chunk.data.len()),
-        ends: Vec::with_capacity(chunk.data.len() / 32),
-        lines: Vec::with_capacity(chunk.data.len() / 32),
-        invalid: Vec::new(),
-    };
+fn canonicalize(chunk: &input::Chunk, kind: KeyKind, mut out: ChunkKeys) -> ChunkKeys {
+    out.arena.clear();
+    out.ends.clear();
+    out.lines.clear();
+    out.invalid.clear();
+    out.arena.reserve(chunk.data.len());
     let base = chunk.data.as_ptr() as usize;
     chunk.for_each_line(|line_no, line| match line {
         Ok(line) => match entry_key(kind, MatchMode::Exact, line) {
@@ -262,14 +264,21 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
     let mut counts = Counts::default();
     let mut added = Vec::new();
     let names = a.inputs.clone();
+    let spare = std::sync::Mutex::new(Vec::<ChunkKeys>::new());
+    let take_spare = || {
+        spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default()
+    };
     let result = input::process(
         a.inputs.clone(),
         Progress::default(),
-        |chunk| canonicalize(chunk, kind),
-        |chunk, ck| {
-            let mut invalid = ck.invalid;
-            invalid.sort_by_key(|(l, _)| *l);
-            for (line, reason) in invalid {
+        |chunk| canonicalize(chunk, kind, take_spare()),
+        |chunk, mut ck| {
+            ck.invalid.sort_by_key(|(l, _)| *l);
+            for (line, reason) in ck.invalid.drain(..) {
                 counts.invalid += 1;
                 if counts.invalid <= SHOW_INVALID {
                     eprintln!(
@@ -300,6 +309,8 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
                     ),
                 }
             }
+            drop(keys);
+            spare.lock().unwrap_or_else(|e| e.into_inner()).push(ck);
             Ok(())
         },
     );
