@@ -508,7 +508,8 @@ pub struct CheckArgs {
 /// `bloomgate add`.
 #[derive(Args, Debug)]
 pub struct AddArgs {
-    /// The filter file (modified in place), or a Redis filter address
+    /// The filter file (modified in place; a counting or cuckoo file is
+    /// replaced whole, atomically, at the end), or a Redis filter address
     /// (redis://HOST:PORT/NAME, redis+cluster://HOST:PORT,.../NAME).
     pub filter: String,
     /// Input files, one entry per line (`-` for standard input).
