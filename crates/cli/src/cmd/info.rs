@@ -52,6 +52,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
     let fp_at_fill =
         bloomgate_engine::math::compound_fp(layers.layers.iter().map(|l| l.fp_at_fill()));
     let (growth, expansion) = match &layers.growth {
+        _ if layers.policy().forgets() => (layers.policy().name(), None),
         Growth::Fixed => ("fixed", None),
         Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
         Growth::Redis(m) => ("scaling", Some(m.expansion)),
