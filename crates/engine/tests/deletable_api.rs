@@ -234,3 +234,61 @@ fn files_round_trip_and_open_by_kind() {
         "{e}"
     );
 }
+
+#[test]
+fn any_filter_answers_for_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = CountingFilter::with_plan(&plan_counting(1000, 1e-3).unwrap(), 21).unwrap();
+    let q = CuckooFilter::with_plan(&plan_cuckoo(1000, 1e-3, 4).unwrap(), 22).unwrap();
+    let b = Filter::new(Params::from_plan(
+        &plan(Layout::Classic, 1000, 1e-3).unwrap(),
+        23,
+    ))
+    .unwrap();
+    for i in 0..600u32 {
+        c.insert(&i.to_le_bytes());
+        q.insert(&i.to_le_bytes()).unwrap();
+        b.insert(&i.to_le_bytes());
+    }
+    let paths = ["c", "q", "b"].map(|n| dir.path().join(n));
+    c.save(&paths[0]).unwrap();
+    q.save(&paths[1]).unwrap();
+    b.save(&paths[2]).unwrap();
+    for (path, kind, seed) in [
+        (&paths[0], FilterKind::Counting, 21),
+        (&paths[1], FilterKind::Cuckoo, 22),
+        (&paths[2], FilterKind::Bloom(Layout::Classic), 23),
+    ] {
+        let f = AnyFilter::open(path, Access::ReadOnly).unwrap();
+        assert_eq!(f.kind(), kind);
+        assert_eq!(kind.deletable(), !matches!(kind, FilterKind::Bloom(_)));
+        assert_eq!(f.seed(), seed);
+        assert_eq!(
+            (f.items(), f.planned_items(), f.target_fp()),
+            (600, 1000, 1e-3)
+        );
+        assert!(
+            f.predicted_fp() > 0.0 && f.predicted_fp() < 1e-3,
+            "{kind}: {}",
+            f.predicted_fp()
+        );
+        assert!(f.data_bytes() > 0);
+        f.verify().unwrap();
+        for i in 0..600u32 {
+            assert!(f.contains(&i.to_le_bytes()), "{kind}");
+        }
+    }
+    assert_eq!(FilterKind::Counting.to_string(), "counting");
+    assert_eq!(FilterKind::Bloom(Layout::Blocked).name(), "blocked");
+    // Not a filter at all: the Bloom opener's errors.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 5000]).unwrap();
+    let e = AnyFilter::open(&junk, Access::ReadOnly)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("wrong magic"), "{e}");
+    let e = AnyFilter::open(dir.path(), Access::ReadOnly)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is a directory"), "{e}");
+}
