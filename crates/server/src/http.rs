@@ -260,7 +260,13 @@ async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
             .collect::<Result<Vec<_>, _>>()
     })
     .await??;
-    Ok(Json(json!({ "filters": infos })).into_response())
+    let cuckoo: Vec<Value> = app
+        .store
+        .cf_all()
+        .iter()
+        .map(|n| serde_json::to_value(n.info()).unwrap_or_default())
+        .collect();
+    Ok(Json(json!({ "filters": infos, "cuckoo_filters": cuckoo })).into_response())
 }
 
 /// The filter called `name` (found off the event loop for a remote
