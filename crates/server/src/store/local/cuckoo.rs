@@ -53,7 +53,17 @@
 //! changes stay applied in memory unacknowledged; the next change of such
 //! a chain saves it first ([`Cuckoos::settle`]), so that the sequence
 //! numbers in the log continue from a file that contains the unlogged
-//! ones, and replay never has a gap to cross.
+//! ones. One window remains: a change checked here just before a failure
+//! is counted, and queued just after the log's retry began a new segment,
+//! is logged past the failed group's sequence numbers. Replay then applies
+//! it without them. Only unacknowledged changes can be missing that way,
+//! never an acknowledged one.
+//!
+//! A change whose reply is a log error has still been applied in memory,
+//! and it is kept if a later change saves the chain first. Its outcome is
+//! therefore unknown, as for any write whose reply is lost. A client must
+//! not repeat a failed `CF.DEL` blindly: that could remove a second copy.
+//! It should check `CF.COUNT` first.
 //!
 //! Creating a filter (`CF.RESERVE`, an add that creates one,
 //! `CF.LOADCHUNK`'s last chunk) writes its file before it answers. A
