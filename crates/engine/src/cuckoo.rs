@@ -2,18 +2,29 @@
 //! set membership with deletion, in about `f / 0.95` bits per item.
 //!
 //! The math (false-positive rate, fingerprint width, load factor, why buckets
-//! of 4, why a power-of-two number of buckets) is in [`crate::math`], section
+//! of 4, why any number of buckets) is in [`crate::math`], section
 //! "Cuckoo filter". This module is the table.
 //!
 //! # Where an item lives
 //!
 //! `h = XXH3-128(item, seed)`. The fingerprint is
 //! `fp = reduce(h.lo, 2^f − 1) + 1` (uniform over `1..2^f`; 0 marks an
-//! empty slot), the first bucket `i1 = reduce(h.hi, nb)`, and the other
-//! `i2 = i1 XOR reduce(fp · 0x9E3779B97F4A7C15 mod 2⁶⁴, nb)`: partial-key
-//! cuckoo hashing, an involution because `nb` is a power of two, so a
-//! fingerprint can be moved to its other bucket knowing only the bucket it
-//! is in. Slot `j` of bucket `i` is slot `s = i·b + j` of the table, stored
+//! empty slot), the first bucket `i1 = reduce(h.hi, nb)` (multiply-shift:
+//! any `nb`), and the other `i2 = (H(fp) − i1) mod nb` with
+//! `H(fp) = reduce(fp · 0x9E3779B97F4A7C15 mod 2⁶⁴, nb)`: partial-key cuckoo
+//! hashing. `alt(i) = (H − i) mod nb` is an involution for every `nb`
+//! (`alt(alt(i)) = H − (H − i) = i`), so a fingerprint can be moved to its
+//! other bucket knowing only the bucket it is in, and the table has exactly
+//! as many buckets as planned (no rounding to a power of two, which cost up
+//! to twice the memory). Given `i1`, `H ↦ H − i1` is a bijection of
+//! `0..nb`, so `i2` is exactly as uniform as `H(fp)`, as with
+//! `i1 XOR H(fp)`. The two buckets coincide when `2·i1 ≡ H (mod nb)`: at
+//! most 2 of the `nb` buckets per fingerprint, so for a fraction ≤ `2/nb` of
+//! items, which then have one bucket (lookups and counts read it once; XOR
+//! has the same case when `H = 0`). Files written before exact sizes (no
+//! [`format::FLAG_CUCKOO_EXACT`]) have a power-of-two `nb` and
+//! `i2 = i1 XOR H(fp)`; they are opened, answered and saved that way.
+//! Slot `j` of bucket `i` is slot `s = i·b + j` of the table, stored
 //! at exactly `f` bits: bits `s·f` up to `s·f + f` of the little-endian
 //! 64-bit word array (a slot may span two words).
 //!
@@ -85,7 +96,7 @@ const ALT_MULT: u64 = 0x9E37_79B9_7F4A_7C15;
 /// The parameters of a cuckoo filter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CuckooParams {
-    /// Buckets, a power of two.
+    /// Buckets, at least 1 (any number: see the module documentation).
     pub buckets: u64,
     /// Slots per bucket, 1..=8.
     pub bucket_size: u32,
@@ -179,6 +190,9 @@ pub struct CuckooFilter {
     version: Version,
     writer: Mutex<Writer>,
     mask: u64,
+    /// The second bucket is `i1 XOR H(fp)` (a file without
+    /// [`format::FLAG_CUCKOO_EXACT`]); otherwise `(H(fp) − i1) mod nb`.
+    xor_alt: bool,
     path: Option<PathBuf>,
     header: Option<DeletableHeader>,
 }
@@ -200,7 +214,7 @@ impl CuckooFilter {
         let bytes = params.bytes();
         let words = usize::try_from(bytes / 8).map_err(|_| Error::OutOfMemory(bytes))?;
         let data = Bits::heap(words).ok_or(Error::OutOfMemory(bytes))?;
-        Ok(CuckooFilter::from_parts(params, data, 0, None, None))
+        Ok(CuckooFilter::from_parts(params, data, 0, false, None, None))
     }
 
     /// An empty in-memory filter sized by `plan` with hash seed `seed`.
@@ -212,6 +226,7 @@ impl CuckooFilter {
         params: CuckooParams,
         data: Bits,
         items: u64,
+        xor_alt: bool,
         path: Option<PathBuf>,
         header: Option<DeletableHeader>,
     ) -> CuckooFilter {
@@ -226,6 +241,7 @@ impl CuckooFilter {
             items: AtomicU64::new(items),
             version: Version(AtomicU64::new(0)),
             mask,
+            xor_alt,
             path,
             header,
         }
@@ -271,7 +287,16 @@ impl CuckooFilter {
     /// The other bucket of fingerprint `fp` in bucket `i`.
     #[inline]
     fn alt(&self, i: u64, fp: u64) -> u64 {
-        i ^ reduce(fp.wrapping_mul(ALT_MULT), self.params.buckets)
+        let n = self.params.buckets;
+        let h = reduce(fp.wrapping_mul(ALT_MULT), n);
+        if self.xor_alt {
+            i ^ h
+        } else if h >= i {
+            h - i
+        } else {
+            // h < i < n, so h + (n − i) is in 1..n: no overflow.
+            h + (n - i)
+        }
     }
 
     /// The fingerprint in slot `s` (0 = empty).
@@ -511,7 +536,11 @@ impl CuckooFilter {
             hash_id: HASH_XXH3_128,
             key_kind: self.params.key_kind,
             match_mode: self.params.match_mode,
-            flags: 0,
+            flags: if self.xor_alt {
+                0
+            } else {
+                format::FLAG_CUCKOO_EXACT
+            },
             seed: self.params.seed,
             items: self.items(),
             planned_items: self.params.planned_items,
@@ -543,6 +572,7 @@ impl CuckooFilter {
             params,
             o.data,
             o.header.items,
+            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
             None,
             None,
         ))
@@ -568,6 +598,7 @@ impl CuckooFilter {
             params,
             o.data,
             items,
+            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
             Some(path.into()),
             Some(o.header),
         ))
@@ -863,14 +894,61 @@ mod tests {
     }
 
     #[test]
-    fn alt_is_an_involution() {
-        let t = filter(17, 4, 1 << 10);
-        for fp in 1..5000u64 {
-            for i in [0u64, 1, 511, 1023] {
-                let j = t.alt(i, fp);
-                assert!(j < 1 << 10);
-                assert_eq!(t.alt(j, fp), i);
+    fn alt_is_an_involution_for_any_bucket_count() {
+        for n in [1u64, 2, 3, 7, 1000, 1 << 10, 263_158, (1 << 40) + 7] {
+            let t = filter(17, 4, n.min(1 << 20));
+            // The arithmetic alone, at the larger counts too.
+            let t = CuckooFilter {
+                params: CuckooParams {
+                    buckets: n,
+                    ..t.params.clone()
+                },
+                ..t
+            };
+            let mut same = 0u64;
+            for fp in 1..3000u64 {
+                for i in [0, 1, n / 2, n - 1] {
+                    let i = i % n;
+                    let j = t.alt(i, fp);
+                    assert!(j < n, "n {n} fp {fp} i {i} -> {j}");
+                    assert_eq!(t.alt(j, fp), i, "n {n} fp {fp} i {i}");
+                    same += u64::from(i == j);
+                }
+            }
+            // Two buckets coincide only where 2i = H (mod n).
+            if n >= 1000 {
+                assert!(same <= 3 * 12_000 / 500, "n {n}: {same} fixed points");
             }
         }
+    }
+
+    #[test]
+    fn files_without_the_exact_flag_keep_xor_buckets() {
+        let t = filter(13, 4, 1 << 8);
+        let t = CuckooFilter { xor_alt: true, ..t };
+        for fp in 1..2000u64 {
+            for i in [0u64, 5, 255] {
+                assert_eq!(t.alt(i, fp), i ^ reduce(fp.wrapping_mul(ALT_MULT), 1 << 8));
+            }
+        }
+        let items: Vec<Vec<u8>> = (0..900u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        for it in &items {
+            t.insert(it).unwrap();
+        }
+        let bytes = t.to_bytes();
+        let back = CuckooFilter::from_bytes(&bytes).unwrap();
+        assert!(back.xor_alt);
+        assert!(items.iter().all(|it| back.contains(it)));
+        // The same file read as an exact-size table would lose items: the flag
+        // is what keeps them.
+        let exact = CuckooFilter {
+            xor_alt: false,
+            ..CuckooFilter::from_bytes(&bytes).unwrap()
+        };
+        assert!(items.iter().any(|it| !exact.contains(it)));
+        // Every table made now is exact-size and says so in its header.
+        let n = filter(13, 4, 300);
+        assert_eq!(n.header().flags, format::FLAG_CUCKOO_EXACT);
+        assert!(!CuckooFilter::from_bytes(&n.to_bytes()).unwrap().xor_alt);
     }
 }

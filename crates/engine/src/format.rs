@@ -894,6 +894,13 @@ pub const LAYOUT_CUCKOO: u8 = 4;
 const OFF_CUCKOO_BUCKETS: usize = 96;
 const OFF_CUCKOO_MAX_KICKS: usize = 104;
 
+/// Cuckoo header flag: the table has any number of buckets and an item's
+/// second bucket is `(H(fp) − first) mod buckets` (every file written now).
+/// Without it the bucket count must be a power of two and the second bucket
+/// is `first XOR H(fp)`, as files written before exact-size tables have it
+/// (`docs/file-format.md`); such files are still read and saved that way.
+pub const FLAG_CUCKOO_EXACT: u32 = 1;
+
 /// The kinds of deletable filter a file can hold.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DeletableKind {
@@ -943,7 +950,8 @@ pub enum Geometry {
     },
     /// A cuckoo filter.
     Cuckoo {
-        /// Number of buckets, a power of two.
+        /// Number of buckets, at least 1 (a power of two in a file without
+        /// [`FLAG_CUCKOO_EXACT`]).
         buckets: u64,
         /// Slots per bucket, 1..=8.
         bucket_size: u32,
@@ -1013,8 +1021,8 @@ impl Geometry {
                 fingerprint_bits,
                 max_kicks,
             } => {
-                if buckets == 0 || !buckets.is_power_of_two() {
-                    return Err(format!("bucket count {buckets} is not a power of two"));
+                if buckets == 0 {
+                    return Err("bucket count 0".into());
                 }
                 if !(1..=CUCKOO_MAX_BUCKET_SIZE).contains(&bucket_size) {
                     return Err(format!(
@@ -1051,7 +1059,8 @@ pub struct DeletableHeader {
     pub key_kind: u8,
     /// How queries are matched (0 = exact).
     pub match_mode: u8,
-    /// Flags (none are defined for deletable filters: always 0).
+    /// Flags: [`FLAG_CUCKOO_EXACT`] for cuckoo filters, none for counting
+    /// filters.
     pub flags: u32,
     /// Hash seed.
     pub seed: u64,
@@ -1188,11 +1197,24 @@ impl DeletableHeader {
             )));
         }
         let flags = u32_at(OFF_FLAGS);
-        if flags != 0 {
+        let known = match kind {
+            DeletableKind::Counting => 0,
+            DeletableKind::Cuckoo => FLAG_CUCKOO_EXACT,
+        };
+        if flags & !known != 0 {
             return Err(bad(format!(
-                "flags {flags:#x} (none are defined for {} filters)",
+                "flags {flags:#x} (unknown for {} filters)",
                 kind.name()
             )));
+        }
+        if let Geometry::Cuckoo { buckets, .. } = geometry {
+            // Without the flag the second bucket is `first XOR H(fp)`, which
+            // stays in the table only for a power-of-two bucket count.
+            if flags & FLAG_CUCKOO_EXACT == 0 && !buckets.is_power_of_two() {
+                return Err(bad(format!(
+                    "bucket count {buckets} is not a power of two (required without the exact-size flag)"
+                )));
+            }
         }
         if u64_at(OFF_ONES) != 0 {
             return Err(bad(format!(

@@ -143,7 +143,7 @@
 //! * a file that is still one page-aligned array of 512-bit blocks.
 //!
 //! Where memory matters more than one-miss operations, the cuckoo filter
-//! below deletes at 18–36 bits per item. Rejected: 8-bit counters (twice the
+//! below deletes at about 18 bits per item. Rejected: 8-bit counters (twice the
 //! memory to make an event of probability 10⁻²⁰ rarer), and 2-bit counters (saturate after 3
 //! insertions of overlapping items, leaving undeletable counters in a
 //! filter meant for deletes).
@@ -153,7 +153,7 @@
 //!
 //! A table of `nb` buckets of `b` slots, each slot an `f`-bit fingerprint
 //! (0 = empty). An item's fingerprint `fp` may live in bucket `i1` (from the
-//! hash) or `i2 = i1 XOR h(fp)` (partial-key cuckoo hashing: the other bucket
+//! hash) or `i2 = (h(fp) − i1) mod nb` (partial-key cuckoo hashing: the other bucket
 //! is computed from the fingerprint alone, so items can be moved without
 //! knowing them). A lookup compares `fp` with the `2b` slots of the two
 //! buckets; each occupied slot matches a random other fingerprint with
@@ -175,19 +175,41 @@
 //! `b = 4` is the optimum for rates from about 10⁻² to 10⁻⁶, and is the
 //! default (`BUCKETSIZE` 1..=8 is supported: the packing is generic).
 //!
-//! **Number of buckets: a power of two.** `i1 XOR h(fp)` stays inside the
-//! table, and is an involution (`i2 XOR h(fp) = i1`), only if `nb` is a power
-//! of two. The planner therefore takes the smallest power of two with
-//! `nb · b · 0.95 ≥ n` (a planned load of at most 95 %, the load b = 4
-//! reaches), which can leave the table as little as 47.5 % full at its
-//! planned item count: bits per item vary between `f/0.95` and `2f/0.95`
-//! (17.9 to 35.8 at 10⁻⁴) with the requested capacity, while the
-//! false-positive rate at planned load is correspondingly lower (it scales
-//! with `α`). RedisBloom rounds its capacity to a power of two the same way.
-//! Rejected: `i2 = (h(fp) − i1) mod nb`, also an involution, sizes the table
-//! exactly but costs a division-free but biased reduction of `h(fp)` and
-//! departs from the analysed scheme; a scaling chain of sub-filters
-//! (`CuckooChain`) is the intended way to hold more than planned.
+//! **Number of buckets: exactly what the load needs.** The planner takes
+//! `nb = ⌈n / (b · 0.95)⌉` (a planned load of 95 %, the load b = 4
+//! reaches), so bits per item are `f/0.95` plus under 512 bits of line
+//! rounding for the whole table: 17.9 at 10⁻⁴ for any `n`. That needs a
+//! second-bucket function that is an involution for any `nb`:
+//!
+//! ```text
+//! i1 = reduce(h_hi, nb)          H(fp) = reduce(fp · 0x9E3779B97F4A7C15 mod 2⁶⁴, nb)
+//! alt(i) = (H(fp) − i) mod nb    alt(alt(i)) = H − (H − i) = i   (mod nb)
+//! ```
+//!
+//! * Independence: for a fixed `i1`, `H ↦ (H − i1) mod nb` is a bijection
+//!   of `0..nb`, so `i2` is distributed exactly as `H(fp)` (uniform up to
+//!   the multiply-shift's bias of `nb/2⁶⁴`), the same as `i1 XOR H(fp)` is
+//!   for a power of two. Both take at most `2^f − 1` values given `i1`
+//!   (partial-key cuckoo hashing's known limit, negligible for f ≥ 8 at
+//!   these table sizes — Fan et al. §4).
+//! * `i1 = i2`: when `2·i1 ≡ H (mod nb)`, at most 2 buckets per `H`, so a
+//!   fraction ≤ `2/nb` of items have one bucket (`XOR` has it for the
+//!   `1/nb` of fingerprints with `H = 0`, for every bucket). Correctness
+//!   does not depend on it: a lookup reads the one bucket, an insert with no
+//!   room there evicts, and the evicted fingerprint goes to *its* other
+//!   bucket.
+//! * Why not XOR: `i1 XOR H` stays below `nb` and is an involution only
+//!   for a power of two, which left tables 47.5–95 % full at their planned
+//!   count (17.9 to 35.8 bits per item at 10⁻⁴; 10¹⁰ items cost 29.2 bits,
+//!   36.5 GB, against 17.9 bits, 22.4 GB now). Why not `(i1 + H) mod nb`:
+//!   moving a fingerprint would need to know which of its two buckets it is
+//!   in. The subtraction costs one compare and one add over XOR.
+//!
+//! Files from before exact sizes (no `FLAG_CUCKOO_EXACT` in the header)
+//! keep the power-of-two count and XOR (`docs/file-format.md`).
+//! Rejected: a scaling chain of small sub-filters to hide the rounding
+//! (every lookup would read more buckets); `CuckooChain` is for holding
+//! more than planned.
 //!
 //! **Full table.** An insert that finds both buckets full evicts a random
 //! slot's fingerprint to its other bucket, up to `max_kicks` times (500 by
@@ -845,7 +867,7 @@ pub struct CuckooPlan {
     pub items: u64,
     /// The false-positive rate asked for.
     pub target_fp: f64,
-    /// Buckets (a power of two).
+    /// Buckets (any number, at least 1).
     pub buckets: u64,
     /// Slots per bucket.
     pub bucket_size: u32,
@@ -884,7 +906,7 @@ impl CuckooPlan {
 
 /// Plans a cuckoo filter for `items` items at rate `p` with buckets of
 /// `bucket_size` slots (1..=8; 4 is the default): `f = ⌈log2(2b/p)⌉` and
-/// the smallest power-of-two bucket count whose planned load is at most
+/// the smallest bucket count whose planned load is at most
 /// 95 % (for b = 4; the load each bucket size reaches, Fan et al. table 2:
 /// 50 % for b = 1, 84 % for 2, 95 % for 4, 98 % for 8, interpolated).
 pub fn plan_cuckoo(items: u64, p: f64, bucket_size: u32) -> Result<CuckooPlan, PlanError> {
@@ -902,7 +924,7 @@ pub fn plan_cuckoo(items: u64, p: f64, bucket_size: u32) -> Result<CuckooPlan, P
     if need >= (1u64 << 56) as f64 {
         return Err(too_large());
     }
-    let buckets = (need as u64).max(1).next_power_of_two();
+    let buckets = (need as u64).max(1);
     if buckets * bucket_size as u64 * f as u64 >= 1 << 62 {
         return Err(too_large());
     }
@@ -1126,20 +1148,27 @@ mod deletable_tests {
                 assert!(cuckoo_fp(f - 1, b, 1.0) > p * 0.99, "p {p} b {b}");
             }
         }
+        // Exact sizes: ~17.9 bits per item at any n, the load 95 %.
         let q = plan_cuckoo(10_000_000_000, 1e-4, 4).unwrap();
-        assert_eq!((q.buckets, q.fingerprint_bits), (1 << 32, 17));
-        assert!((29.2..29.3).contains(&q.bits_per_item()));
-        // Power-of-two rounding: 10^6 items just miss 2^18 buckets at 95 %.
-        let q = plan_cuckoo(1_000_000, 1e-4, 4).unwrap();
-        assert_eq!(q.buckets, 1 << 19);
-        assert!(q.load() < 0.5 && q.predicted_fp < 1e-4);
-        let q = plan_cuckoo(996_000, 1e-4, 4).unwrap();
-        assert_eq!(q.buckets, 1 << 18);
+        assert_eq!((q.buckets, q.fingerprint_bits), (2_631_578_948, 17));
         assert!(
-            (17.8..18.0).contains(&q.bits_per_item()),
+            (17.89..17.9).contains(&q.bits_per_item()),
             "{}",
             q.bits_per_item()
         );
+        assert_eq!(q.bytes(), 22_368_421_120);
+        for n in [1_000, 996_000, 1_000_000, 1_048_577, 123_456_789] {
+            let q = plan_cuckoo(n, 1e-4, 4).unwrap();
+            assert_eq!(q.buckets, (n as f64 / 3.8).ceil() as u64, "n {n}");
+            assert!(
+                (17.89..18.5).contains(&q.bits_per_item()),
+                "n {n}: {}",
+                q.bits_per_item()
+            );
+            assert!((0.94..=0.95).contains(&q.load()), "n {n}: {}", q.load());
+            assert!(q.predicted_fp <= 1e-4, "n {n}");
+        }
+        assert_eq!(plan_cuckoo(1, 1e-4, 4).unwrap().buckets, 1);
         assert_eq!(plan_cuckoo(10, 1e-4, 9), Err(PlanError::BadBucketSize(9)));
         assert!(matches!(
             plan_cuckoo(10, 1e-12, 4),

@@ -2,7 +2,7 @@
 //! and corruption caught with the same errors as Bloom filter files.
 
 use bloomgate_engine::format::{
-    data_checksum, DeletableHeader, Geometry, FORMAT_VERSION, HEADER_LEN,
+    data_checksum, DeletableHeader, Geometry, FLAG_CUCKOO_EXACT, FORMAT_VERSION, HEADER_LEN,
 };
 use bloomgate_engine::{
     plan_counting, plan_cuckoo, CountingFilter, CuckooFilter, Error, FormatProblem,
@@ -63,14 +63,16 @@ fn golden_file_bytes() {
         (576 * 8, 26, 576)
     );
     assert_eq!((q[16], u32_at(&q, 20), u32_at(&q, 24)), (4, 10, 4));
-    assert_eq!((u64_at(&q, 96), u32_at(&q, 104)), (32, 500));
+    // 27 buckets = ⌈100 / (4 · 0.95)⌉; flags = FLAG_CUCKOO_EXACT.
+    assert_eq!((u64_at(&q, 96), u32_at(&q, 104)), (27, 500));
+    assert_eq!(u32_at(&q, 28), FLAG_CUCKOO_EXACT);
     assert_eq!((u64_at(&q, 48), u64_at(&q, 72)), (26, 192));
 }
 
 const GOLDEN_COUNTING_DATA: u64 = 0xa401_ecee_2073_6c81;
 const GOLDEN_COUNTING_HEADER: u64 = 0x1617_ea7f_e3dd_7e6f;
-const GOLDEN_CUCKOO_DATA: u64 = 0xc601_1fe0_6400_df4f;
-const GOLDEN_CUCKOO_HEADER: u64 = 0x16a9_408d_6067_d58c;
+const GOLDEN_CUCKOO_DATA: u64 = 0x692f_e7e7_ec01_a7e3;
+const GOLDEN_CUCKOO_HEADER: u64 = 0x4717_2c8d_fbc4_9a4e;
 
 #[test]
 fn round_trips_are_bit_identical() {
@@ -227,7 +229,27 @@ fn impossible_fields_are_refused() {
         fingerprint_bits,
         max_kicks,
     };
+    // Without the exact-size flag the second bucket is `first XOR H(fp)`,
+    // which needs a power of two; with it any count is a table.
     bad(cuckoo(33, 4, 10, 500), 192, "not a power of two");
+    bad(cuckoo(0, 4, 10, 500), 0, "bucket count 0");
+    let exact = DeletableHeader {
+        geometry: cuckoo(33, 4, 10, 500),
+        flags: FLAG_CUCKOO_EXACT,
+        ..base.clone()
+    };
+    assert_eq!(
+        DeletableHeader::decode(&exact.encode(), len(&exact)).unwrap(),
+        exact
+    );
+    let unknown = DeletableHeader {
+        flags: 2,
+        ..exact.clone()
+    };
+    match DeletableHeader::decode(&unknown.encode(), len(&unknown)) {
+        Err(FormatProblem::BadField(msg)) => assert!(msg.contains("flags 0x2"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
     bad(cuckoo(32, 9, 10, 500), 192, "bucket size 9");
     bad(cuckoo(32, 4, 33, 500), 192, "fingerprint width 33");
     bad(cuckoo(32, 4, 1, 500), 192, "fingerprint width 1");
@@ -250,7 +272,7 @@ fn impossible_fields_are_refused() {
         "k = 33",
     );
     let h = DeletableHeader {
-        flags: 1,
+        flags: 1 << 31,
         ..base.clone()
     };
     assert!(matches!(
