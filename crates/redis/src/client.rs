@@ -1,7 +1,8 @@
 //! Connections to one Redis server or to a Redis Cluster, behind one type.
 //!
-//! Built on the `redis` crate's blocking API. For one server, a batch is
-//! one `redis::pipe()` on a pooled connection.
+//! Built on the `redis` crate's blocking API. A batch arrives encoded
+//! ([`Batch`]); for one server, its bytes are written as they are on a
+//! pooled connection and the replies read one by one.
 //!
 //! For a cluster, a batch is cut by this module's copy of the slot map
 //! (`CLUSTER SLOTS`) into one pipeline per node; every pipeline is sent
