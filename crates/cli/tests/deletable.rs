@@ -596,22 +596,25 @@ fn plan_shows_the_cost_of_cuckoo_beside_bloom() {
     let v: Value = serde_json::from_str(&out).unwrap();
     let cuckoo = &v["layouts"][2];
     assert_eq!(cuckoo["layout"], "cuckoo");
-    // f = ceil(log2(2 * 4 / 1e-4)) = 17; 1e5 / (4 * 0.95) -> 2^15 buckets.
+    // f = ceil(log2(2 * 4 / 1e-4)) = 17; ceil(1e5 / (4 * 0.95)) = 26316
+    // buckets (exact, no power-of-two rounding).
     assert_eq!(cuckoo["fingerprint_bits"], 17);
-    assert_eq!(cuckoo["buckets"], 1 << 15);
+    assert_eq!(cuckoo["buckets"], 26_316);
     let max = cuckoo["max_items"].as_u64().unwrap();
-    assert_eq!(max, (4.0 * 32768.0 * 0.95f64).floor() as u64);
+    assert_eq!(max, (4.0 * 26316.0 * 0.95f64).floor() as u64);
     // At its planned load the table costs f / 0.95 bits per item.
     let per_item = cuckoo["bits"].as_u64().unwrap() as f64 / max as f64;
     assert!((17.8..18.0).contains(&per_item), "{per_item}");
-    assert!((cuckoo["load"].as_f64().unwrap() - 1e5 / 131072.0).abs() < 1e-12);
+    let planned = cuckoo["bits_per_item"].as_f64().unwrap();
+    assert!((17.8..18.0).contains(&planned), "{planned}");
+    assert!((cuckoo["load"].as_f64().unwrap() - 1e5 / 105_264.0).abs() < 1e-12);
 }
 
 #[test]
 fn plan_text_names_the_deletable_row() {
     let (out, _) = ok(&["plan", "-n", "1e5", "-p", "1e-4", "--layout", "cuckoo"]);
     assert!(out.contains("\ncuckoo "), "{out}");
-    assert!(out.contains("power of two"), "{out}");
+    assert!(out.contains("bucket count is exact"), "{out}");
     assert!(!out.contains("counting"), "{out}");
 }
 
@@ -844,4 +847,52 @@ fn concurrent_adds_wait_for_each_other_and_lose_nothing() {
     let all_file = d.lines("all.txt", &all);
     assert_eq!(hits(&f, &all_file).len(), all.len());
     assert_eq!(info(&f)["items"], all.len());
+}
+
+#[test]
+fn whitelist_command_edits_a_deletable_filters_whitelist() {
+    for layout in LAYOUTS {
+        let d = Dir::new();
+        let f = d.path("f.bgf");
+        let list = d.lines(
+            "list.txt",
+            &["http://evil.example/a", "http://bad.example/"],
+        );
+        ok(&[
+            "build",
+            "--layout",
+            layout,
+            "-n",
+            "100",
+            "-p",
+            "1e-4",
+            "-o",
+            s(&f),
+            s(&list),
+        ]);
+        let q = d.lines("q.txt", &["http://evil.example/a", "http://bad.example/"]);
+        // Added in a non-canonical spelling: normalized by the file's key rules.
+        let (_, err) = ok(&["whitelist", "add", s(&f), "HTTP://BAD.example/#top"]);
+        assert!(err.contains("whitelist has 1 items"), "{layout}: {err}");
+        let (out, _) = ok(&["check", s(&f), s(&q)]);
+        assert_eq!(out, "http://evil.example/a\n", "{layout}");
+        let (out, _) = ok(&["whitelist", "list", s(&f)]);
+        assert_eq!(out, "bad.example/\n", "{layout}");
+        // Not a hit: whitelisted anyway, with a warning.
+        let (_, err) = ok(&["whitelist", "add", s(&f), "http://good.example/"]);
+        assert!(err.contains("is not a hit"), "{layout}: {err}");
+        // Removed again: the entry hits again; the filter itself is untouched.
+        ok(&[
+            "whitelist",
+            "remove",
+            s(&f),
+            "http://bad.example/",
+            "http://good.example/",
+        ]);
+        let (out, _) = ok(&["check", "--count", s(&f), s(&q)]);
+        assert_eq!(out, "2\n", "{layout}");
+        let (out, _) = ok(&["whitelist", "list", s(&f)]);
+        assert_eq!(out, "", "{layout}");
+        ok(&["info", "--verify", s(&f)]);
+    }
 }

@@ -30,6 +30,9 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
     if crate::cmd::redis::is_address(filter) {
         return crate::cmd::redis::whitelist(c);
     }
+    if crate::cmd::deletable::kind_of(filter).is_some() {
+        return deletable(c);
+    }
     match c {
         WhitelistCmd::Add { filter, items, .. } => {
             let (mut list, _lock) = open_for_edit(&filter)?;
@@ -67,5 +70,55 @@ pub fn run(c: WhitelistCmd) -> Result<i32> {
             }
         }
     }
+    Ok(0)
+}
+
+/// The whitelist of a counting or cuckoo filter file: the same
+/// `FILE.whitelist` beside it, keys normalized by the filter's key rules,
+/// and the same warnings as for a Bloom filter. (Removing a false positive
+/// from a deletable filter instead would remove another item's trace: the
+/// whitelist is how a known false positive is silenced in every layout.)
+fn deletable(c: WhitelistCmd) -> Result<i32> {
+    use bloomgate_blacklist::Whitelist;
+    use bloomgate_url::{entry_key, query_keys};
+    use std::path::Path;
+
+    let (filter, items, adding) = match c {
+        WhitelistCmd::Add { filter, items, .. } => (filter, items, Some(true)),
+        WhitelistCmd::Remove { filter, items, .. } => (filter, items, Some(false)),
+        WhitelistCmd::List { filter, .. } => (filter, Vec::new(), None),
+    };
+    let mut d = crate::cmd::deletable::Deletable::open(&filter)?;
+    let Some(adding) = adding else {
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        for key in d.whitelist.iter() {
+            out.write_all(key)?;
+            out.write_all(b"\n")?;
+        }
+        return Ok(0);
+    };
+    for item in &items {
+        let key = entry_key(d.kind, d.mode, item.as_bytes())
+            .map_err(|e| anyhow::anyhow!("{item:?}: invalid {} item: {e}", d.kind))?
+            .into_owned();
+        if adding {
+            let mut scratch = Vec::new();
+            let hit = d.filter.contains(&key)
+                || query_keys(d.kind, d.mode, item.as_bytes(), &mut scratch)
+                    .map(|_| scratch.iter().any(|k| d.filter.contains(k)))
+                    .unwrap_or(false);
+            if !hit {
+                eprintln!(
+                    "bloomgate: warning: {item:?} is not a hit in {filter}; whitelisting it has no effect now"
+                );
+            }
+            d.whitelist.insert(key);
+        } else if !d.whitelist.remove(&key) {
+            eprintln!("bloomgate: warning: {item:?} was not whitelisted");
+        }
+    }
+    d.whitelist.save(&Whitelist::path_for(Path::new(&filter)))?;
+    eprintln!("{filter}: whitelist has {} items", d.whitelist.len());
     Ok(0)
 }
