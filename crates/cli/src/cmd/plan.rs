@@ -210,7 +210,7 @@ fn deletable_row(
                 }),
                 note: format!(
                     "cuckoo: can delete (bloomgate remove); {}-bit fingerprints in {} buckets of {}: {:.1} % full at {} items, {:.1}x the blocked filter's memory;\n        \
-                     its bucket count is a power of two, so the same table holds up to {} items ({:.1} bits per item) at its planned {:.0} % load; adds fail beyond it",
+                     its bucket count is exact: the table holds up to {} items ({:.1} bits per item) at its planned {:.0} % load; adds fail beyond it",
                     pl.fingerprint_bits,
                     thousands(pl.buckets),
                     pl.bucket_size,
