@@ -434,9 +434,9 @@ fn main() -> Result<()> {
         Some(cuckoo_fp(qplan.fingerprint_bits, 4, load.get())),
         misses.len(),
         format!(
-            "f = {}, b = 4, 2^{} buckets, load {:.1} % (power-of-two rounding)",
+            "f = {}, b = 4, {} buckets, load {:.1} %",
             qplan.fingerprint_bits,
-            qplan.buckets.trailing_zeros(),
+            qplan.buckets,
             load.get() * 100.0
         ),
     ));
