@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Resp, Server, V};
+use common::{Resp, Server, Tmpfs, V};
 
 const RESP2_SCRIPT: &[(&str, &[u8])] = &[
     ("BF.ADD bfk x", b":1\r\n"),
@@ -889,42 +889,6 @@ fn redis_py_cf_client() {
         "test_cuckoo.py",
         &["--port".to_string(), s.resp.port().to_string()],
     );
-}
-
-/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped
-/// (as in `serve_full_disk.rs`); `None` where mounting is refused, unless
-/// `BLOOMGATE_REQUIRE_CLIENTS` requires it.
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("data");
-        std::fs::create_dir(&dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            common::skip("cannot mount a tmpfs (the full-disk test needs root)");
-            return None;
-        }
-        Some(Tmpfs {
-            dir,
-            _parent: parent,
-        })
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
 }
 
 /// Fills the disk of `dir` (`dir/filler`), then leaves `left` bytes free.

@@ -7,48 +7,10 @@ mod common;
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Server, V};
-
-/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// `None` (after saying why) where mounting is refused, unless the test
-    /// command requires it (`BLOOMGATE_REQUIRE_CLIENTS`, set by
-    /// `scripts/test.sh`, which CI runs as root).
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("data");
-        std::fs::create_dir(&dir).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            common::skip("cannot mount a tmpfs (the full-disk test needs root)");
-            return None;
-        }
-        Some(Tmpfs {
-            dir,
-            _parent: parent,
-        })
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
+use common::{Server, Tmpfs, V};
 
 /// Fills the disk of `dir` with `dir/filler` until it is full; returns the
 /// filler's length.

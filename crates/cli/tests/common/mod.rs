@@ -361,3 +361,41 @@ pub fn write_lines<S: std::fmt::Display>(path: &Path, lines: impl IntoIterator<I
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
+pub struct Tmpfs {
+    /// The mounted directory.
+    pub dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (after saying why) where mounting is refused, unless the test
+    /// command requires it (`BLOOMGATE_REQUIRE_CLIENTS`, set by
+    /// `scripts/test.sh`, which CI runs as root).
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            skip("cannot mount a tmpfs (the full-disk test needs root)");
+            return None;
+        }
+        Some(Tmpfs {
+            dir,
+            _parent: parent,
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
