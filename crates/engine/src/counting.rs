@@ -42,15 +42,14 @@
 //! an item whose insertion completed.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
-};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::deletable::Removal;
 use crate::error::{Error, Result};
 use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CountingPlan, COUNTER_MAX, COUNTING_BLOCK_COUNTERS, MAX_COUNTING_K};
+use crate::spin::{SpinGuard, SpinLock};
 use crate::storage::Bits;
 
 /// Multiplier of the in-block probe sequence (as in the blocked Bloom layout).
@@ -531,61 +530,17 @@ fn spread_nibbles(m: u16) -> u64 {
 /// `Mutex` would add a second locked instruction to every insert.
 struct Stripes {
     shift: u32,
-    locks: Box<[Stripe]>,
+    locks: Box<[SpinLock]>,
 }
-
-#[repr(align(64))]
-struct Stripe {
-    locked: AtomicBool,
-}
-
-struct StripeGuard<'a>(&'a Stripe);
-
-impl Drop for StripeGuard<'_> {
-    fn drop(&mut self) {
-        // Release: the next holder sees every word this holder stored.
-        self.0.locked.store(false, Release);
-    }
-}
-
-const MAX_STRIPES_LOG2: u32 = 10;
 
 impl Stripes {
     fn new(blocks: u64) -> Stripes {
-        let bits_needed = 64 - blocks.saturating_sub(1).leading_zeros();
-        let shift = bits_needed.saturating_sub(MAX_STRIPES_LOG2);
-        let count = ((blocks.max(1) - 1) >> shift) as usize + 1;
-        Stripes {
-            shift,
-            locks: (0..count)
-                .map(|_| Stripe {
-                    locked: AtomicBool::new(false),
-                })
-                .collect(),
-        }
+        let (shift, locks) = crate::spin::stripes(blocks);
+        Stripes { shift, locks }
     }
 
-    fn lock(&self, block: usize) -> StripeGuard<'_> {
-        let stripe = &self.locks[block >> self.shift];
-        let mut spins = 0u32;
-        loop {
-            if stripe
-                .locked
-                .compare_exchange(false, true, Acquire, Relaxed)
-                .is_ok()
-            {
-                return StripeGuard(stripe);
-            }
-            while stripe.locked.load(Relaxed) {
-                if spins < 64 {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    // The holder may have been descheduled: let it run.
-                    std::thread::yield_now();
-                }
-            }
-        }
+    fn lock(&self, block: usize) -> SpinGuard<'_> {
+        self.locks[block >> self.shift].lock()
     }
 }
 

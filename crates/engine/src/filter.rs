@@ -74,9 +74,7 @@
 //! are compiled once per kernel through [`arch::dispatch`], so hashing, range
 //! reduction and probing inline into one body.
 
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
-};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use rayon::prelude::*;
 
@@ -85,6 +83,9 @@ use crate::error::{Error, Result};
 use crate::format::{FileState, UpdateLog};
 use crate::hash::{hash_item, reduce};
 use crate::math::{self, Layout, Plan, BLOCK_BITS, MAX_K};
+#[cfg(test)]
+use crate::spin::MAX_STRIPES_LOG2 as MAX_REGIONS_LOG2;
+use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
 use crate::storage::Bits;
 
 /// Everything that determines where an item's bits are, plus descriptive metadata.
@@ -262,67 +263,10 @@ struct Regions {
     regions: Box<[Region]>,
 }
 
-/// One region's lock, alone on its cache line so that two writers in
-/// neighbouring regions do not bounce a line between cores.
-#[repr(align(64))]
-struct Region {
-    locked: AtomicBool,
-}
-
-/// Holds a region's lock; dropping it unlocks.
-struct RegionGuard<'a>(&'a Region);
-
-impl Region {
-    fn try_lock(&self) -> Option<RegionGuard<'_>> {
-        self.locked
-            .compare_exchange(false, true, Acquire, Relaxed)
-            .ok()
-            .map(|_| RegionGuard(self))
-    }
-
-    fn lock(&self) -> RegionGuard<'_> {
-        let mut spins = 0u32;
-        loop {
-            if let Some(guard) = self.try_lock() {
-                return guard;
-            }
-            while self.locked.load(Relaxed) {
-                if spins < 64 {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    // The holder may have been descheduled: let it run.
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-}
-
-impl Drop for RegionGuard<'_> {
-    fn drop(&mut self) {
-        // Release: the next holder sees every word this holder stored.
-        self.0.locked.store(false, Release);
-    }
-}
-
-/// At most this many regions: 1024 locks are 64 KiB, and with 2–64 writer
-/// threads contention is negligible.
-const MAX_REGIONS_LOG2: u32 = 10;
-
 impl Regions {
     fn new(blocks: u64) -> Regions {
-        let bits_needed = 64 - blocks.saturating_sub(1).leading_zeros();
-        let shift = bits_needed.saturating_sub(MAX_REGIONS_LOG2);
-        let count = ((blocks.max(1) - 1) >> shift) as usize + 1;
-        Regions {
-            shift,
-            regions: (0..count)
-                .map(|_| Region {
-                    locked: AtomicBool::new(false),
-                })
-                .collect(),
-        }
+        let (shift, regions) = crate::spin::stripes(blocks);
+        Regions { shift, regions }
     }
 
     #[inline]

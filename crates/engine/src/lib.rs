@@ -50,6 +50,7 @@ pub mod format;
 pub mod hash;
 pub mod math;
 pub mod slice;
+mod spin;
 mod storage;
 
 pub use counting::{CountingFilter, CountingParams};
