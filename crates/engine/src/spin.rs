@@ -33,6 +33,7 @@ impl SpinLock {
     }
 
     /// The lock if it is free now.
+    #[inline]
     pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_>> {
         self.locked
             .compare_exchange(false, true, Acquire, Relaxed)
@@ -42,6 +43,7 @@ impl SpinLock {
 
     /// Waits for the lock: spins briefly, then yields to a holder that may
     /// have been descheduled.
+    #[inline]
     pub(crate) fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;
         loop {
@@ -61,6 +63,7 @@ impl SpinLock {
 }
 
 impl Drop for SpinGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         // Release: the next holder sees every word this holder stored.
         self.0.locked.store(false, Release);
