@@ -148,31 +148,10 @@ impl Header {
 
     /// Decodes and validates a header. `file_len` is the length of the whole file.
     pub fn decode(bytes: &[u8], file_len: u64) -> Result<Header, FormatProblem> {
-        if bytes.len() < HEADER_LEN || file_len < HEADER_LEN as u64 {
-            return Err(FormatProblem::TooShort(file_len.min(bytes.len() as u64)));
-        }
-        if bytes[..8] != MAGIC {
-            return Err(FormatProblem::BadMagic);
-        }
+        let version = check_frame(bytes, file_len)?;
         let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
-        let version = u32_at(OFF_VERSION);
-        if version > FORMAT_VERSION {
-            return Err(FormatProblem::NewerVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        if u64_at(OFF_HEADER_SUM) != header_checksum(&bytes[..HEADER_LEN]) {
-            return Err(FormatProblem::HeaderChecksum);
-        }
         let bad = |s: String| FormatProblem::BadField(s);
-        if version == 0 {
-            return Err(bad("format version 0".into()));
-        }
-        if u32_at(OFF_HEADER_LEN) as usize != HEADER_LEN {
-            return Err(bad(format!("header length {}", u32_at(OFF_HEADER_LEN))));
-        }
         if let Some(kind) = DeletableKind::from_code(bytes[OFF_LAYOUT]) {
             return Err(FormatProblem::WrongKind {
                 found: kind.name(),
@@ -1119,31 +1098,10 @@ impl DeletableHeader {
     /// `file_len` is the length of the whole file. A Bloom filter file is
     /// refused with [`FormatProblem::WrongKind`] naming its layout.
     pub fn decode(bytes: &[u8], file_len: u64) -> Result<DeletableHeader, FormatProblem> {
-        if bytes.len() < HEADER_LEN || file_len < HEADER_LEN as u64 {
-            return Err(FormatProblem::TooShort(file_len.min(bytes.len() as u64)));
-        }
-        if bytes[..8] != MAGIC {
-            return Err(FormatProblem::BadMagic);
-        }
+        let version = check_frame(bytes, file_len)?;
         let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
-        let version = u32_at(OFF_VERSION);
-        if version > FORMAT_VERSION {
-            return Err(FormatProblem::NewerVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        if u64_at(OFF_HEADER_SUM) != header_checksum(&bytes[..HEADER_LEN]) {
-            return Err(FormatProblem::HeaderChecksum);
-        }
         let bad = |s: String| FormatProblem::BadField(s);
-        if version == 0 {
-            return Err(bad("format version 0".into()));
-        }
-        if u32_at(OFF_HEADER_LEN) as usize != HEADER_LEN {
-            return Err(bad(format!("header length {}", u32_at(OFF_HEADER_LEN))));
-        }
         let code = bytes[OFF_LAYOUT];
         let kind = match (DeletableKind::from_code(code), Layout::from_code(code)) {
             (Some(kind), _) => kind,
@@ -1423,6 +1381,39 @@ pub(crate) fn deletable_to_bytes(header: &DeletableHeader, data: &[u8]) -> Vec<u
     header.data_checksum = data_checksum(&out[HEADER_LEN..]);
     out[..HEADER_LEN].copy_from_slice(&header.encode());
     out
+}
+
+/// Checks the frame every header shares, whatever the layout: length,
+/// magic, version, header checksum and header length. Returns the version.
+fn check_frame(bytes: &[u8], file_len: u64) -> Result<u32, FormatProblem> {
+    if bytes.len() < HEADER_LEN || file_len < HEADER_LEN as u64 {
+        return Err(FormatProblem::TooShort(file_len.min(bytes.len() as u64)));
+    }
+    if bytes[..8] != MAGIC {
+        return Err(FormatProblem::BadMagic);
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+    let version = u32_at(OFF_VERSION);
+    if version > FORMAT_VERSION {
+        return Err(FormatProblem::NewerVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if u64_at(OFF_HEADER_SUM) != header_checksum(&bytes[..HEADER_LEN]) {
+        return Err(FormatProblem::HeaderChecksum);
+    }
+    if version == 0 {
+        return Err(FormatProblem::BadField("format version 0".into()));
+    }
+    if u32_at(OFF_HEADER_LEN) as usize != HEADER_LEN {
+        return Err(FormatProblem::BadField(format!(
+            "header length {}",
+            u32_at(OFF_HEADER_LEN)
+        )));
+    }
+    Ok(version)
 }
 
 #[cfg(test)]

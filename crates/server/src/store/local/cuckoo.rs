@@ -547,28 +547,8 @@ impl Cuckoos {
         limits: &Limits,
         valid_name: impl Fn(&str) -> bool,
     ) -> Result<Cuckoos, StoreError> {
-        let rd = std::fs::read_dir(dir).map_err(|e| {
-            StoreError::io(
-                format_args!("{}: cannot read data directory", dir.display()),
-                e,
-            )
-        })?;
         let mut map = HashMap::new();
-        for e in rd.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("cf") || !path.is_file() {
-                continue;
-            }
-            let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
-                continue;
-            };
-            if !valid_name(&name) {
-                tracing::warn!(
-                    "bloomgate serve: skipping {}: unusable name",
-                    path.display()
-                );
-                continue;
-            }
+        for (name, path) in super::named_files(dir, "cf", valid_name)? {
             let chain = std::fs::read(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|b| decode_file(&b));

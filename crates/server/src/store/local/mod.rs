@@ -59,6 +59,41 @@ mod named;
 mod reload;
 mod replay;
 mod snapshot;
+
+/// The files `NAME.ext` of the data directory `dir` whose `NAME` is valid
+/// (others are skipped with a warning), as `(NAME, path)`.
+fn named_files(
+    dir: &Path,
+    ext: &str,
+    valid_name: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, PathBuf)>, StoreError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| {
+        StoreError::io(
+            format_args!("{}: cannot read data directory", dir.display()),
+            e,
+        )
+    })?;
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let path = e.path();
+        if path.extension().and_then(|x| x.to_str()) != Some(ext) || !path.is_file() {
+            continue;
+        }
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
+            continue;
+        };
+        if !valid_name(&name) {
+            tracing::warn!(
+                "bloomgate serve: skipping {}: unusable name",
+                path.display()
+            );
+            continue;
+        }
+        out.push((name, path));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -158,28 +193,8 @@ impl LocalStore {
             ));
         }
         let dir_lock = DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2))?;
-        let rd = std::fs::read_dir(dir).map_err(|e| {
-            StoreError::io(
-                format_args!("{}: cannot read data directory", dir.display()),
-                e,
-            )
-        })?;
         let mut filters = HashMap::new();
-        for e in rd.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("bgf") || !path.is_file() {
-                continue;
-            }
-            let Some(name) = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
-                continue;
-            };
-            if !valid_name(&name) {
-                tracing::warn!(
-                    "bloomgate serve: skipping {}: unusable name",
-                    path.display()
-                );
-                continue;
-            }
+        for (name, path) in named_files(dir, "bgf", valid_name)? {
             match load_layers(&path) {
                 Ok((layers, wl)) => {
                     let id = file_id(&path);
