@@ -306,7 +306,13 @@ pub fn replay_key(
         Ok(k) => k,
         Err(e) => return Ok((Replayed::Unconvertible(e), None)),
     };
-    let (added, grown) = layers.insert(&key, true, limits, new_layer)?;
+    let (added, grown) = if layers.policy().forgets() {
+        // Rotate and clear replay through their own rules, in log order, so
+        // generations start where they started before.
+        layers.add_published(&key, crate::layers::unix_now())?
+    } else {
+        layers.insert(&key, true, limits, new_layer)?
+    };
     Ok((
         if added == crate::layers::Added::New {
             Replayed::New

@@ -65,9 +65,11 @@
 //! ([`check_policy`]) and allowed for dedup and cache filters
 //! ([`Purpose::Dedup`], or raw/email keys). They also rewrite existing
 //! layers, which an in-place update cannot do crash-safely, so
-//! [`Layers::insert`] (the server's and `add`'s path) refuses them;
+//! [`Layers::insert`] (`add`'s in-place path) refuses them;
 //! [`Layers::add`] applies them in memory and [`Layers::save`] writes the
-//! result.
+//! result. A server applies them with [`Layers::add_published`] to a
+//! published chain: its write-ahead log holds every add until a snapshot
+//! has saved the chain with [`Layers::save`].
 //!
 //! ## Rotation
 //!
@@ -267,6 +269,13 @@ impl Rotate {
     pub fn generation_rate(&self, p: f64) -> f64 {
         math::per_lookup_rate(p, self.generations)
     }
+}
+
+/// Seconds since the Unix epoch (the clock of rotation windows).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The number of distinct items at which `k` probes into `m` bits are
@@ -508,8 +517,9 @@ impl Default for GrowLimits {
 }
 
 /// A filter's layers and key rules. Immutable: growth makes a new chain
-/// ([`Layers::insert`]), which the caller publishes.
-#[derive(Debug)]
+/// ([`Layers::insert`]), which the caller publishes. A clone shares the
+/// layers' bits.
+#[derive(Clone, Debug)]
 pub struct Layers {
     /// Layer 0 first.
     pub layers: Vec<Arc<Filter>>,
@@ -922,6 +932,23 @@ impl Layers {
     /// [`Policy::Refuse`].
     pub fn add(&mut self, key: &[u8], now: u64) -> Result<Added, Error> {
         self.add_with(key, None, now)
+    }
+
+    /// [`Layers::add`] for a published chain that readers hold: the key
+    /// goes into the shared newest layer (its bits are atomic), and when the
+    /// add started a generation or cleared the filter the changed chain is
+    /// returned for the caller to publish in place of `self`. Adds must be
+    /// serialized by the caller (as for [`Layers::insert`]).
+    pub fn add_published(&self, key: &[u8], now: u64) -> Result<(Added, Option<Layers>), Error> {
+        let mut next = self.clone();
+        let added = next.add(key, now)?;
+        let changed = next.layers.len() != self.layers.len()
+            || next
+                .layers
+                .iter()
+                .zip(&self.layers)
+                .any(|(a, b)| !Arc::ptr_eq(a, b));
+        Ok((added, changed.then_some(next)))
     }
 
     /// [`Layers::add`] of many keys in order, one answer per key in `out`
@@ -1448,6 +1475,35 @@ mod tests {
             assert_eq!(one, batch, "{policy}");
             assert_eq!(a.items(), b.items(), "{policy}");
             assert_eq!(a.layers.len(), b.layers.len(), "{policy}");
+        }
+    }
+
+    /// The server's path: a published chain stays as it was for readers
+    /// until a rotation or clear hands back a new one, the answers are
+    /// `add`'s, and the key went into the bits the published chain shares.
+    #[test]
+    fn add_published_answers_as_add_and_hands_back_changed_chains() {
+        for policy in [rotate(3, 100), Policy::Clear { at: 0.3 }] {
+            let mut a = state(&policy, Layout::Blocked, 100, 0.01, 9);
+            let mut published = Arc::new(state(&policy, Layout::Blocked, 100, 0.01, 9));
+            let mut changes = 0;
+            for i in 0..1000u64 {
+                let k = (i % 700).to_le_bytes();
+                let want = a.add(&k, 5).unwrap();
+                let before = published.clone();
+                let (got, next) = published.add_published(&k, 5).unwrap();
+                assert_eq!(got, want, "{policy}: key {i}");
+                match next {
+                    Some(n) => {
+                        changes += 1;
+                        published = Arc::new(n);
+                    }
+                    None => assert!(before.contains(&k), "{policy}: in the shared bits"),
+                }
+                assert_eq!(published.items(), a.items(), "{policy}");
+                assert_eq!(published.layers.len(), a.layers.len(), "{policy}");
+            }
+            assert!(changes >= 3, "{policy}: {changes} rotations or clears");
         }
     }
 

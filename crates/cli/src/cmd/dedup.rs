@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use bloomgate_blacklist::layers::{Added, Layers, Policy, Purpose, Rotate};
+use bloomgate_blacklist::layers::{unix_now, Added, Layers, Policy, Purpose, Rotate};
 use bloomgate_engine::{random_seed, Access, Params};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
@@ -124,13 +124,6 @@ pub(crate) fn write_policy(output: &str, policy: Option<&Policy>, rate: f64) -> 
     bloomgate_engine::atomic::write_atomic(&meta, &json)
         .with_context(|| format!("{}: cannot write the fill policy", meta.display()))?;
     Ok(())
-}
-
-/// Seconds since the Unix epoch.
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// One chunk's lines, canonicalized by a worker. Reused from chunk to
