@@ -564,13 +564,15 @@ fn a_full_filter_refuses_and_never_evicts_and_expansion_grows() {
     }
 }
 
-/// Sends a stream of pipelined `CF.ADD`/`CF.DEL` commands and returns the
-/// model of what the acknowledged ones left: count per item.
+/// Sends a stream of pipelined `CF.ADD`/`CF.DEL` commands over `pool`
+/// distinct items and returns the model of what the acknowledged ones
+/// left: count per item.
 fn stream_of_changes(
     c: &mut Resp,
     key: &str,
     n: usize,
     seed: u64,
+    pool: u64,
     model: &mut HashMap<String, i64>,
 ) {
     let mut x = seed | 1;
@@ -583,7 +585,7 @@ fn stream_of_changes(
     for _ in 0..n / 100 {
         let mut sent = Vec::new();
         for _ in 0..100 {
-            let item = format!("k{}", next() % 300);
+            let item = format!("k{}", next() % pool);
             let have = model.get(&item).copied().unwrap_or(0)
                 + sent
                     .iter()
@@ -627,23 +629,50 @@ fn assert_counts(c: &mut Resp, key: &str, model: &HashMap<String, i64>, what: &s
 /// the model's (an add not deleted is there, a delete applied once).
 #[test]
 fn acknowledged_adds_and_deletes_survive_sigkill() {
+    survive_sigkill("CUCKOO", 300);
+}
+
+/// The same for a counting filter (`LAYOUT COUNTING`): `CF.COUNT` is an
+/// item's smallest counter, exact while no counter reaches 15 (hence
+/// more items, fewer copies each).
+#[test]
+fn acknowledged_adds_and_deletes_to_a_counting_filter_survive_sigkill() {
+    survive_sigkill("COUNTING", 1000);
+}
+
+fn survive_sigkill(layout: &str, pool: u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
     let mut c = s.resp();
     assert_eq!(
-        c.cmd(&["CF.RESERVE", "cf", "1000", "ERROR", "0.000001"]),
+        c.cmd(&[
+            "CF.RESERVE",
+            "cf",
+            "1000",
+            "ERROR",
+            "0.000001",
+            "LAYOUT",
+            layout
+        ]),
         V::Simple("OK".into())
     );
     let mut model = HashMap::new();
-    stream_of_changes(&mut c, "cf", 3000, 7, &mut model);
+    stream_of_changes(&mut c, "cf", 3000, 7, pool, &mut model);
     assert!(model.values().any(|&v| v == 0) && model.values().any(|&v| v > 1));
+    assert!(model.values().all(|&v| v < 15), "{layout}: exact counts");
     assert_counts(&mut c, "cf", &model, "before the kill");
     s.kill9();
     let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let (st, v) = s.http("GET", "/v1/filters/cf", None, None);
+    assert_eq!(
+        (st, v["layout"].as_str()),
+        (200, Some(layout.to_ascii_lowercase().as_str())),
+        "{v}"
+    );
     let mut c = s.resp();
     assert_counts(&mut c, "cf", &model, "after the kill");
     // And again after the replay's snapshot and more changes.
-    stream_of_changes(&mut c, "cf", 1000, 11, &mut model);
+    stream_of_changes(&mut c, "cf", 1000, 11, pool, &mut model);
     drop(c);
     let mut s = s;
     s.kill9();
@@ -668,15 +697,28 @@ fn wal_segments(dir: &Path) -> Vec<PathBuf> {
 /// back after a real snapshot, then SIGKILL.
 #[test]
 fn a_crash_between_snapshot_and_log_trim_replays_nothing_twice() {
+    crash_between_snapshot_and_trim("CUCKOO", 300);
+    crash_between_snapshot_and_trim("COUNTING", 1000);
+}
+
+fn crash_between_snapshot_and_trim(layout: &str, pool: u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
     let mut c = s.resp();
     assert_eq!(
-        c.cmd(&["CF.RESERVE", "cf", "1000", "ERROR", "0.000001"]),
+        c.cmd(&[
+            "CF.RESERVE",
+            "cf",
+            "1000",
+            "ERROR",
+            "0.000001",
+            "LAYOUT",
+            layout
+        ]),
         V::Simple("OK".into())
     );
     let mut model = HashMap::new();
-    stream_of_changes(&mut c, "cf", 2000, 3, &mut model);
+    stream_of_changes(&mut c, "cf", 2000, 3, pool, &mut model);
     let saved: Vec<(PathBuf, Vec<u8>)> = wal_segments(dir.path())
         .into_iter()
         .map(|p| {
@@ -691,7 +733,7 @@ fn a_crash_between_snapshot_and_log_trim_replays_nothing_twice() {
         assert!(!p.exists(), "the snapshot trimmed {}", p.display());
     }
     // Changes after the snapshot, in the new segment.
-    stream_of_changes(&mut c, "cf", 1000, 5, &mut model);
+    stream_of_changes(&mut c, "cf", 1000, 5, pool, &mut model);
     s.kill9();
     for (p, b) in &saved {
         std::fs::write(p, b).unwrap();
@@ -862,8 +904,44 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
         (Some("cuckoo"), Some(17))
     );
     assert_eq!(c.cmd(&["TYPE", "hc"]), V::Simple("MBbloomCF".into()));
+    // With a key kind, items are canonicalized as the CLI does.
     let body = r#"{"name": "hu", "items": 1000, "fp": 0.0001, "layout": "cuckoo", "kind": "url"}"#;
     let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
+    assert_eq!((st, v["key_kind"].as_str()), (201, Some("url")), "{v}");
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/hu/add",
+        Some(r#"["HTTP://A.example/x#top"]"#),
+        None,
+    );
+    assert_eq!((st, v["added"].as_u64()), (200, Some(1)), "{v}");
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/hu/check?item=http://a.example/x",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], true, "{v}");
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/hu/remove",
+        Some(r#"["http://A.EXAMPLE/x"]"#),
+        None,
+    );
+    assert_eq!((st, v["removed"].as_u64()), (200, Some(1)), "{v}");
+    let (_, v) = s.http(
+        "GET",
+        "/v1/filters/hu/check?item=http://a.example/x",
+        None,
+        None,
+    );
+    assert_eq!(v["hit"], false, "{v}");
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/hu/add",
+        Some(r#"["http:///path"]"#),
+        None,
+    );
     assert_eq!(st, 400, "{v}");
     let (st, _) = s.http(
         "POST",
@@ -878,6 +956,240 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
     let (_, v) = s.http("POST", "/v1/filters/cf/check", Some(r#"["a","b"]"#), None);
     assert_eq!(v["results"][0]["hit"], false);
     assert_eq!(v["results"][1]["hit"], true);
+}
+
+/// A counting filter over HTTP: created with `"layout": "counting"`,
+/// copies added and removed one at a time, a saturated item never removed
+/// (its counters stay at 15), `info` showing counts, fill and saturation,
+/// the `CF.*` commands on it, and everything durable across SIGKILL.
+#[test]
+fn http_counting_filters_add_remove_and_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let body = r#"{"name": "cnt", "items": 1000, "fp": 0.0001, "layout": "counting"}"#;
+    let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(
+        (v["type"].as_str(), v["layout"].as_str()),
+        (Some("counting"), Some("counting"))
+    );
+    assert_eq!(v["expansion"], 0, "a counting filter never grows: {v}");
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/cnt/add",
+        Some(r#"["a","b","a"]"#),
+        None,
+    );
+    assert_eq!((st, v["added"].as_u64()), (200, Some(3)), "{v}");
+    let remove = |s: &Server, item: &str| {
+        let (st, v) = s.http(
+            "POST",
+            "/v1/filters/cnt/remove",
+            Some(&format!(r#"["{item}"]"#)),
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        v["results"][0]["removed"].as_bool().unwrap()
+    };
+    let hit = |s: &Server, item: &str| {
+        let (st, v) = s.http(
+            "GET",
+            &format!("/v1/filters/cnt/check?item={item}"),
+            None,
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        v["hit"].as_bool().unwrap()
+    };
+    assert!(remove(&s, "a"));
+    assert!(hit(&s, "a"), "added twice, removed once");
+    assert!(remove(&s, "a"));
+    assert!(!hit(&s, "a"));
+    assert!(!remove(&s, "a"), "nothing left to remove");
+    assert!(hit(&s, "b"));
+    // 20 copies saturate the item's counters at 15: they are never
+    // lowered again, so the item stays present whatever is removed.
+    let twenty = format!("[{}]", vec![r#""s""#; 20].join(","));
+    let (st, _) = s.http("POST", "/v1/filters/cnt/add", Some(&twenty), None);
+    assert_eq!(st, 200);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["CF.COUNT", "cnt", "s"]), V::Int(15));
+    for _ in 0..20 {
+        remove(&s, "s");
+    }
+    assert!(hit(&s, "s"), "a saturated item is never removed");
+    let (_, v) = s.http("GET", "/v1/filters/cnt", None, None);
+    assert!(v["saturated_counters"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["fill"].as_f64().unwrap() > 0.0, "{v}");
+    // The CF.* commands work on it too.
+    assert_eq!(c.cmd(&["CF.ADD", "cnt", "r"]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.EXISTS", "cnt", "r"]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.DEL", "cnt", "r"]), V::Int(1));
+    assert_eq!(c.cmd(&["CF.EXISTS", "cnt", "r"]), V::Int(0));
+    assert_eq!(c.cmd(&["TYPE", "cnt"]), V::Simple("MBbloomCF".into()));
+    let (_, before) = s.http("GET", "/v1/filters/cnt", None, None);
+    drop(c);
+    s.kill9();
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let (_, after) = s.http("GET", "/v1/filters/cnt", None, None);
+    for f in ["items", "deletes", "layout", "saturated_counters", "fill"] {
+        assert_eq!(before[f], after[f], "{f} after SIGKILL");
+    }
+    assert!(hit(&s, "b") && hit(&s, "s") && !hit(&s, "a") && !hit(&s, "r"));
+    assert_eq!(s.resp().cmd(&["CF.COUNT", "cnt", "b"]), V::Int(1));
+}
+
+/// A counting filter file built by the CLI (url keys, a whitelist) is
+/// served with its key rules and whitelist, takes adds and removes, and
+/// its changes reach the file the CLI reads; a file replaced while the
+/// server was stopped is left alone, never overwritten; deleting the
+/// filter deletes both files.
+#[test]
+fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let list = dir.path().join("list.txt");
+    common::write_lines(
+        &list,
+        [
+            "http://evil.example/a",
+            "http://evil.example/b",
+            "http://good.example/fp",
+        ],
+    );
+    let bgf = data.join("urls.bgf");
+    for layout in ["counting", "cuckoo"] {
+        let _ = std::fs::remove_file(data.join("urls.cf"));
+        common::ok(&common::bg(&[
+            "build",
+            "--layout",
+            layout,
+            "--items",
+            "1000",
+            "--fp",
+            "0.0001",
+            "-o",
+            common::p(&bgf),
+            common::p(&list),
+        ]));
+        common::ok(&common::bg(&[
+            "whitelist",
+            "add",
+            common::p(&bgf),
+            "http://good.example/fp",
+        ]));
+        let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
+        let check = |s: &Server, item: &str| {
+            let (st, v) = s.http(
+                "GET",
+                &format!("/v1/filters/urls/check?item={item}"),
+                None,
+                None,
+            );
+            assert_eq!(st, 200, "{layout}: {v}");
+            v["hit"].as_bool().unwrap()
+        };
+        let (_, v) = s.http("GET", "/v1/filters/urls", None, None);
+        assert_eq!(
+            (
+                v["layout"].as_str(),
+                v["key_kind"].as_str(),
+                v["items"].as_u64()
+            ),
+            (Some(layout), Some("url"), Some(3)),
+            "{v}"
+        );
+        assert!(
+            check(&s, "HTTP://EVIL.example/a#frag"),
+            "{layout}: canonicalized"
+        );
+        assert!(
+            !check(&s, "http://good.example/fp"),
+            "{layout}: whitelisted"
+        );
+        let (st, v) = s.http(
+            "POST",
+            "/v1/filters/urls/remove",
+            Some(r#"["http://Evil.Example/a"]"#),
+            None,
+        );
+        assert_eq!((st, v["removed"].as_u64()), (200, Some(1)), "{layout}: {v}");
+        let (st, _) = s.http(
+            "POST",
+            "/v1/filters/urls/add",
+            Some(r#"["http://new.example/"]"#),
+            None,
+        );
+        assert_eq!(st, 200);
+        assert!(!check(&s, "http://evil.example/a") && check(&s, "http://new.example/"));
+        // Durable (the log), then on the CLI's file after a snapshot.
+        s.kill9();
+        let s = Server::start(&data, &["--snapshot-secs", "100000"]);
+        assert!(!check(&s, "http://evil.example/a") && check(&s, "http://new.example/"));
+        let (st, _) = s.http("POST", "/v1/snapshot", None, None);
+        assert_eq!(st, 200);
+        let q = dir.path().join("q.txt");
+        common::write_lines(
+            &q,
+            [
+                "http://evil.example/a",
+                "http://evil.example/b",
+                "http://new.example/",
+                "http://good.example/fp",
+            ],
+        );
+        let out = common::bg(&["check", common::p(&bgf), common::p(&q)]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "http://evil.example/b\nhttp://new.example/\n",
+            "{layout}: the CLI reads what the server answers"
+        );
+        drop(s);
+        // Replaced while the server was stopped: served from NAME.cf, the
+        // new file untouched.
+        let other = dir.path().join("other.txt");
+        common::write_lines(&other, ["http://other.example/"]);
+        common::ok(&common::bg(&[
+            "build",
+            "--layout",
+            layout,
+            "--items",
+            "1000",
+            "--fp",
+            "0.0001",
+            "--force",
+            "-o",
+            common::p(&bgf),
+            common::p(&other),
+        ]));
+        let replaced = std::fs::read(&bgf).unwrap();
+        let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
+        assert!(check(&s, "http://new.example/") && !check(&s, "http://other.example/"));
+        let (st, _) = s.http(
+            "POST",
+            "/v1/filters/urls/add",
+            Some(r#"["http://more.example/"]"#),
+            None,
+        );
+        assert_eq!(st, 200);
+        let (st, _) = s.http("POST", "/v1/snapshot", None, None);
+        assert_eq!(st, 200);
+        assert_eq!(
+            std::fs::read(&bgf).unwrap(),
+            replaced,
+            "{layout}: overwritten"
+        );
+        let (st, _) = s.http("DELETE", "/v1/filters/urls", None, None);
+        assert_eq!(st, 200);
+        assert!(!data.join("urls.cf").exists());
+        assert!(bgf.exists(), "{layout}: not the server's file any more");
+        s.term();
+        let err = s.stderr();
+        assert!(err.contains("not the file this server last wrote"), "{err}");
+        std::fs::remove_file(&bgf).unwrap();
+        let _ = std::fs::remove_file(data.join("urls.bgf.whitelist"));
+    }
 }
 
 /// redis-py's `r.cf()` against bloomgate, RESP2 and RESP3.

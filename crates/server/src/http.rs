@@ -31,7 +31,9 @@ mod cuckoo;
 
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
-use crate::store::{AddOutcome, CreateSpec, Filter, Growth, LookupScratch, StoreError};
+use crate::store::{
+    AddOutcome, CreateSpec, Filter, Growth, LookupScratch, Meta, Policy, Purpose, StoreError,
+};
 use crate::App;
 
 /// An API error: status, machine code, message.
@@ -540,6 +542,102 @@ struct CreateBody {
     mode: Option<String>,
     #[serde(default)]
     layout: Option<String>,
+    /// Fill policy: `fixed` (default), `grow`, `refuse`, `rotate`, `clear`.
+    #[serde(default)]
+    policy: Option<String>,
+    /// `grow`: capacity multiplier of each new layer (default 2).
+    #[serde(default)]
+    expansion: Option<u32>,
+    /// `rotate`: generations in the ring (default 4).
+    #[serde(default)]
+    generations: Option<u32>,
+    /// `rotate`: window in new adds (default `items`).
+    #[serde(default)]
+    window: Option<u64>,
+    /// `rotate`: window in seconds (optional).
+    #[serde(default)]
+    window_secs: Option<u64>,
+    /// `clear`: the fill ratio that clears (default 0.8, the seeds').
+    #[serde(default)]
+    clear_at: Option<f64>,
+    /// `blacklist` (default) or `dedup`: only dedup/cache filters of url
+    /// or host keys may forget entries.
+    #[serde(default)]
+    purpose: Option<String>,
+}
+
+/// The growth settings and forgetting policy a create request asks for.
+fn create_policy(b: &CreateBody) -> Result<(Growth, Option<(Policy, Purpose)>), ApiError> {
+    let purpose = match b.purpose.as_deref() {
+        None | Some("blacklist") => Purpose::Blacklist,
+        Some("dedup") => Purpose::Dedup,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "unknown purpose '{other}' (blacklist, dedup)"
+            )))
+        }
+    };
+    let meta = |expansion: u32, nonscaling| {
+        Growth::Redis(Meta {
+            expansion,
+            nonscaling,
+            error_rate: None,
+        })
+    };
+    let unused = |what: &str, set: bool| -> Result<(), ApiError> {
+        if set {
+            return Err(ApiError::bad(format!(
+                "'{what}' does not apply to the {} policy",
+                b.policy.as_deref().unwrap_or("fixed")
+            )));
+        }
+        Ok(())
+    };
+    unused(
+        "expansion",
+        b.expansion.is_some() && b.policy.as_deref() != Some("grow"),
+    )?;
+    let rotating = b.policy.as_deref() == Some("rotate");
+    unused("generations", b.generations.is_some() && !rotating)?;
+    unused("window", b.window.is_some() && !rotating)?;
+    unused("window_secs", b.window_secs.is_some() && !rotating)?;
+    unused(
+        "clear_at",
+        b.clear_at.is_some() && b.policy.as_deref() != Some("clear"),
+    )?;
+    Ok(match b.policy.as_deref() {
+        None | Some("fixed") => (Growth::Fixed, None),
+        Some("grow") => {
+            let e = b.expansion.unwrap_or(2);
+            if !(1..=32768).contains(&e) {
+                return Err(ApiError::bad("expansion must be in 1..=32768"));
+            }
+            (meta(e, false), None)
+        }
+        Some("refuse") => (meta(2, true), None),
+        Some("rotate") => {
+            let r = bloomgate_blacklist::layers::Rotate {
+                generations: b.generations.unwrap_or(4),
+                window: b.window.unwrap_or(b.items),
+                window_secs: b.window_secs,
+            };
+            (Growth::Fixed, Some((Policy::Rotate(r), purpose)))
+        }
+        Some("clear") => (
+            Growth::Fixed,
+            Some((
+                Policy::Clear {
+                    at: b.clear_at.unwrap_or(0.8),
+                },
+                purpose,
+            )),
+        ),
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "unknown policy '{other}' (fixed, grow, refuse, rotate, clear)"
+            )))
+        }
+    })
 }
 
 async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> ApiResult {
@@ -558,28 +656,40 @@ async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> 
             .map_err(|e: bloomgate_url::ParseKindError| ApiError::bad(e.to_string()))?,
         None => bloomgate_url::MatchMode::Exact,
     };
-    if b.layout.as_deref() == Some("cuckoo") {
-        return cuckoo::create(app, b.name, b.items, b.fp, kind, mode).await;
+    let deletable = match b.layout.as_deref() {
+        Some("cuckoo") => Some(crate::store::cuckoo::CfLayout::Cuckoo),
+        Some("counting") => Some(crate::store::cuckoo::CfLayout::Counting),
+        _ => None,
+    };
+    if let Some(layout) = deletable {
+        if b.policy.is_some() {
+            return Err(ApiError::bad(
+                "a fill policy applies to Bloom filters; a cuckoo filter grows by sub-filters and a counting filter never fills",
+            ));
+        }
+        return cuckoo::create(app, layout, b.name, b.items, b.fp, kind, mode).await;
     }
     let layout = match b.layout.as_deref() {
         None | Some("blocked") => bloomgate_engine::Layout::Blocked,
         Some("classic") => bloomgate_engine::Layout::Classic,
         Some(other) => {
             return Err(ApiError::bad(format!(
-                "unknown layout '{other}' (blocked, classic, cuckoo)"
+                "unknown layout '{other}' (blocked, classic, cuckoo, counting)"
             )))
         }
     };
     if !(b.fp > 0.0 && b.fp < 1.0) || b.items == 0 {
         return Err(ApiError::bad("need items > 0 and 0 < fp < 1"));
     }
+    let (growth, forgetting) = create_policy(&b)?;
     let spec = CreateSpec {
         items: b.items,
         fp: b.fp,
         kind,
         mode,
         layout,
-        growth: Growth::Fixed,
+        growth,
+        forgetting,
     };
     let name = b.name;
     let info =

@@ -1,10 +1,13 @@
-//! The HTTP API on cuckoo filters (`docs/http-api.md`, "Cuckoo filters"):
-//! `GET …/check`, `POST …/check`, `POST …/add`, `POST …/remove` and
-//! `GET /v1/filters/NAME` answer for a cuckoo filter here, and `POST
-//! /v1/filters` with `"layout": "cuckoo"` creates one; `…/remove` on a
-//! Bloom filter is refused with 409 `not_deletable`.
+//! The HTTP API on deletable filters, cuckoo and counting
+//! (`docs/http-api.md`, "Cuckoo and counting filters"): `GET …/check`,
+//! `POST …/check`, `POST …/add`, `POST …/remove` and `GET /v1/filters/NAME`
+//! answer for them here, and `POST /v1/filters` with `"layout": "cuckoo"`
+//! or `"counting"` creates one; `…/remove` on a Bloom filter is refused
+//! with 409 `not_deletable`.
 //!
-//! Items are raw keys (a cuckoo filter has no key kinds or whitelist), an
+//! Items are raw keys unless the filter was created with a `kind` (or built
+//! by the CLI with one): then they are canonicalized as the CLI does, and a
+//! CLI-built filter's whitelist applies to checks. An
 //! add adds a copy (RedisBloom's `CF.ADD`: added twice, an item needs two
 //! removes), a remove deletes one copy. Replies wait for the log's fsync,
 //! as Bloom adds do.
@@ -18,7 +21,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::{can_write, parse_items, ApiError, ApiResult, ItemQuery, St};
-use crate::store::cuckoo::{CfAdded, CfNamed, CfSpec};
+use crate::store::cuckoo::{CfAdded, CfLayout, CfNamed, CfSpec};
 use crate::App;
 
 fn too_long(app: &App, item: &str) -> bool {
@@ -107,7 +110,8 @@ pub(super) async fn remove(
                 format!(
                     "'{name}' is a Bloom filter, which cannot remove items: its bits are shared \
                      with other items, and clearing them would make those false negatives; a \
-                     list that needs removals belongs in a cuckoo filter (CF.RESERVE)"
+                     list that needs removals belongs in a cuckoo or counting filter (CF.RESERVE, or \
+                     a create with \"layout\": \"cuckoo\" or \"counting\")"
                 ),
             ));
         }
@@ -132,8 +136,9 @@ pub(super) async fn remove(
 
 /// `GET /v1/filters/NAME` of a cuckoo filter.
 pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
-    let mut v = serde_json::to_value(n.info()).unwrap_or_default();
-    v["type"] = json!("cuckoo");
+    let info = n.info();
+    let mut v = serde_json::to_value(&info).unwrap_or_default();
+    v["type"] = json!(info.layout);
     Ok(Json(v).into_response())
 }
 
@@ -141,31 +146,31 @@ pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
 /// `items` at rate `fp` per sub-filter, buckets of 4 (the engine's best
 /// space per item), 500 evictions before an insert gives up, growing by
 /// sub-filters of the same size (RedisBloom's default expansion, 1).
+/// With `"layout": "counting"`: one counting filter for `items` at `fp`.
 pub(super) async fn create(
     app: Arc<App>,
+    layout: CfLayout,
     name: String,
     items: u64,
     fp: f64,
     kind: bloomgate_url::KeyKind,
     mode: bloomgate_url::MatchMode,
 ) -> ApiResult {
-    if kind != bloomgate_url::KeyKind::Raw || mode != bloomgate_url::MatchMode::Exact {
-        return Err(ApiError::bad(
-            "a cuckoo filter holds raw keys: no kind or mode other than raw/exact",
-        ));
-    }
     if !(fp > 0.0 && fp < 1.0) || items < 2 {
         return Err(ApiError::bad("need items >= 2 and 0 < fp < 1"));
     }
     let spec = CfSpec {
+        layout,
         capacity: items,
         bucket_size: 4,
         max_iterations: 500,
         expansion: 1,
         error_rate: Some(fp),
+        kind,
+        mode,
     };
     let n = super::blocking(move || app.store.cf_create(&name, &spec)).await??;
     let mut v = serde_json::to_value(n.info()).unwrap_or_default();
-    v["type"] = json!("cuckoo");
+    v["type"] = json!(layout.name());
     Ok((StatusCode::CREATED, Json(v)).into_response())
 }

@@ -12,6 +12,10 @@
 //!   (1.6 % at the default b = 2), so a RedisBloom client gets what it
 //!   expects. `BUCKETSIZE` is checked and reported as RedisBloom does and
 //!   sets that default rate; the tables themselves use the engine's buckets.
+//! * `CF.RESERVE … LAYOUT COUNTING` (bloomgate only) makes the filter one
+//!   counting Bloom filter instead of cuckoo tables: never full, about 7×
+//!   the memory (`crate::store::cuckoo`, "Counting filters"). Every `CF.*`
+//!   command works on it; `CF.COUNT` is the item's smallest counter.
 //! * Capacities above RedisBloom's 2³⁰ are accepted, up to the server's
 //!   filter size limit (as for `BF.RESERVE`).
 //! * `CF.INFO`'s `Size` and `Number of buckets` are those of bloomgate's
@@ -30,7 +34,7 @@ use super::codec::Out;
 use super::commands::{error_reply, lossy, parse_f64, parse_i64, upper};
 use super::conn::Conn;
 use crate::store::cuckoo::{
-    CfAdded, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION,
+    CfAdded, CfLayout, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION,
     DEFAULT_MAX_ITERATIONS, MAX_FILTERS,
 };
 use crate::store::StoreError;
@@ -185,17 +189,27 @@ impl Conn {
                 Some(_) => return out.error("ERROR: value must be in the range (0, 1)"),
             },
         };
+        let layout = match opt(b"LAYOUT") {
+            None => CfLayout::Cuckoo,
+            Some(v) => match v.map(upper).as_deref() {
+                Some(b"CUCKOO") => CfLayout::Cuckoo,
+                Some(b"COUNTING") => CfLayout::Counting,
+                _ => return out.error("LAYOUT: must be CUCKOO or COUNTING"),
+            },
+        };
         if bucket_size * 2 > capacity {
             return out.error(&format!(
                 "Capacity must be in the range [2 * BUCKETSIZE, {REDISBLOOM_MAX_CAPACITY}]"
             ));
         }
         let spec = CfSpec {
+            layout,
             capacity: capacity as u64,
             bucket_size: bucket_size as u16,
             max_iterations: max_iterations as u16,
             expansion: (expansion as u32).next_power_of_two() * u32::from(expansion != 0),
             error_rate,
+            ..CfSpec::redis_default(capacity as u64)
         };
         let name = lossy(argv[1]);
         match self.cf_key(argv[1]) {

@@ -1,13 +1,13 @@
-//! The store's cuckoo filters (`CF.*`, and the HTTP API on cuckoo
-//! filters): served by the [`LocalStore`](super::LocalStore) (see
+//! The store's cuckoo and counting filters (`CF.*`, and the HTTP API on
+//! these deletable filters): served by the [`LocalStore`](super::LocalStore) (see
 //! `store/local/cuckoo.rs` for the model, the files and exactly-once
 //! replay); the [`RedisStore`](super::RedisStore) does not offer them.
 
 use std::sync::Arc;
 
 pub use super::local::cuckoo::{
-    redisbloom_rate, CfAdded, CfInfo, CfNamed, CfSpec, CF_DUMP_CHUNK, DEFAULT_BUCKET_SIZE,
-    DEFAULT_CAPACITY, DEFAULT_EXPANSION, DEFAULT_MAX_ITERATIONS, MAX_FILTERS,
+    redisbloom_rate, CfAdded, CfInfo, CfLayout, CfNamed, CfSpec, CF_DUMP_CHUNK,
+    DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION, DEFAULT_MAX_ITERATIONS, MAX_FILTERS,
 };
 use super::{Ack, Store, StoreError};
 

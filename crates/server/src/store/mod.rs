@@ -68,7 +68,7 @@ use serde::Serialize;
 
 use crate::wal;
 
-pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
+pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
 pub use redis::{RedisNamed, RedisOptions, RedisStore};
@@ -577,6 +577,10 @@ pub struct Info {
     pub growth: String,
     /// Expansion factor of a scaling filter.
     pub expansion: Option<u32>,
+    /// The fill policy and its settings, e.g. `grow (expansion 2)`,
+    /// `refuse`, `rotate (4 generations, window 1000 adds)`, `clear (at
+    /// fill 0.8)`, `fixed` (`layers` counts a rotation's generations).
+    pub policy: String,
     /// Bytes of bit arrays.
     pub size_bytes: u64,
     /// Entries in the whitelist.
@@ -623,6 +627,10 @@ pub struct CreateSpec {
     pub layout: Layout,
     /// Growth behaviour.
     pub growth: Growth,
+    /// A forgetting fill policy (rotate, clear) and the filter's purpose,
+    /// instead of `growth` (see `bloomgate_blacklist::layers`, "Fill
+    /// policies"); `None` for the others, which `growth` describes.
+    pub forgetting: Option<(Policy, Purpose)>,
 }
 
 impl CreateSpec {
@@ -639,6 +647,7 @@ impl CreateSpec {
                 nonscaling: false,
                 error_rate: None,
             }),
+            forgetting: None,
         }
     }
 

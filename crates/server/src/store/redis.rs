@@ -384,6 +384,11 @@ impl RedisStore {
     /// planned size is written to a temporary directory and pushed.
     pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<RedisNamed>, StoreError> {
         let addr = Self::address_of(&self.opts, name)?;
+        if spec.forgetting.is_some() {
+            return Err(StoreError::Unsupported(
+                "the rotate and clear fill policies: a filter stored in Redis has one layer that is never replaced; serve it from a data directory",
+            ));
+        }
         if let Growth::Redis(m) = &spec.growth {
             if !m.nonscaling {
                 return Err(StoreError::Unsupported(
@@ -641,6 +646,7 @@ impl RedisNamed {
             layers: 1,
             growth: "fixed".into(),
             expansion: None,
+            policy: "fixed".into(),
             size_bytes: i.data_bytes,
             whitelist_entries: i.whitelist as usize,
             unsnapshotted_changes: false,

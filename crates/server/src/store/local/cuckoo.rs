@@ -22,6 +22,38 @@
 //! The chain's rate is at most the sum of its sub-filters' rates (a lookup
 //! probes all of them).
 //!
+//! # Counting filters
+//!
+//! The same chain can hold one counting Bloom filter instead of cuckoo
+//! tables ([`CfLayout::Counting`]: `"layout": "counting"` over HTTP,
+//! `CF.RESERVE … LAYOUT COUNTING` over RESP;
+//! [`bloomgate_engine::CountingFilter`]): 4-bit counters, an add raises an
+//! item's k counters, a delete lowers them, and a counter that reached 15
+//! stays there. It is never full (past its capacity the rate rises, as
+//! `info` predicts), so it never grows, and the `CF.*` commands, the HTTP
+//! API, the log and the files treat it exactly as a cuckoo chain: `COUNT`
+//! is the item's smallest counter. It costs about 7× a cuckoo filter's
+//! memory at the same rate (`bloomgate_engine::math`, "Counting filter"),
+//! for adds that never fail.
+//!
+//! # Files built by the CLI
+//!
+//! A counting or cuckoo filter file that `bloomgate build --layout
+//! counting|cuckoo` wrote into the data directory as `NAME.bgf` is served
+//! here too, so that the CLI and the server read the same data: its key
+//! rules (canonicalized URLs, hosts, …) and its whitelist `NAME.bgf.whitelist`
+//! apply as the CLI's `check`, `add` and `remove` apply them; it never grows
+//! (`EXPANSION 0`, as the CLI's `add` stops at a full table). At its first
+//! start the server writes `NAME.cf` for it and from then on `NAME.cf` is
+//! the filter (its changes are logged and replayed as below); each save
+//! also copies the table back to `NAME.bgf` (atomically), which the CLI
+//! reads. `NAME.cf` records the hashes of the last two copies it wrote,
+//! before writing the next one, so at a start a `NAME.bgf` it does not
+//! name was replaced by someone else: it is then left alone and no longer
+//! written, with a warning saying how to serve it instead (deleting
+//! `NAME.cf` drops the changes it holds; nothing is dropped silently).
+//! Deleting the filter deletes both files.
+//!
 //! # Files and durability
 //!
 //! `NAME.cf` holds the whole chain ([`encode_file`]): a JSON header with the
@@ -76,9 +108,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::log::{CuckooOp, CuckooRecord};
+use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::write_atomic;
+use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
 use serde::{Deserialize, Serialize};
-use sub::Sub as CuckooFilter;
+use sub::Sub;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::wal::{self, AckRx, Wal};
@@ -112,9 +146,37 @@ pub fn redisbloom_rate(bucket_size: u16) -> f64 {
     (2.0 * f64::from(bucket_size) / 255.0).min(0.5)
 }
 
+/// What a deletable filter's tables are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CfLayout {
+    /// Cuckoo tables (RedisBloom's `CF.*` filter; the default).
+    #[default]
+    Cuckoo,
+    /// One counting Bloom filter of 4-bit counters: never full (past its
+    /// capacity its rate rises, as `info` predicts), so it never grows.
+    Counting,
+}
+
+impl CfLayout {
+    /// `cuckoo` or `counting`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CfLayout::Cuckoo => "cuckoo",
+            CfLayout::Counting => "counting",
+        }
+    }
+
+    fn is_cuckoo(&self) -> bool {
+        *self == CfLayout::Cuckoo
+    }
+}
+
 /// Parameters of a new cuckoo filter (`CF.RESERVE`, or an add that creates).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CfSpec {
+    /// Cuckoo tables or a counting filter.
+    pub layout: CfLayout,
     /// Items the first sub-filter is planned for.
     pub capacity: u64,
     /// RedisBloom's bucket size (1..=255): sets the default error rate and
@@ -127,17 +189,25 @@ pub struct CfSpec {
     /// False-positive rate per sub-filter; `None`: RedisBloom's for the
     /// bucket size ([`redisbloom_rate`]).
     pub error_rate: Option<f64>,
+    /// How items are normalized before hashing (raw for `CF.RESERVE`; a
+    /// file built by the CLI keeps its own, see "Files built by the CLI").
+    pub kind: KeyKind,
+    /// How queries are matched.
+    pub mode: MatchMode,
 }
 
 impl CfSpec {
     /// RedisBloom's defaults for a filter an add creates, with `capacity`.
     pub fn redis_default(capacity: u64) -> CfSpec {
         CfSpec {
+            layout: CfLayout::Cuckoo,
             capacity,
             bucket_size: DEFAULT_BUCKET_SIZE,
             max_iterations: DEFAULT_MAX_ITERATIONS,
             expansion: DEFAULT_EXPANSION,
             error_rate: None,
+            kind: KeyKind::Raw,
+            mode: MatchMode::Exact,
         }
     }
 }
@@ -181,13 +251,30 @@ pub struct CfInfo {
     /// Predicted false-positive rate of a lookup now (the sum over the
     /// sub-filters of each one's rate at its load).
     pub predicted_fp: f64,
-    /// Fingerprint width in bits.
+    /// Fingerprint width in bits (a counting filter: counters per item).
     pub fingerprint_bits: u32,
+    /// `cuckoo` or `counting`.
+    pub layout: &'static str,
+    /// Fraction of the slots holding a fingerprint, or of the counters
+    /// above zero.
+    pub fill: f64,
+    /// Items over the items the sub-filters were sized for.
+    pub load: f64,
+    /// Counters stuck at 15 (counting filters; never decremented again).
+    pub saturated_counters: u64,
+    /// How items are normalized (`raw` unless created or built with a kind).
+    pub key_kind: &'static str,
+    /// How queries are matched.
+    pub match_mode: &'static str,
 }
 
 /// The header of `NAME.cf` and of a `CF.SCANDUMP` stream.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 struct Header {
+    /// Absent in files and dumps of cuckoo filters (and in those written
+    /// before counting filters were served).
+    #[serde(default, skip_serializing_if = "CfLayout::is_cuckoo")]
+    layout: CfLayout,
     id: u64,
     seq: u64,
     capacity: u64,
@@ -201,6 +288,10 @@ struct Header {
     subs: Vec<u64>,
     /// xxh3-64 of the sub-filters' bytes (all, in order).
     body_hash: u64,
+    /// A filter exported to `NAME.bgf` at each save (one imported from a
+    /// CLI-built file): xxh3-64 hashes of the files it wrote, the last two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bgf: Option<Vec<u64>>,
 }
 
 /// The mutable part of a chain (under [`CfNamed::state`]).
@@ -210,7 +301,7 @@ struct Chain {
     seq: u64,
     spec: CfSpec,
     error_rate: f64,
-    subs: Vec<CuckooFilter>,
+    subs: Vec<Sub>,
     items: u64,
     deletes: u64,
 }
@@ -230,6 +321,12 @@ pub struct CfNamed {
     /// `seq` they were copied at: each chunk is cut from one copy instead
     /// of a copy of the whole chain per chunk.
     dump: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+    /// Exported to `NAME.bgf` at each save: the hashes of the last two
+    /// files written ([`Header::bgf`]).
+    export: Mutex<Option<Vec<u64>>>,
+    /// `NAME.bgf.whitelist` of a filter built by the CLI (read at startup),
+    /// applied to lookups as the CLI's `check` applies it.
+    whitelist: Whitelist,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -249,10 +346,15 @@ impl Chain {
         let error_rate = spec
             .error_rate
             .unwrap_or_else(|| redisbloom_rate(spec.bucket_size));
+        let mut spec = spec.clone();
+        if spec.layout == CfLayout::Counting {
+            // One filter that never fills: nothing to expand.
+            spec.expansion = 0;
+        }
         let mut c = Chain {
             id: bloomgate_engine::random_seed(),
             seq: 0,
-            spec: spec.clone(),
+            spec,
             error_rate,
             subs: Vec::new(),
             items: 0,
@@ -286,12 +388,18 @@ impl Chain {
         let Some(cap) = self.next_capacity() else {
             return Ok(false);
         };
-        let sub = CuckooFilter::new(
+        if self.spec.layout == CfLayout::Counting && !self.subs.is_empty() {
+            // Never full: adds always fit in the one counting filter.
+            return Ok(false);
+        }
+        let sub = Sub::new(
+            self.spec.layout,
             cap,
             self.error_rate,
             self.spec.bucket_size,
             self.spec.max_iterations,
             bloomgate_engine::random_seed(),
+            (self.spec.kind.as_u8(), self.spec.mode.as_u8()),
         )
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
         if self.bytes() + sub.size_bytes() > limits.max_filter_bytes {
@@ -370,6 +478,14 @@ impl Chain {
                 .sum::<f64>()
                 .min(1.0),
             fingerprint_bits: self.subs.first().map_or(0, |s| s.fingerprint_bits()),
+            layout: self.spec.layout.name(),
+            fill: self.subs.iter().map(|s| s.used_cells()).sum::<u64>() as f64
+                / self.subs.iter().map(|s| s.cells()).sum::<u64>().max(1) as f64,
+            load: self.items as f64
+                / self.subs.iter().map(|s| s.planned()).sum::<u64>().max(1) as f64,
+            saturated_counters: self.subs.iter().map(|s| s.saturated()).sum(),
+            key_kind: self.spec.kind.as_str(),
+            match_mode: self.spec.mode.as_str(),
         }
     }
 
@@ -379,6 +495,7 @@ impl Chain {
             h.update(b);
         }
         Header {
+            layout: self.spec.layout,
             id: self.id,
             seq: self.seq,
             capacity: self.spec.capacity,
@@ -390,6 +507,7 @@ impl Chain {
             deletes: self.deletes,
             subs: body.iter().map(|b| b.len() as u64).collect(),
             body_hash: h.digest(),
+            bgf: None,
         }
     }
 
@@ -419,27 +537,55 @@ impl Chain {
                 .and_then(|l| at.checked_add(l))
                 .filter(|&e| e <= body.len())
                 .ok_or("sub-filter lengths exceed the data")?;
-            subs.push(CuckooFilter::from_bytes(&body[at..end]).map_err(|e| e.to_string())?);
+            subs.push(Sub::from_bytes(h.layout, &body[at..end])?);
             at = end;
         }
         if at != body.len() {
             return Err("trailing bytes".into());
         }
+        let (kind, mode) = key_rules(&subs)?;
         Ok(Chain {
             id: h.id,
             seq: h.seq,
             spec: CfSpec {
+                layout: h.layout,
                 capacity: h.capacity,
                 bucket_size: h.bucket_size,
                 max_iterations: h.max_iterations,
                 expansion: h.expansion,
                 error_rate: Some(h.error_rate),
+                kind,
+                mode,
             },
             error_rate: h.error_rate,
             subs,
             items: h.items,
             deletes: h.deletes,
         })
+    }
+}
+
+/// `item` as the chain stores it: itself for raw keys, else normalized by
+/// the chain's key rules (as the CLI's `add` and `remove` do).
+fn normalized<'i>(c: &Chain, item: &'i [u8]) -> Result<std::borrow::Cow<'i, [u8]>, StoreError> {
+    if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
+        return Ok(item.into());
+    }
+    entry_key(c.spec.kind, c.spec.mode, item)
+        .map_err(|e| StoreError::Invalid(format!("invalid item: {e}")))
+}
+
+/// The key rules of a chain's sub-filters (all the same).
+fn key_rules(subs: &[Sub]) -> Result<(KeyKind, MatchMode), String> {
+    let (k, m) = subs.first().map_or((0, 0), Sub::key_rules);
+    if subs.iter().any(|s| s.key_rules() != (k, m)) {
+        return Err("sub-filters with different key rules".into());
+    }
+    match (KeyKind::from_u8(k), MatchMode::from_u8(m)) {
+        (Some(k), Some(m)) => Ok((k, m)),
+        _ => Err(format!(
+            "unknown key kind {k} or match mode {m} (written by a newer bloomgate?)"
+        )),
     }
 }
 
@@ -464,7 +610,8 @@ fn encode_file(h: &Header, body: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-fn decode_file(bytes: &[u8]) -> Result<Chain, String> {
+/// A chain from `NAME.cf`'s bytes, with its export hashes ([`Header::bgf`]).
+fn decode_file(bytes: &[u8]) -> Result<(Chain, Option<Vec<u64>>), String> {
     let rest = bytes
         .strip_prefix(FILE_MAGIC.as_slice())
         .ok_or("not a bloomgate cuckoo filter file (bad magic)")?;
@@ -478,7 +625,113 @@ fn decode_file(bytes: &[u8]) -> Result<Chain, String> {
         return Err("impossible header length".into());
     }
     let h: Header = serde_json::from_slice(&data[..len]).map_err(|e| format!("header: {e}"))?;
-    Chain::from_parts(&h, &data[len..])
+    Ok((Chain::from_parts(&h, &data[len..])?, h.bgf))
+}
+
+/// Writes `NAME.cf` for `c`, the chain of `named`, then, for a filter
+/// exported to `NAME.bgf`, that file (see "Files built by the CLI": the
+/// new file's hash is in `NAME.cf` before the file is written, so a crash
+/// between the two leaves a `NAME.bgf` that `NAME.cf` still names).
+fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
+    let (mut h, body) = c.serialize();
+    let mut export = lock(&named.export);
+    let mut hashes = export.clone();
+    if hashes.is_some() && body.len() != 1 {
+        // A replayed add grew it past one table (see `replay`): one engine
+        // file cannot hold it.
+        tracing::warn!(
+            "bloomgate serve: cuckoo filter '{}' has {} sub-filters and is no longer exported to {}.bgf",
+            named.name,
+            body.len(),
+            named.name
+        );
+        hashes = None;
+    }
+    let image = match (hashes.as_mut(), body.first()) {
+        (Some(list), Some(one)) => {
+            let sum = xxh3_64(one);
+            if list.last() != Some(&sum) {
+                list.push(sum);
+            }
+            if list.len() > 2 {
+                list.remove(0);
+            }
+            Some(one)
+        }
+        _ => None,
+    };
+    h.bgf = hashes.clone();
+    named.dirty.store(false, Relaxed);
+    let failed = |path: PathBuf, e: std::io::Error| {
+        named.dirty.store(true, Relaxed);
+        StoreError::io(path.display(), e)
+    };
+    let path = cf_path(dir, &named.name);
+    write_atomic(&path, &encode_file(&h, &body)).map_err(|e| failed(path.clone(), e.into()))?;
+    *export = hashes;
+    if let Some(image) = image {
+        let bgf = bgf_path(dir, &named.name);
+        write_atomic(&bgf, image).map_err(|e| failed(bgf.clone(), e.into()))?;
+    }
+    Ok(())
+}
+
+/// The layout of a counting or cuckoo filter file; `None` for a Bloom
+/// filter or an unreadable file (the Bloom loader reports those).
+pub(super) fn deletable_layout(path: &Path) -> Option<CfLayout> {
+    let code = bloomgate_engine::format::peek_layout_code(path).ok()?;
+    match bloomgate_engine::format::DeletableKind::from_code(code)? {
+        bloomgate_engine::format::DeletableKind::Counting => Some(CfLayout::Counting),
+        bloomgate_engine::format::DeletableKind::Cuckoo => Some(CfLayout::Cuckoo),
+    }
+}
+
+/// The whitelist of the filter file `bgf` (empty if it has none; a
+/// damaged one is reported and ignored).
+fn load_whitelist(bgf: &Path) -> Whitelist {
+    let path = Whitelist::path_for(bgf);
+    Whitelist::load(&path).unwrap_or_else(|e| {
+        tracing::warn!("bloomgate serve: ignoring {}: {e}", path.display());
+        Whitelist::default()
+    })
+}
+
+/// `NAME.bgf` in `dir`.
+fn bgf_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.bgf"))
+}
+
+/// A chain serving a deletable filter file built by the CLI (`bloomgate
+/// build --layout counting|cuckoo`), from the file's bytes: one sub-filter,
+/// its key rules, never grown (`EXPANSION 0`, as the CLI's `add` stops at
+/// a full table).
+fn import(layout: CfLayout, bytes: &[u8]) -> Result<Chain, String> {
+    let sub = Sub::from_bytes(layout, bytes)?;
+    let (kind, mode) = key_rules(std::slice::from_ref(&sub))?;
+    let (bucket_size, max_iterations) = sub
+        .cuckoo_settings()
+        .map_or((DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS), |(b, k)| {
+            (b as u16, k.min(u32::from(u16::MAX)) as u16)
+        });
+    let error_rate = sub.target_fp();
+    Ok(Chain {
+        id: bloomgate_engine::random_seed(),
+        seq: 0,
+        spec: CfSpec {
+            layout,
+            capacity: sub.planned(),
+            bucket_size,
+            max_iterations,
+            expansion: 0,
+            error_rate: Some(error_rate),
+            kind,
+            mode,
+        },
+        error_rate,
+        items: sub.items(),
+        deletes: 0,
+        subs: vec![sub],
+    })
 }
 
 /// A `CF.LOADCHUNK` stream in progress.
@@ -511,15 +764,40 @@ impl CfNamed {
         &self.name
     }
 
-    /// Whether `item` is (probably) in the filter, per item.
+    /// Whether `item` is (probably) in the filter, per item. Raw keys are
+    /// looked up as they are; a filter built by the CLI with other key
+    /// rules answers as the CLI's `check` does (canonicalized, every lookup
+    /// key of the match mode, its whitelist applied). An item that cannot
+    /// be normalized is not in it.
     pub fn exists(&self, items: &[&[u8]]) -> Vec<bool> {
         let c = read(&self.state);
-        items.iter().map(|i| c.contains(i)).collect()
+        if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
+            let wl = &self.whitelist;
+            return items
+                .iter()
+                .map(|i| c.contains(i) && (wl.is_empty() || !wl.contains(i)))
+                .collect();
+        }
+        let mut keys = Vec::new();
+        items
+            .iter()
+            .map(|i| {
+                query_keys(c.spec.kind, c.spec.mode, i, &mut keys).is_ok()
+                    && bloomgate_blacklist::verdict_with(|k| c.contains(k), &self.whitelist, &keys)
+                        .hit
+            })
+            .collect()
     }
 
-    /// Matching fingerprints of `item` (an upper bound of its copies).
+    /// Matching fingerprints of `item` (an upper bound of its copies; for
+    /// a counting filter its smallest counter). 0 for an item that cannot
+    /// be normalized.
     pub fn count(&self, item: &[u8]) -> u64 {
-        read(&self.state).count(item)
+        let c = read(&self.state);
+        match entry_key(c.spec.kind, c.spec.mode, item) {
+            Ok(k) => c.count(&k),
+            Err(_) => 0,
+        }
     }
 
     /// Whether a change would wait for the chain's lock (a snapshot is
@@ -548,16 +826,75 @@ impl Cuckoos {
         valid_name: impl Fn(&str) -> bool,
     ) -> Result<Cuckoos, StoreError> {
         let mut map = HashMap::new();
-        for (name, path) in super::named_files(dir, "cf", valid_name)? {
+        for (name, path) in super::named_files(dir, "cf", &valid_name)? {
             let chain = std::fs::read(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|b| decode_file(&b));
             match chain {
-                Ok(c) => {
-                    map.insert(name.clone(), Arc::new(CfNamed::new(name, c)));
+                Ok((c, export)) => {
+                    let mut n = CfNamed::new(name.clone(), c);
+                    if export.is_some() {
+                        n.whitelist = load_whitelist(&bgf_path(dir, &name));
+                    }
+                    *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = export;
+                    map.insert(name, Arc::new(n));
                 }
                 Err(e) => tracing::warn!("bloomgate serve: skipping {}: {e}", path.display()),
             }
+        }
+        // Counting and cuckoo filter files built by the CLI.
+        for (name, path) in super::named_files(dir, "bgf", &valid_name)? {
+            let Some(layout) = deletable_layout(&path) else {
+                continue;
+            };
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let sum = xxh3_64(&bytes);
+            if let Some(n) = map.get(&name) {
+                let mut export = lock(&n.export);
+                if !export.as_ref().is_some_and(|l| l.contains(&sum)) {
+                    tracing::warn!(
+                        "bloomgate serve: {} is not the file this server last wrote (replaced while it was stopped?): serving {} instead, which holds every acknowledged change, and leaving {} as it is; to serve that file, stop the server and delete {} (its changes are then lost)",
+                        path.display(),
+                        cf_path(dir, &name).display(),
+                        path.display(),
+                        cf_path(dir, &name).display()
+                    );
+                    *export = None;
+                }
+                continue;
+            }
+            let chain = match import(layout, &bytes) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let mut n = CfNamed::new(name.clone(), chain);
+            n.whitelist = load_whitelist(&path);
+            // The CLI's file is named too: a crash before the first copy
+            // replaces it must not make it look replaced by someone else.
+            *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(vec![sum]);
+            // Its changes are saved to NAME.cf from now on; written now, so
+            // that the log's records have a file to apply to.
+            let saved = save_to(dir, &n, &read(&n.state));
+            if let Err(e) = saved {
+                tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                continue;
+            }
+            tracing::info!(
+                "bloomgate serve: serving {} ({}) with adds and removes; its changes are saved to {} and copied back to it at each snapshot",
+                path.display(),
+                layout.name(),
+                cf_path(dir, &name).display()
+            );
+            map.insert(name, Arc::new(n));
         }
         Ok(Cuckoos {
             dir: dir.to_path_buf(),
@@ -633,6 +970,11 @@ impl Cuckoos {
         }
         let path = cf_path(&self.dir, name);
         let _ = std::fs::remove_file(&path);
+        if lock(&named.export).is_some() {
+            // Else the next start would serve the CLI's file again.
+            let _ = std::fs::remove_file(bgf_path(&self.dir, name));
+            let _ = std::fs::remove_file(Whitelist::path_for(&bgf_path(&self.dir, name)));
+        }
         bloomgate_engine::atomic::sync_parent(&path);
         true
     }
@@ -646,14 +988,7 @@ impl Cuckoos {
     /// Writes `c`, the chain of `named` (its lock held by the caller, so
     /// no change can slip between the copy and clearing the dirty flag).
     fn save_chain(&self, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
-        let (h, body) = c.serialize();
-        named.dirty.store(false, Relaxed);
-        let path = cf_path(&self.dir, &named.name);
-        if let Err(e) = write_atomic(&path, &encode_file(&h, &body)) {
-            named.dirty.store(true, Relaxed);
-            return Err(StoreError::io(path.display(), e.into()));
-        }
-        Ok(())
+        save_to(&self.dir, named, c)
     }
 
     /// Saves every changed filter (a snapshot, after the log's rotation).
@@ -775,7 +1110,12 @@ impl Cuckoos {
                 return Err(StoreError::Invalid("item is too long".into()));
             }
         }
-        for item in items {
+        let keys = items
+            .iter()
+            .map(|i| normalized(&c, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        for item in &keys {
+            let item: &[u8] = item;
             let r = c.add(item, nx, limits, false);
             if r == CfAdded::Added {
                 c.seq += 1;
@@ -807,6 +1147,8 @@ impl Cuckoos {
             return Err(StoreError::NotFound(named.name.clone()));
         }
         self.settle(named, &c, wal)?;
+        let key = normalized(&c, item)?;
+        let item: &[u8] = &key;
         let found = c.delete(item);
         if found {
             c.seq += 1;
@@ -957,6 +1299,8 @@ impl CfNamed {
             deleted: AtomicBool::new(false),
             logged_epoch: AtomicU64::new(0),
             dump: Mutex::new(None),
+            export: Mutex::new(None),
+            whitelist: Whitelist::default(),
         }
     }
 }
@@ -1033,74 +1377,203 @@ impl super::LocalStore {
     }
 }
 
-/// The engine's cuckoo table, as the chain uses it.
+/// The engine's tables, as the chain uses them: a cuckoo table, or a
+/// counting Bloom filter ([`CfLayout::Counting`]).
 mod sub {
-    use bloomgate_engine::math::{plan_cuckoo, CUCKOO_MAX_BUCKET_SIZE};
-    use bloomgate_engine::{CuckooFilter, CuckooParams, Removal};
+    use bloomgate_engine::math::{plan_counting, plan_cuckoo, CUCKOO_MAX_BUCKET_SIZE};
+    use bloomgate_engine::{CountingFilter, CountingParams, CuckooFilter, CuckooParams, Removal};
+
+    use super::CfLayout;
 
     /// One table of a chain.
-    pub(super) struct Sub(CuckooFilter);
+    pub(super) enum Sub {
+        Cuckoo(CuckooFilter),
+        Counting(CountingFilter),
+    }
 
     impl Sub {
-        /// A table for `items` at rate `p`, with buckets of `bucket_size`
-        /// slots (the engine's largest if more) and `max_kicks` evictions.
+        /// A table of `layout` for `items` at rate `p`. A cuckoo table has
+        /// buckets of `bucket_size` slots (the engine's largest if more) and
+        /// gives up after `max_kicks` evictions; a counting filter uses
+        /// neither.
+        #[allow(clippy::too_many_arguments)]
         pub(super) fn new(
+            layout: CfLayout,
             items: u64,
             p: f64,
             bucket_size: u16,
             max_kicks: u16,
             seed: u64,
+            (key_kind, match_mode): (u8, u8),
         ) -> Result<Sub, String> {
-            let b = u32::from(bucket_size).clamp(1, CUCKOO_MAX_BUCKET_SIZE);
-            let plan = plan_cuckoo(items, p, b).map_err(|e| e.to_string())?;
-            let mut params = CuckooParams::from_plan(&plan, seed);
-            params.max_kicks = u32::from(max_kicks);
-            CuckooFilter::new(params)
-                .map(Sub)
-                .map_err(|e| e.to_string())
+            match layout {
+                CfLayout::Cuckoo => {
+                    let b = u32::from(bucket_size).clamp(1, CUCKOO_MAX_BUCKET_SIZE);
+                    let plan = plan_cuckoo(items, p, b).map_err(|e| e.to_string())?;
+                    let mut params = CuckooParams::from_plan(&plan, seed);
+                    params.max_kicks = u32::from(max_kicks);
+                    params.key_kind = key_kind;
+                    params.match_mode = match_mode;
+                    CuckooFilter::new(params)
+                        .map(Sub::Cuckoo)
+                        .map_err(|e| e.to_string())
+                }
+                CfLayout::Counting => {
+                    let plan = plan_counting(items, p).map_err(|e| e.to_string())?;
+                    let mut params = CountingParams::from_plan(&plan, seed);
+                    params.key_kind = key_kind;
+                    params.match_mode = match_mode;
+                    CountingFilter::new(params)
+                        .map(Sub::Counting)
+                        .map_err(|e| e.to_string())
+                }
+            }
+        }
+
+        /// The key kind and match mode codes of its header.
+        pub(super) fn key_rules(&self) -> (u8, u8) {
+            match self {
+                Sub::Cuckoo(f) => (f.params().key_kind, f.params().match_mode),
+                Sub::Counting(f) => (f.params().key_kind, f.params().match_mode),
+            }
+        }
+
+        /// Items stored (copies added less copies removed).
+        pub(super) fn items(&self) -> u64 {
+            match self {
+                Sub::Cuckoo(f) => f.items(),
+                Sub::Counting(f) => f.items(),
+            }
+        }
+
+        /// The false-positive rate it was planned for.
+        pub(super) fn target_fp(&self) -> f64 {
+            match self {
+                Sub::Cuckoo(f) => f.params().target_fp,
+                Sub::Counting(f) => f.params().target_fp,
+            }
+        }
+
+        /// A cuckoo table's bucket size and kicks.
+        pub(super) fn cuckoo_settings(&self) -> Option<(u32, u32)> {
+            match self {
+                Sub::Cuckoo(f) => Some((f.params().bucket_size, f.params().max_kicks)),
+                Sub::Counting(_) => None,
+            }
         }
 
         pub(super) fn size_bytes(&self) -> u64 {
-            self.0.params().bytes()
+            match self {
+                Sub::Cuckoo(f) => f.params().bytes(),
+                Sub::Counting(f) => f.params().bytes(),
+            }
         }
 
+        /// Buckets of a cuckoo table; 128-counter blocks of a counting filter.
         pub(super) fn buckets(&self) -> u64 {
-            self.0.params().buckets
+            match self {
+                Sub::Cuckoo(f) => f.params().buckets,
+                Sub::Counting(f) => f.params().counters / 128,
+            }
         }
 
+        /// Fingerprint bits of a cuckoo table; counters per item (k) of a
+        /// counting filter.
         pub(super) fn fingerprint_bits(&self) -> u32 {
-            self.0.params().fingerprint_bits
+            match self {
+                Sub::Cuckoo(f) => f.params().fingerprint_bits,
+                Sub::Counting(f) => f.params().k,
+            }
+        }
+
+        /// Items the table is sized for (at its rate).
+        pub(super) fn planned(&self) -> u64 {
+            match self {
+                Sub::Cuckoo(f) => f.params().planned_items,
+                Sub::Counting(f) => f.params().planned_items,
+            }
+        }
+
+        /// Slots holding a fingerprint, or counters above zero.
+        pub(super) fn used_cells(&self) -> u64 {
+            match self {
+                Sub::Cuckoo(f) => f.items(),
+                Sub::Counting(f) => f.nonzero_counters(),
+            }
+        }
+
+        /// Slots, or counters.
+        pub(super) fn cells(&self) -> u64 {
+            match self {
+                Sub::Cuckoo(f) => f.params().slots(),
+                Sub::Counting(f) => f.params().counters,
+            }
+        }
+
+        /// Counters stuck at their maximum (counting filters; 0 for cuckoo).
+        pub(super) fn saturated(&self) -> u64 {
+            match self {
+                Sub::Cuckoo(_) => 0,
+                Sub::Counting(f) => f.saturated_counters(),
+            }
         }
 
         pub(super) fn predicted_fp(&self) -> f64 {
-            self.0.predicted_fp()
+            match self {
+                Sub::Cuckoo(f) => f.predicted_fp(),
+                Sub::Counting(f) => f.predicted_fp(),
+            }
         }
 
         pub(super) fn contains(&self, item: &[u8]) -> bool {
-            self.0.contains(item)
+            match self {
+                Sub::Cuckoo(f) => f.contains(item),
+                Sub::Counting(f) => f.contains(item),
+            }
         }
 
+        /// Matching fingerprints; for a counting filter the item's smallest
+        /// counter (an upper bound of its copies, 15 meaning "15 or more").
         pub(super) fn count(&self, item: &[u8]) -> u64 {
-            u64::from(self.0.count(item))
+            match self {
+                Sub::Cuckoo(f) => u64::from(f.count(item)),
+                Sub::Counting(f) => u64::from(f.count(item)),
+            }
         }
 
-        /// Adds a copy; an error leaves the table unchanged.
+        /// Adds a copy; an error (a full cuckoo table) leaves the table
+        /// unchanged. A counting filter always takes it.
         pub(super) fn add(&self, item: &[u8]) -> Result<(), ()> {
-            self.0.insert(item).map(|_| ()).map_err(|_| ())
+            match self {
+                Sub::Cuckoo(f) => f.insert(item).map(|_| ()).map_err(|_| ()),
+                Sub::Counting(f) => {
+                    f.insert(item);
+                    Ok(())
+                }
+            }
         }
 
         pub(super) fn remove(&self, item: &[u8]) -> bool {
-            self.0.remove(item) == Removal::Removed
+            let r = match self {
+                Sub::Cuckoo(f) => f.remove(item),
+                Sub::Counting(f) => f.remove(item),
+            };
+            r == Removal::Removed
         }
 
         pub(super) fn to_bytes(&self) -> Vec<u8> {
-            self.0.to_bytes()
+            match self {
+                Sub::Cuckoo(f) => f.to_bytes(),
+                Sub::Counting(f) => f.to_bytes(),
+            }
         }
 
-        pub(super) fn from_bytes(b: &[u8]) -> Result<Sub, String> {
-            CuckooFilter::from_bytes(b)
-                .map(Sub)
-                .map_err(|e| e.to_string())
+        pub(super) fn from_bytes(layout: CfLayout, b: &[u8]) -> Result<Sub, String> {
+            match layout {
+                CfLayout::Cuckoo => CuckooFilter::from_bytes(b).map(Sub::Cuckoo),
+                CfLayout::Counting => CountingFilter::from_bytes(b).map(Sub::Counting),
+            }
+            .map_err(|e| e.to_string())
         }
     }
 }
@@ -1117,11 +1590,14 @@ mod tests {
 
     fn spec(capacity: u64, expansion: u32) -> CfSpec {
         CfSpec {
+            layout: CfLayout::Cuckoo,
             capacity,
             bucket_size: 4,
             max_iterations: 100,
             expansion,
             error_rate: Some(1e-6),
+            kind: KeyKind::Raw,
+            mode: MatchMode::Exact,
         }
     }
 
@@ -1154,7 +1630,7 @@ mod tests {
         c.seq = 301;
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
-        let back = decode_file(&file).unwrap();
+        let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
         assert_eq!((back.items, back.deletes, back.seq), (299, 1, 301));
         assert!(!back.contains(b"a7") && back.contains(b"a8"));
@@ -1165,6 +1641,43 @@ mod tests {
         }
         assert!(decode_file(&file[..file.len() - 1]).is_err());
         assert!(decode_file(b"").is_err());
+    }
+
+    /// A counting chain: one filter that takes every add (no growth past
+    /// capacity), keeps its layout through its file, and refuses a file
+    /// whose header names the other layout.
+    #[test]
+    fn counting_chain_never_grows_and_keeps_its_layout() {
+        let sp = CfSpec {
+            layout: CfLayout::Counting,
+            ..spec(50, 2)
+        };
+        let mut c = Chain::new(&sp, &Limits::default()).unwrap();
+        for it in items(500, "c") {
+            assert_eq!(c.add(&it, false, &Limits::default(), false), CfAdded::Added);
+        }
+        assert_eq!((c.subs.len(), c.spec.expansion), (1, 0));
+        assert!(c.delete(b"c7") && !c.contains(b"c7"));
+        let info = c.info("x");
+        assert_eq!((info.layout, info.items), ("counting", 499));
+        assert!(info.load > 9.0 && info.predicted_fp > 1e-6, "{info:?}");
+        let (h, body) = c.serialize();
+        let file = encode_file(&h, &body);
+        let (back, _) = decode_file(&file).unwrap();
+        assert_eq!(back.spec.layout, CfLayout::Counting);
+        assert!(back.contains(b"c8") && !back.contains(b"c7"));
+        // The same bytes read as cuckoo tables are refused, not misread.
+        let mut h2 = h.clone();
+        h2.layout = CfLayout::Cuckoo;
+        assert!(Chain::from_parts(&h2, &body.concat()).is_err());
+        // A cuckoo chain's header leaves the field out (files written
+        // before counting filters were served read the same).
+        let (hc, _) = Chain::new(&spec(50, 1), &Limits::default())
+            .unwrap()
+            .serialize();
+        assert!(!String::from_utf8(serde_json::to_vec(&hc).unwrap())
+            .unwrap()
+            .contains("layout"));
     }
 
     /// Replay applies a record once: not one the file has, not twice, not

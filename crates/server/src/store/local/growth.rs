@@ -1,6 +1,7 @@
 //! Adds to a served filter, growing a scaling filter by a layer when its
-//! newest is full ([`Layers::insert`]); new layers live in memory until a
-//! snapshot writes them.
+//! newest is full ([`Layers::insert`]), or starting a generation or
+//! clearing under a forgetting policy ([`Layers::add_published`]); new
+//! layers live in memory until a snapshot writes them.
 
 use std::sync::Arc;
 
@@ -19,7 +20,13 @@ pub(super) fn add_key(
     limits: &Limits,
 ) -> Result<AddOutcome, StoreError> {
     let st = named.state.load_full();
-    let (added, grown) = st.insert(key, false, grow_limits(limits), &mut in_memory_layer)?;
+    let (added, grown) = if st.policy().forgets() {
+        // Rotate, clear: new generations and cleared filters are in-memory
+        // until a snapshot saves the chain ([`Layers::save`]).
+        st.add_published(key, bloomgate_blacklist::layers::unix_now())?
+    } else {
+        st.insert(key, false, grow_limits(limits), &mut in_memory_layer)?
+    };
     if let Some(g) = grown {
         named.state.store(Arc::new(g));
     }

@@ -104,7 +104,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::datadir::DirLock;
 use bloomgate_blacklist::layers::{layer_path, meta_path};
-pub use bloomgate_blacklist::layers::{Growth, Layers, Meta};
+pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::{sync_parent, write_atomic};
 use bloomgate_engine::{Access, Filter, Params};
@@ -195,6 +195,10 @@ impl LocalStore {
         let dir_lock = DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2))?;
         let mut filters = HashMap::new();
         for (name, path) in named_files(dir, "bgf", valid_name)? {
+            if cuckoo::deletable_layout(&path).is_some() {
+                // Counting and cuckoo filter files: served by `cuckoo`.
+                continue;
+            }
             match load_layers(&path) {
                 Ok((layers, wl)) => {
                     let id = file_id(&path);
@@ -229,7 +233,14 @@ impl LocalStore {
                 lineage.push(current);
             }
             let mut inserted = 0u64;
-            for (seed, key) in &c.adds {
+            // A forgetting filter's journal holds no adds (snapshots skip
+            // them, see `journal_segments`); older ones are not re-inserted.
+            let adds = if n.state.load().policy().forgets() {
+                &[][..]
+            } else {
+                &c.adds[..]
+            };
+            for (seed, key) in adds {
                 if let Ok(true) = replay_key(&n.state, &lineage, *seed, key, &limits) {
                     inserted += 1;
                 }
@@ -406,6 +417,9 @@ impl LocalStore {
         if self.get(name).is_some() || self.cuckoo.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
+        if let Some((policy, purpose)) = &spec.forgetting {
+            return self.create_forgetting(name, spec, policy, *purpose);
+        }
         let params = spec.params(&self.limits)?;
         let base = self.base(name);
         self.fresh_journal(name, &params)?;
@@ -417,6 +431,53 @@ impl LocalStore {
             Growth::Fixed => Growth::Fixed,
         };
         let layers = self.write_new(&base, &[(params, 0)], &growth, 0)?;
+        self.install(name, &base, layers)
+    }
+
+    /// [`LocalStore::create`] of a filter under a forgetting policy (rotate,
+    /// clear; under the snapshot lock): planned and written by
+    /// [`Layers::plan_first`], [`Layers::create`] and [`Layers::save`], the
+    /// CLI's `dedup` path, so both read the same files.
+    fn create_forgetting(
+        &self,
+        name: &str,
+        spec: &CreateSpec,
+        policy: &Policy,
+        purpose: Purpose,
+    ) -> Result<Arc<Named>, StoreError> {
+        let invalid = |e: bloomgate_blacklist::Error| StoreError::Invalid(e.to_string());
+        bloomgate_blacklist::layers::check_policy(policy, spec.kind, purpose).map_err(invalid)?;
+        // The rate asked is per query; a url or host query makes several lookups.
+        let p = bloomgate_blacklist::per_lookup_rate(spec.kind, spec.mode, spec.fp);
+        let plan = Layers::plan_first(policy, spec.layout, spec.items, p).map_err(invalid)?;
+        let generations = match policy {
+            Policy::Rotate(r) => u64::from(r.generations),
+            _ => 1,
+        };
+        let total = plan.bytes().saturating_mul(generations);
+        if total > self.limits.max_filter_bytes {
+            return Err(StoreError::Invalid(format!(
+                "a filter of {total} bytes ({generations} generation(s) of {}) exceeds the server's limit of {} bytes",
+                plan.bytes(),
+                self.limits.max_filter_bytes
+            )));
+        }
+        let mut params = Params::from_plan(&plan, bloomgate_engine::random_seed());
+        params.key_kind = spec.kind.as_u8();
+        params.match_mode = spec.mode.as_u8();
+        let base = self.base(name);
+        self.fresh_journal(name, &params)?;
+        remove_files(&base);
+        let mut layers = Layers::create(
+            params,
+            policy,
+            purpose,
+            p,
+            bloomgate_blacklist::layers::unix_now(),
+        )
+        .map_err(invalid)?;
+        layers.save(&base)?;
+        let (layers, _) = load_layers(&base)?;
         self.install(name, &base, layers)
     }
 
@@ -598,9 +659,8 @@ impl LocalStore {
 fn remove_files(base: &Path) {
     let _ = std::fs::remove_file(base);
     let _ = std::fs::remove_file(meta_path(base));
-    for i in 1.. {
-        if std::fs::remove_file(layer_path(base, i)).is_err() {
-            break;
-        }
+    // A rotating filter's generations need not be numbered without gaps.
+    for i in 1..=2 * bloomgate_blacklist::layers::MAX_LAYERS {
+        let _ = std::fs::remove_file(layer_path(base, i));
     }
 }

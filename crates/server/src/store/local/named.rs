@@ -238,6 +238,7 @@ impl Named {
             layers: st.layers.len(),
             growth: growth.into(),
             expansion,
+            policy: st.policy().to_string(),
             size_bytes: st.bytes(),
             whitelist_entries: self.whitelist.load().len(),
             unsnapshotted_changes: self.dirty.load(Relaxed),

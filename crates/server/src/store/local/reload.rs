@@ -37,6 +37,14 @@ impl LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
+        if let Some(n) = self.get(name) {
+            let policy = n.state.load().policy();
+            if policy.forgets() {
+                return Err(StoreError::Invalid(format!(
+                    "'{name}' is {policy}: its state is the server's own (dedup or cache), not a rebuilt list, and is never reloaded from a file"
+                )));
+            }
+        }
         let base = self.base(name);
         let src = source.unwrap_or(&base);
         let probe = Filter::open(src, Access::ReadOnly)?;
@@ -165,6 +173,16 @@ impl LocalStore {
                 continue;
             };
             if !valid_name(name) {
+                continue;
+            }
+            if let Some(layout) = super::cuckoo::deletable_layout(&path) {
+                // Served by the cuckoo store, which reads such files at startup.
+                if !self.cuckoo.has(name) {
+                    report.push(format!(
+                        "{name}: a {} filter file, served from the next start",
+                        layout.name()
+                    ));
+                }
                 continue;
             }
             let changed = match self.get(name) {

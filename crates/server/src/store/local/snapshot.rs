@@ -75,12 +75,23 @@ impl LocalStore {
         if segments.is_empty() {
             return Ok(());
         }
+        // A filter under a forgetting policy journals nothing: its adds are
+        // in its saved chain or were forgotten on purpose, and re-inserting
+        // old adds would start generations early. (It cannot be reloaded
+        // from a rebuilt file, which is what journals are for.)
         let mut seeds: HashMap<String, Vec<u64>> = self
             .filters
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|(k, n)| (k.clone(), lock(&n.lineage).iter().map(|l| l.seed).collect()))
+            .map(|(k, n)| {
+                let seeds = if n.state.load().policy().forgets() {
+                    Vec::new()
+                } else {
+                    lock(&n.lineage).iter().map(|l| l.seed).collect()
+                };
+                (k.clone(), seeds)
+            })
             .collect();
         let mut out: HashMap<String, Vec<u8>> = HashMap::new();
         let mut records = 0u64;
@@ -154,8 +165,18 @@ impl LocalStore {
     }
 
     pub(super) fn save_named(&self, n: &Named) -> Result<(), StoreError> {
-        let st = n.state.load_full();
         let base = self.base(&n.name);
+        if n.state.load().policy().forgets() {
+            // Generations live in files the `.meta` names, and the saved
+            // chain remembers which ([`Layers::save`]); adds wait meanwhile.
+            let _w = lock(&n.write);
+            let mut st = (*n.state.load_full()).clone();
+            st.save(&base)?;
+            n.state.store(Arc::new(st));
+            *lock(&n.loaded) = file_id(&base);
+            return Ok(());
+        }
+        let st = n.state.load_full();
         for (i, f) in st.layers.iter().enumerate().skip(1) {
             f.save(layer_path(&base, i))?;
         }

@@ -62,6 +62,7 @@ fn reload_carries_live_adds_and_converts_key_rules() {
         mode: MatchMode::Prefix,
         layout: Layout::Blocked,
         growth: Growth::Fixed,
+        forgetting: None,
     };
     let n = s.create("f", &spec).unwrap();
     let mut out = Vec::new();
@@ -110,6 +111,7 @@ fn replay_without_snapshot_and_verdicts_match_blacklist() {
         mode: MatchMode::Prefix,
         layout: Layout::Blocked,
         growth: Growth::Fixed,
+        forgetting: None,
     };
     let n = s.create("urls", &spec).unwrap();
     let mut out = Vec::new();
