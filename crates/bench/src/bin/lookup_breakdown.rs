@@ -6,6 +6,7 @@
 //!
 //! 1. prefetch 16 ahead + probe, block addresses computed beforehand;
 //! 2. the same + XXH3-128 of a key that is in cache (hashing work only);
+//!    2b. the same with XXH3-64 (what a 64-bit hash id would save);
 //! 3. the same + XXH3-128 of the lookup's own key (hashing + key traffic);
 //! 4. the full lookup (hash → prefetch 16 ahead → probe), as `Filter::contains_batch` does it;
 //! 5. sbbf-rs (xxh3-64, 32-byte buckets) behind the `filters` harness's
@@ -117,6 +118,22 @@ fn main() {
                 let hits = (0..n)
                     .map(|i| {
                         x ^= xxh3_128_with_seed(ks[i % 1024], SEED) as u64;
+                        probe(i, kk)
+                    })
+                    .sum();
+                std::hint::black_box(x);
+                hits
+            })
+        }),
+    );
+    row(
+        "2b. 1 + XXH3-64 of an in-cache key (a 64-bit hash id's cost)",
+        ns_per(reps, n, || {
+            arch::dispatch(kernel, |kk| {
+                let mut x = 0u64;
+                let hits = (0..n)
+                    .map(|i| {
+                        x ^= xxh3_64_with_seed(ks[i % 1024], SEED);
                         probe(i, kk)
                     })
                     .sum();
