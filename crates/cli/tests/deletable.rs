@@ -316,7 +316,12 @@ fn counting_counters_saturate_and_never_reach_zero() {
     ]);
     let v = info(&f);
     let k = v["k"].as_u64().unwrap();
-    assert_eq!(v["saturated_counters"].as_u64().unwrap(), k, "{v}");
+    // x alone is in the filter: every counter it touches is at 15. Its k
+    // probes may share a counter (8 probes among a block's 128 counters
+    // collide about one time in five), so it touches at most k of them.
+    let touched = v["nonzero_counters"].as_u64().unwrap();
+    assert!((1..=k).contains(&touched), "{v}");
+    assert_eq!(v["saturated_counters"].as_u64().unwrap(), touched, "{v}");
     // Saturated counters are never decremented: 15 removes leave x present
     // (a false positive, never a false negative).
     ok(&["remove", s(&f), s(&x15)]);
@@ -325,7 +330,7 @@ fn counting_counters_saturate_and_never_reach_zero() {
     assert_eq!(info(&f)["items"], 0);
     let (out, _) = ok(&["info", s(&f)]);
     assert!(
-        out.contains(&format!("saturated       {k} counters at 15")),
+        out.contains(&format!("saturated       {touched} counters at 15")),
         "{out}"
     );
 }
