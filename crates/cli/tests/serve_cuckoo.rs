@@ -905,43 +905,26 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
     );
     assert_eq!(c.cmd(&["TYPE", "hc"]), V::Simple("MBbloomCF".into()));
     // With a key kind, items are canonicalized as the CLI does.
+    let post = |path: &str, body: &str| s.http("POST", path, Some(body), None);
+    let hit = |item: &str| {
+        let (_, v) = s.http(
+            "GET",
+            &format!("/v1/filters/hu/check?item={item}"),
+            None,
+            None,
+        );
+        v["hit"].as_bool().unwrap()
+    };
     let body = r#"{"name": "hu", "items": 1000, "fp": 0.0001, "layout": "cuckoo", "kind": "url"}"#;
-    let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
+    let (st, v) = post("/v1/filters", body);
     assert_eq!((st, v["key_kind"].as_str()), (201, Some("url")), "{v}");
-    let (st, v) = s.http(
-        "POST",
-        "/v1/filters/hu/add",
-        Some(r#"["HTTP://A.example/x#top"]"#),
-        None,
-    );
+    let (st, v) = post("/v1/filters/hu/add", r#"["HTTP://A.example/x#top"]"#);
     assert_eq!((st, v["added"].as_u64()), (200, Some(1)), "{v}");
-    let (_, v) = s.http(
-        "GET",
-        "/v1/filters/hu/check?item=http://a.example/x",
-        None,
-        None,
-    );
-    assert_eq!(v["hit"], true, "{v}");
-    let (st, v) = s.http(
-        "POST",
-        "/v1/filters/hu/remove",
-        Some(r#"["http://A.EXAMPLE/x"]"#),
-        None,
-    );
+    assert!(hit("http://a.example/x"));
+    let (st, v) = post("/v1/filters/hu/remove", r#"["http://A.EXAMPLE/x"]"#);
     assert_eq!((st, v["removed"].as_u64()), (200, Some(1)), "{v}");
-    let (_, v) = s.http(
-        "GET",
-        "/v1/filters/hu/check?item=http://a.example/x",
-        None,
-        None,
-    );
-    assert_eq!(v["hit"], false, "{v}");
-    let (st, v) = s.http(
-        "POST",
-        "/v1/filters/hu/add",
-        Some(r#"["http:///path"]"#),
-        None,
-    );
+    assert!(!hit("http://a.example/x"));
+    let (st, v) = post("/v1/filters/hu/add", r#"["http:///path"]"#);
     assert_eq!(st, 400, "{v}");
     let (st, _) = s.http(
         "POST",

@@ -1657,7 +1657,11 @@ mod tests {
             assert_eq!(c.add(&it, false, &Limits::default(), false), CfAdded::Added);
         }
         assert_eq!((c.subs.len(), c.spec.expansion), (1, 0));
-        assert!(c.delete(b"c7") && !c.contains(b"c7"));
+        // (At 10× its capacity the filter answers "present" for much that
+        // was never added: only the counts are checked here.)
+        let before = c.count(b"c7");
+        assert!(c.delete(b"c7"));
+        assert!(c.count(b"c7") < before || before == 15, "{before}");
         let info = c.info("x");
         assert_eq!((info.layout, info.items), ("counting", 499));
         assert!(info.load > 9.0 && info.predicted_fp > 1e-6, "{info:?}");
@@ -1665,7 +1669,8 @@ mod tests {
         let file = encode_file(&h, &body);
         let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.spec.layout, CfLayout::Counting);
-        assert!(back.contains(b"c8") && !back.contains(b"c7"));
+        assert_eq!(back.serialize(), (h.clone(), body.clone()));
+        assert!(back.contains(b"c8"));
         // The same bytes read as cuckoo tables are refused, not misread.
         let mut h2 = h.clone();
         h2.layout = CfLayout::Cuckoo;
