@@ -40,6 +40,7 @@ pub mod auth;
 pub mod budget;
 pub mod http;
 pub mod journal;
+pub mod malloc;
 pub mod metrics;
 pub mod resp;
 pub mod store;
@@ -203,6 +204,7 @@ pub struct BoundAddrs {
 /// Runs the service until SIGTERM/SIGINT (then snapshots and returns).
 /// Blocking: builds its own multi-threaded Tokio runtime.
 pub fn run(config: ServeConfig) -> Result<(), ServerError> {
+    malloc::fix_mmap_threshold();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("bloomgate-serve");
     if config.threads > 0 {
