@@ -1042,8 +1042,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
         ],
     );
     let bgf = data.join("urls.bgf");
-    for layout in ["counting", "cuckoo"] {
-        let _ = std::fs::remove_file(data.join("urls.cf"));
+    let build = |layout: &str, out: &Path, input: &Path| {
         common::ok(&common::bg(&[
             "build",
             "--layout",
@@ -1052,10 +1051,15 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
             "1000",
             "--fp",
             "0.0001",
+            "--force",
             "-o",
-            common::p(&bgf),
-            common::p(&list),
+            common::p(out),
+            common::p(input),
         ]));
+    };
+    for layout in ["counting", "cuckoo"] {
+        let _ = std::fs::remove_file(data.join("urls.cf"));
+        build(layout, &bgf, &list);
         common::ok(&common::bg(&[
             "whitelist",
             "add",
@@ -1133,19 +1137,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
         // new file untouched.
         let other = dir.path().join("other.txt");
         common::write_lines(&other, ["http://other.example/"]);
-        common::ok(&common::bg(&[
-            "build",
-            "--layout",
-            layout,
-            "--items",
-            "1000",
-            "--fp",
-            "0.0001",
-            "--force",
-            "-o",
-            common::p(&bgf),
-            common::p(&other),
-        ]));
+        build(layout, &bgf, &other);
         let replaced = std::fs::read(&bgf).unwrap();
         let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
         assert!(check(&s, "http://new.example/") && !check(&s, "http://other.example/"));
