@@ -640,22 +640,27 @@ fn acknowledged_adds_and_deletes_to_a_counting_filter_survive_sigkill() {
     survive_sigkill("COUNTING", 1000);
 }
 
-fn survive_sigkill(layout: &str, pool: u64) {
+/// A server on a fresh directory with `CF.RESERVE cf 1000 ERROR 0.000001
+/// LAYOUT layout`, and a connection to it.
+fn reserved(layout: &str) -> (tempfile::TempDir, Server, Resp) {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
     let mut c = s.resp();
-    assert_eq!(
-        c.cmd(&[
-            "CF.RESERVE",
-            "cf",
-            "1000",
-            "ERROR",
-            "0.000001",
-            "LAYOUT",
-            layout
-        ]),
-        V::Simple("OK".into())
-    );
+    let reserve = [
+        "CF.RESERVE",
+        "cf",
+        "1000",
+        "ERROR",
+        "0.000001",
+        "LAYOUT",
+        layout,
+    ];
+    assert_eq!(c.cmd(&reserve), V::Simple("OK".into()));
+    (dir, s, c)
+}
+
+fn survive_sigkill(layout: &str, pool: u64) {
+    let (dir, mut s, mut c) = reserved(layout);
     let mut model = HashMap::new();
     stream_of_changes(&mut c, "cf", 3000, 7, pool, &mut model);
     assert!(model.values().any(|&v| v == 0) && model.values().any(|&v| v > 1));
@@ -702,21 +707,7 @@ fn a_crash_between_snapshot_and_log_trim_replays_nothing_twice() {
 }
 
 fn crash_between_snapshot_and_trim(layout: &str, pool: u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
-    let mut c = s.resp();
-    assert_eq!(
-        c.cmd(&[
-            "CF.RESERVE",
-            "cf",
-            "1000",
-            "ERROR",
-            "0.000001",
-            "LAYOUT",
-            layout
-        ]),
-        V::Simple("OK".into())
-    );
+    let (dir, mut s, mut c) = reserved(layout);
     let mut model = HashMap::new();
     stream_of_changes(&mut c, "cf", 2000, 3, pool, &mut model);
     let saved: Vec<(PathBuf, Vec<u8>)> = wal_segments(dir.path())
@@ -906,15 +897,7 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
     assert_eq!(c.cmd(&["TYPE", "hc"]), V::Simple("MBbloomCF".into()));
     // With a key kind, items are canonicalized as the CLI does.
     let post = |path: &str, body: &str| s.http("POST", path, Some(body), None);
-    let hit = |item: &str| {
-        let (_, v) = s.http(
-            "GET",
-            &format!("/v1/filters/hu/check?item={item}"),
-            None,
-            None,
-        );
-        v["hit"].as_bool().unwrap()
-    };
+    let hit = |item: &str| http_hit(&s, "hu", item);
     let body = r#"{"name": "hu", "items": 1000, "fp": 0.0001, "layout": "cuckoo", "kind": "url"}"#;
     let (st, v) = post("/v1/filters", body);
     assert_eq!((st, v["key_kind"].as_str()), (201, Some("url")), "{v}");
@@ -939,6 +922,18 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
     let (_, v) = s.http("POST", "/v1/filters/cf/check", Some(r#"["a","b"]"#), None);
     assert_eq!(v["results"][0]["hit"], false);
     assert_eq!(v["results"][1]["hit"], true);
+}
+
+/// `GET /v1/filters/NAME/check?item=ITEM` on a deletable filter: its hit.
+fn http_hit(s: &Server, name: &str, item: &str) -> bool {
+    let (st, v) = s.http(
+        "GET",
+        &format!("/v1/filters/{name}/check?item={item}"),
+        None,
+        None,
+    );
+    assert_eq!(st, 200, "{name} {item}: {v}");
+    v["hit"].as_bool().unwrap()
 }
 
 /// A counting filter over HTTP: created with `"layout": "counting"`,
@@ -974,16 +969,7 @@ fn http_counting_filters_add_remove_and_survive_sigkill() {
         assert_eq!(st, 200, "{v}");
         v["results"][0]["removed"].as_bool().unwrap()
     };
-    let hit = |s: &Server, item: &str| {
-        let (st, v) = s.http(
-            "GET",
-            &format!("/v1/filters/cnt/check?item={item}"),
-            None,
-            None,
-        );
-        assert_eq!(st, 200, "{v}");
-        v["hit"].as_bool().unwrap()
-    };
+    let hit = |s: &Server, item: &str| http_hit(s, "cnt", item);
     assert!(remove(&s, "a"));
     assert!(hit(&s, "a"), "added twice, removed once");
     assert!(remove(&s, "a"));
@@ -1067,16 +1053,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
             "http://good.example/fp",
         ]));
         let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
-        let check = |s: &Server, item: &str| {
-            let (st, v) = s.http(
-                "GET",
-                &format!("/v1/filters/urls/check?item={item}"),
-                None,
-                None,
-            );
-            assert_eq!(st, 200, "{layout}: {v}");
-            v["hit"].as_bool().unwrap()
-        };
+        let check = |s: &Server, item: &str| http_hit(s, "urls", item);
         let (_, v) = s.http("GET", "/v1/filters/urls", None, None);
         assert_eq!(
             (
