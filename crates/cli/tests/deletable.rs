@@ -155,27 +155,33 @@ fn build_check_remove_check(layout: &str) {
     assert_eq!(hits(&f, &list).len(), 2001, "{layout}");
 }
 
+/// `f.bgf` of `layout`, built from two URLs, in a new directory.
+fn two_urls(layout: &str) -> (Dir, PathBuf) {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let list = d.lines(
+        "list.txt",
+        &["http://evil.example/a", "http://bad.example/"],
+    );
+    ok(&[
+        "build",
+        "--layout",
+        layout,
+        "-n",
+        "100",
+        "-p",
+        "1e-4",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    (d, f)
+}
+
 #[test]
 fn check_output_whitelist_and_exit_codes_as_for_bloom() {
     for layout in LAYOUTS {
-        let d = Dir::new();
-        let f = d.path("f.bgf");
-        let list = d.lines(
-            "list.txt",
-            &["http://evil.example/a", "http://bad.example/"],
-        );
-        ok(&[
-            "build",
-            "--layout",
-            layout,
-            "-n",
-            "100",
-            "-p",
-            "1e-4",
-            "-o",
-            s(&f),
-            s(&list),
-        ]);
+        let (d, f) = two_urls(layout);
         let q = d.lines(
             "q.txt",
             &[
@@ -857,24 +863,7 @@ fn concurrent_adds_wait_for_each_other_and_lose_nothing() {
 #[test]
 fn whitelist_command_edits_a_deletable_filters_whitelist() {
     for layout in LAYOUTS {
-        let d = Dir::new();
-        let f = d.path("f.bgf");
-        let list = d.lines(
-            "list.txt",
-            &["http://evil.example/a", "http://bad.example/"],
-        );
-        ok(&[
-            "build",
-            "--layout",
-            layout,
-            "-n",
-            "100",
-            "-p",
-            "1e-4",
-            "-o",
-            s(&f),
-            s(&list),
-        ]);
+        let (d, f) = two_urls(layout);
         let q = d.lines("q.txt", &["http://evil.example/a", "http://bad.example/"]);
         // Added in a non-canonical spelling: normalized by the file's key rules.
         let (_, err) = ok(&["whitelist", "add", s(&f), "HTTP://BAD.example/#top"]);
