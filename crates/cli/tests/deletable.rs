@@ -155,14 +155,8 @@ fn build_check_remove_check(layout: &str) {
     assert_eq!(hits(&f, &list).len(), 2001, "{layout}");
 }
 
-/// `f.bgf` of `layout`, built from two URLs, in a new directory.
-fn two_urls(layout: &str) -> (Dir, PathBuf) {
-    let d = Dir::new();
-    let f = d.path("f.bgf");
-    let list = d.lines(
-        "list.txt",
-        &["http://evil.example/a", "http://bad.example/"],
-    );
+/// `bloomgate build --layout LAYOUT -n 100 -p 1e-4 -o F LIST`.
+fn build_small(layout: &str, f: &Path, list: &Path) {
     ok(&[
         "build",
         "--layout",
@@ -172,9 +166,20 @@ fn two_urls(layout: &str) -> (Dir, PathBuf) {
         "-p",
         "1e-4",
         "-o",
-        s(&f),
-        s(&list),
+        s(f),
+        s(list),
     ]);
+}
+
+/// `f.bgf` of `layout`, built from two URLs, in a new directory.
+fn two_urls(layout: &str) -> (Dir, PathBuf) {
+    let d = Dir::new();
+    let f = d.path("f.bgf");
+    let list = d.lines(
+        "list.txt",
+        &["http://evil.example/a", "http://bad.example/"],
+    );
+    build_small(layout, &f, &list);
     (d, f)
 }
 
@@ -490,18 +495,7 @@ fn remove_on_a_bloom_file_is_refused() {
     let list = d.lines("list.txt", &urls(0..10));
     for layout in ["blocked", "classic"] {
         let f = d.path(&format!("{layout}.bgf"));
-        ok(&[
-            "build",
-            "--layout",
-            layout,
-            "-n",
-            "100",
-            "-p",
-            "1e-4",
-            "-o",
-            s(&f),
-            s(&list),
-        ]);
+        build_small(layout, &f, &list);
         let before = std::fs::read(&f).unwrap();
         let (code, _, err) = run(&["remove", s(&f), s(&list)]);
         assert_eq!(code, 1);

@@ -1396,7 +1396,6 @@ mod sub {
         /// buckets of `bucket_size` slots (the engine's largest if more) and
         /// gives up after `max_kicks` evictions; a counting filter uses
         /// neither.
-        #[allow(clippy::too_many_arguments)]
         pub(super) fn new(
             layout: CfLayout,
             items: u64,
