@@ -7,8 +7,8 @@ use bloomgate_url::KeyError;
 
 use super::codec::Out;
 use super::commands::{error_reply, lossy, parse_f64, parse_i64, upper};
-use super::conn::Conn;
-use crate::store::{AddOutcome, CreateSpec, Growth, Info, Meta, StoreError};
+use super::conn::{Conn, Later};
+use crate::store::{AddOutcome, Checked, CreateSpec, Growth, Info, Meta, StoreError};
 
 /// RedisBloom's default expansion of a scaling filter.
 const DEFAULT_EXPANSION: u32 = 2;
@@ -232,6 +232,12 @@ impl Conn {
                 }
             }
         };
+        if self.queueing {
+            if let Some(rx) = self.app.store.add_later(&named, items) {
+                self.later = Some(Later::Add { rx, multi });
+                return;
+            }
+        }
         self.outcomes.clear();
         let mut outcomes = std::mem::take(&mut self.outcomes);
         match self.app.store.add(&named, items, &mut outcomes) {
@@ -243,18 +249,7 @@ impl Conn {
                 return out.error(&error_reply(&e));
             }
         }
-        if multi {
-            out.array(outcomes.len());
-        }
-        for o in &outcomes {
-            match o {
-                AddOutcome::New => out.boolean(true),
-                AddOutcome::Exists => out.boolean(false),
-                AddOutcome::Full => out.error("ERR non scaling filter is full"),
-                AddOutcome::TooLong => out.error("ERR item is too long"),
-                AddOutcome::Invalid(e) => out.error(&format!("ERR invalid item: {e}")),
-            }
-        }
+        add_replies(out, multi, &outcomes);
         self.outcomes = outcomes;
     }
 
@@ -266,6 +261,14 @@ impl Conn {
             ));
         }
         self.look_up(key);
+        if self.queueing {
+            if let Some(rx) = self.last.named.as_ref().and_then(|n| n.check_later(items)) {
+                self.items_checked += items.len() as u64;
+                let filter = self.last.named.clone().expect("a filter");
+                self.later = Some(Later::Check { rx, multi, filter });
+                return;
+            }
+        }
         let start = out.buf.len();
         if multi {
             out.array(items.len());
@@ -475,4 +478,47 @@ mod tests {
             assert_eq!(fmt_g(v), want, "{v}");
         }
     }
+}
+
+/// The replies to an add's outcomes (an array for `BF.MADD`/`BF.INSERT`).
+pub(super) fn add_replies(out: &mut Out, multi: bool, outcomes: &[AddOutcome]) {
+    if multi {
+        out.array(outcomes.len());
+    }
+    for o in outcomes {
+        match o {
+            AddOutcome::New => out.boolean(true),
+            AddOutcome::Exists => out.boolean(false),
+            AddOutcome::Full => out.error("ERR non scaling filter is full"),
+            AddOutcome::TooLong => out.error("ERR item is too long"),
+            AddOutcome::Invalid(e) => out.error(&format!("ERR invalid item: {e}")),
+        }
+    }
+}
+
+/// The reply to a queued `BF.EXISTS`/`BF.MEXISTS`; returns (lookups
+/// answered, hits). An error is the whole reply: no partial answer.
+pub(super) fn exists_replies(out: &mut Out, multi: bool, checked: Checked) -> (u64, u64) {
+    let verdicts = match checked {
+        Ok(v) => v,
+        Err(e) => {
+            out.error(&error_reply(&e));
+            return (0, 0);
+        }
+    };
+    if multi {
+        out.array(verdicts.len());
+    }
+    let (mut checks, mut hits) = (0, 0);
+    for v in verdicts {
+        match v {
+            Ok(v) => {
+                checks += 1;
+                hits += v.hit as u64;
+                out.boolean(v.hit)
+            }
+            Err(e) => out.error(&format!("ERR invalid item: {e}")),
+        }
+    }
+    (checks, hits)
 }

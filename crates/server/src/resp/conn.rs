@@ -10,10 +10,13 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+use super::bf::{add_replies, exists_replies};
 use super::codec::{Out, Parsed, ProtocolError, MAX_PARSED};
 use super::commands::error_reply;
 use crate::metrics::{Op, Proto};
-use crate::store::{Ack, AddOutcome, Filter, LookupScratch, StoreError};
+use crate::store::{
+    worker_gone, Ack, AddOutcome, Added, Checked, Filter, LookupScratch, StoreError,
+};
 use crate::App;
 
 pub(super) struct Conn {
@@ -37,7 +40,42 @@ pub(super) struct Conn {
     pub(super) hits: u64,
     /// The run of commands being timed (see [`Conn::execute`]).
     pub(super) run: Run,
+    /// Whether a command may queue its request in a remote store's batch
+    /// and leave its reply for later ([`Later`]): true on the event loop,
+    /// false on the blocking pool (which waits for the answer instead).
+    pub(super) queueing: bool,
+    /// The queued request of the command being executed, if it queued one.
+    pub(super) later: Option<Later>,
+    /// Commands of this batch whose replies come later, each with the
+    /// place in `Out::buf` where its reply goes.
+    pub(super) queued: Vec<(Later, usize)>,
 }
+
+/// A command's request queued in a remote store's batch
+/// ([`Filter::check_later`], [`Store::add_later`](crate::store::Store::add_later)):
+/// its reply is written when the answer arrives, before the batch's
+/// replies are sent. A connection queues lookups, or adds, one after the
+/// other; any other command first waits for what is queued, so that
+/// commands still take effect in the order they were sent (an add, then a
+/// lookup of the same item, finds it).
+pub(super) enum Later {
+    /// `BF.EXISTS`/`BF.MEXISTS`; the filter's counters are added to when
+    /// the answer arrives.
+    Check {
+        rx: tokio::sync::oneshot::Receiver<Checked>,
+        multi: bool,
+        filter: Filter,
+    },
+    /// `BF.ADD`/`BF.MADD`.
+    Add {
+        rx: tokio::sync::oneshot::Receiver<Added>,
+        multi: bool,
+    },
+}
+
+/// Requests a connection queues before it waits for their answers: a
+/// client's pipeline of more commands is taken in several batches.
+const MAX_QUEUED: usize = 1024;
 
 /// A connection's cached name lookup. Pipelined lookups usually name one
 /// filter over and over; while the store's generation is unchanged (no
@@ -89,6 +127,9 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
             errors: 0,
             start: now,
         },
+        queueing: true,
+        later: None,
+        queued: Vec::new(),
     };
     let mut buf = BytesMut::with_capacity(16 << 10);
     let mut out = Out {
@@ -125,7 +166,9 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 // and back (no copy of the arguments).
                 let args = batch.args[batch.cmds[i].0.clone()].to_vec();
                 let job = tokio::task::spawn_blocking(move || {
+                    conn.queueing = false;
                     conn.execute_at(&buf, &args, &mut out);
+                    conn.queueing = true;
                     (conn, out, buf)
                 });
                 let Ok(back) = job.await else {
@@ -294,9 +337,13 @@ async fn read_some(stream: &TcpStream, buf: &mut BytesMut) -> std::io::Result<us
     }
 }
 
-/// Ends the batch (metrics), waits for its writes to be durable, then sends
+/// Waits for the queued requests' answers and writes their replies, then
+/// ends the batch (metrics), waits for its writes to be durable, and sends
 /// its replies. Returns the time the batch ended (after any wait).
 async fn flush(stream: &mut TcpStream, conn: &mut Conn, out: &mut Out) -> Result<Instant, ()> {
+    if !conn.queued.is_empty() {
+        conn.answer_queued(out).await;
+    }
     let mut now = conn.end_batch();
     if !conn.pending.is_empty() {
         let mut failed = Vec::new();
@@ -338,6 +385,19 @@ fn replace_replies(buf: &[u8], failed: &[(std::ops::Range<usize>, StoreError)]) 
     }
     out.buf.extend_from_slice(&buf[at..]);
     out.buf
+}
+
+/// `buf` with each of `inserts`' bytes inserted at its place (in order).
+fn insert_replies(buf: &[u8], inserts: &[(usize, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buf.len() + inserts.iter().map(|i| i.1.len()).sum::<usize>());
+    let mut at = 0;
+    for (place, bytes) in inserts {
+        out.extend_from_slice(&buf[at..*place]);
+        out.extend_from_slice(bytes);
+        at = *place;
+    }
+    out.extend_from_slice(&buf[at..]);
+    out
 }
 
 #[derive(PartialEq, Eq)]
@@ -394,10 +454,81 @@ impl Conn {
         if let Some(ack) = self.ack.take().filter(|a| !a.is_done()) {
             self.pending.push((ack, before..out.buf.len()));
         }
+        // A queued command's errors are counted, and its run timed, when
+        // its answer arrives.
+        let queued = match self.later.take() {
+            Some(later) => {
+                self.queued.push((later, before));
+                true
+            }
+            None => false,
+        };
         self.run.n += 1;
         self.run.errors += (out.buf.get(before) == Some(&b'-')) as u64;
-        if matches!(op, Op::Add | Op::Admin) {
+        if matches!(op, Op::Add | Op::Admin) && !queued {
             self.end_run(Instant::now());
+        }
+    }
+
+    /// Waits for the answers of the queued requests, in order, and inserts
+    /// their replies where their commands' replies belong.
+    async fn answer_queued(&mut self, out: &mut Out) {
+        let mut inserts = Vec::with_capacity(self.queued.len());
+        let mut reply = Out {
+            buf: Vec::new(),
+            proto: out.proto,
+        };
+        let mut errors = 0;
+        for (later, place) in std::mem::take(&mut self.queued) {
+            reply.buf.clear();
+            match later {
+                Later::Check { rx, multi, filter } => {
+                    let checked = rx.await.unwrap_or_else(|_| Err(worker_gone()));
+                    let (checks, hits) = exists_replies(&mut reply, multi, checked);
+                    filter.count(checks, hits);
+                    self.hits += hits;
+                }
+                Later::Add { rx, multi } => match rx.await.unwrap_or_else(|_| Err(worker_gone())) {
+                    Ok(outcomes) => add_replies(&mut reply, multi, &outcomes),
+                    Err(e) => reply.error(&error_reply(&e)),
+                },
+            }
+            errors += (reply.buf.first() == Some(&b'-')) as u64;
+            inserts.push((place, reply.buf.clone()));
+        }
+        self.run.errors += errors;
+        // Writes awaiting durability (none with a remote store) keep
+        // their replies' ranges, moved by what was inserted before them.
+        let mut shift = 0;
+        let mut k = 0;
+        for (_, r) in self.pending.iter_mut() {
+            while k < inserts.len() && inserts[k].0 <= r.start {
+                shift += inserts[k].1.len();
+                k += 1;
+            }
+            *r = r.start + shift..r.end + shift;
+        }
+        out.buf = insert_replies(&out.buf, &inserts);
+    }
+
+    /// Whether the command `args` must wait for the queued requests before
+    /// it runs: anything but one more request of the same kind, or more
+    /// than [`MAX_QUEUED`] of them.
+    fn waits_for_queued(&self, buf: &[u8], args: &[std::ops::Range<usize>]) -> bool {
+        let Some((last, _)) = self.queued.last() else {
+            return false;
+        };
+        if self.queued.len() >= MAX_QUEUED {
+            return true;
+        }
+        let Some(cmd) = args.first() else {
+            return false;
+        };
+        let cmd = &buf[cmd.clone()];
+        let is = |name: &[u8]| cmd.eq_ignore_ascii_case(name);
+        match last {
+            Later::Check { .. } => !(is(b"BF.EXISTS") || is(b"BF.MEXISTS")),
+            Later::Add { .. } => !(is(b"BF.ADD") || is(b"BF.MADD")),
         }
     }
 
@@ -421,7 +552,13 @@ impl Conn {
                 self.prefetch(buf, &batch.args[ahead.clone()]);
             }
             let args = &batch.args[cmds[i].0.clone()];
+            if self.waits_for_queued(buf, args) {
+                return (i, Stop::Full);
+            }
             if self.blocks(buf, args) {
+                if !self.queued.is_empty() {
+                    return (i, Stop::Full);
+                }
                 return (i, Stop::Blocking);
             }
             self.execute_at(buf, args, out);
@@ -470,6 +607,13 @@ impl Conn {
             return true;
         }
         if self.app.store.is_remote() {
+            // Lookups and adds of a filter served already are queued in
+            // the store's batch (see `Later`); the rest may wait on Redis.
+            let add = is(b"BF.ADD") || is(b"BF.MADD");
+            let queues = add || is(b"BF.EXISTS") || is(b"BF.MEXISTS");
+            if queues && args.len() >= 3 && self.app.store.can_queue(&buf[args[1].clone()], add) {
+                return false;
+            }
             return cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"BF.");
         }
         if cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"CF.") && args.len() >= 2 {

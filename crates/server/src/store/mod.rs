@@ -25,6 +25,10 @@
 //! * **Blocking is declared.** [`Store::is_remote`] and
 //!   [`Filter::add_would_block`] tell a front end when a call may wait (on
 //!   a lock or the network), so that it moves the call off its event loop.
+//! * **Answers that come later.** A remote store batches requests from
+//!   all connections; [`Filter::check_later`] and [`Store::add_later`]
+//!   queue a lookup or an add without blocking and hand back a receiver of
+//!   its answer, so that an event loop keeps many requests in flight.
 //!
 //! # Why an enum, not a trait object
 //!
@@ -52,6 +56,7 @@
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
+//! | `store/redis/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
 //! | `store/cuckoo.rs`, `store/local/cuckoo.rs` | cuckoo filters (`CF.*`): the local store's, with exactly-once replay of deletes |
 
 pub mod cuckoo;
@@ -71,7 +76,7 @@ use crate::wal;
 pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
-pub use redis::{RedisNamed, RedisOptions, RedisStore};
+pub use redis::{worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore};
 
 /// The filters the server serves (see the [module doc](self)).
 pub enum Store {
@@ -184,6 +189,34 @@ impl Store {
         match self {
             Store::Local(_) => false,
             Store::Redis(_) => true,
+        }
+    }
+
+    /// Whether lookups (or adds, `add`) of the filter called `name` can be
+    /// queued ([`Filter::check_later`], [`Store::add_later`]) without
+    /// blocking: a remote store that serves it already (finding a filter
+    /// not yet served asks the network) and, for adds, queues them.
+    pub fn can_queue(&self, name: &[u8], add: bool) -> bool {
+        match self {
+            Store::Local(_) => false,
+            Store::Redis(s) => {
+                std::str::from_utf8(name).is_ok_and(|n| s.serves(n)) && (!add || s.queues_adds())
+            }
+        }
+    }
+
+    /// Queues an add to a remote store's batch and returns the receiver of
+    /// its outcomes (or of its error); `None` when the store does not
+    /// queue adds (the local store, or a Redis store that waits for
+    /// replicas): [`Store::add`] then. The adds are done when it answers.
+    pub fn add_later(
+        &self,
+        filter: &Filter,
+        entries: &[&[u8]],
+    ) -> Option<tokio::sync::oneshot::Receiver<Added>> {
+        match (self, filter) {
+            (Store::Redis(s), Filter::Redis(n)) => s.add_later(n, entries),
+            _ => None,
         }
     }
 
@@ -350,6 +383,20 @@ impl Filter {
                 Ok(())
             }
             Filter::Redis(n) => n.check_batch(queries, |v| each(v.map(|v| v.hit))),
+        }
+    }
+
+    /// Queues a lookup of `queries` in a remote store's batch and returns
+    /// the receiver of its verdicts (one per query, not yet counted in the
+    /// filter's counters), or `None` for a local filter (answer it with
+    /// [`Filter::contains_batch`]: it does not wait).
+    pub fn check_later(
+        &self,
+        queries: &[&[u8]],
+    ) -> Option<tokio::sync::oneshot::Receiver<Checked>> {
+        match self {
+            Filter::Local(_) => None,
+            Filter::Redis(n) => Some(n.check_later(queries)),
         }
     }
 

@@ -24,6 +24,10 @@
 //!   `push --force` is read again, and a deleted one answers "not found",
 //!   within that interval. Until then a request is answered by what the
 //!   handle read.
+//! * **Batching.** Lookups and adds from all connections are queued per
+//!   filter and sent as a few large pipelines, per node, as soon as the
+//!   previous batch returns (`coalesce`): a pipelined single-key workload
+//!   from many clients costs Redis what the CLI's batches cost it.
 //! * **Credentials.** A password or user that Redis refuses is a clear
 //!   error (`ERR … authentication failed …`, HTTP 400), at startup and on
 //!   any request, not `TRYAGAIN`: retrying cannot fix it.
@@ -47,6 +51,10 @@ use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use super::{AddOutcome, CreateSpec, Info, LayerInfo, StoreError};
 use crate::Limits;
+
+mod coalesce;
+
+pub use coalesce::{Added, Checked};
 
 /// How long a server answers from a filter's metadata and whitelist
 /// before it checks them again (one `HMGET` per filter per interval).
@@ -105,6 +113,8 @@ pub struct RedisNamed {
     checked: Mutex<std::time::Instant>,
     checks: AtomicU64,
     hits: AtomicU64,
+    /// The queues of its lookups and adds (see `coalesce`).
+    batches: coalesce::Coalescer,
 }
 
 /// Why a filter's handle could not be opened.
@@ -146,6 +156,19 @@ fn store_err(e: bloomgate_redis::Error) -> StoreError {
 fn is_auth(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// A receiver with its answer already in.
+fn ready<T>(v: T) -> tokio::sync::oneshot::Receiver<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let _ = tx.send(v);
+    rx
+}
+
+/// The error of a queued request whose worker is gone (it cannot have
+/// answered "absent": no answer is an error).
+pub fn worker_gone() -> StoreError {
+    StoreError::Unavailable("the Redis batch worker stopped before answering".into())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -299,13 +322,7 @@ impl RedisStore {
             Err(bloomgate_redis::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(store_err(e)),
         };
-        let named = Arc::new(RedisNamed {
-            name: name.to_string(),
-            filter: Ok(RwLock::new(f)),
-            checked: Mutex::new(std::time::Instant::now()),
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-        });
+        let named = RedisNamed::new(name, Ok(RwLock::new(f)), &self.limits);
         let mut m = self.filters.write().unwrap_or_else(|p| p.into_inner());
         let named = m.entry(name.to_string()).or_insert(named).clone();
         self.generation.fetch_add(1, Relaxed);
@@ -319,6 +336,11 @@ impl RedisStore {
         }
         self.open_named(name)?
             .ok_or_else(|| StoreError::NotFound(name.into()))
+    }
+
+    /// Whether `name` is served already (asks nothing of Redis).
+    pub fn serves(&self, name: &str) -> bool {
+        self.cached(name).is_some()
     }
 
     fn cached(&self, name: &str) -> Option<Arc<RedisNamed>> {
@@ -350,13 +372,7 @@ impl RedisStore {
             Err(StoreError::Invalid(why)) => Broken::Refused(why),
             Err(_) => return None,
         };
-        Some(Arc::new(RedisNamed {
-            name: name.to_string(),
-            filter: Err(broken),
-            checked: Mutex::new(std::time::Instant::now()),
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-        }))
+        Some(RedisNamed::new(name, Err(broken), &self.limits))
     }
 
     /// Changes when a filter is opened, created or deleted.
@@ -445,32 +461,39 @@ impl RedisStore {
         entries: &[&[u8]],
         out: &mut Vec<AddOutcome>,
     ) -> Result<(), StoreError> {
-        let f = named.read()?;
-        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(entries.len());
-        let mut slots: Vec<Result<usize, AddOutcome>> = Vec::with_capacity(entries.len());
-        for e in entries {
-            if e.len() > self.limits.max_item_bytes {
-                slots.push(Err(AddOutcome::TooLong));
-                continue;
-            }
-            match f.entry_key(e) {
-                Ok(k) => {
-                    slots.push(Ok(keys.len()));
-                    keys.push(k.into_owned());
-                }
-                Err(e) => slots.push(Err(AddOutcome::Invalid(e))),
+        let outcomes = named.wait(named.queue_add(entries))?;
+        if self.opts.wait_replicas > 0 {
+            let f = named.read()?;
+            let keys: Vec<Vec<u8>> = entries
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| matches!(o, AddOutcome::New | AddOutcome::Exists))
+                .filter_map(|(e, _)| f.entry_key(e).ok().map(|k| k.into_owned()))
+                .collect();
+            if !keys.is_empty() {
+                self.wait_replicas(&f, &keys)?;
             }
         }
-        let new = f.insert_keys(&keys).map_err(store_err)?;
-        if self.opts.wait_replicas > 0 && !keys.is_empty() {
-            self.wait_replicas(&f, &keys)?;
-        }
-        out.extend(slots.into_iter().map(|s| match s {
-            Ok(i) if new[i] => AddOutcome::New,
-            Ok(_) => AddOutcome::Exists,
-            Err(o) => o,
-        }));
+        out.extend(outcomes);
         Ok(())
+    }
+
+    /// Whether adds are queued ([`RedisStore::add_later`]): unless they
+    /// must wait for replicas.
+    pub fn queues_adds(&self) -> bool {
+        self.opts.wait_replicas == 0
+    }
+
+    /// Queues an add of `entries` with the filter's other adds (see
+    /// `coalesce`) and returns where its outcomes will arrive, for a caller
+    /// that must not block; `None` when an add must also wait for replicas
+    /// ([`RedisOptions::wait_replicas`]): [`RedisStore::add`] then.
+    pub fn add_later(
+        &self,
+        named: &RedisNamed,
+        entries: &[&[u8]],
+    ) -> Option<tokio::sync::oneshot::Receiver<Added>> {
+        self.queues_adds().then(|| named.queue_add(entries))
     }
 
     /// On each master that `keys` were written to: sets one of its written
@@ -556,6 +579,45 @@ impl RedisStore {
 }
 
 impl RedisNamed {
+    fn new(
+        name: &str,
+        filter: Result<RwLock<RedisFilter>, Broken>,
+        limits: &Limits,
+    ) -> Arc<RedisNamed> {
+        Arc::new_cyclic(|me| RedisNamed {
+            name: name.to_string(),
+            filter,
+            checked: Mutex::new(std::time::Instant::now()),
+            checks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            batches: coalesce::Coalescer::new(me.clone(), limits.max_item_bytes),
+        })
+    }
+
+    /// Queues a lookup of `queries` with the filter's other lookups (see
+    /// `coalesce`); the verdicts, one per query, arrive on the receiver.
+    pub fn check_later(&self, queries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Checked> {
+        match &self.filter {
+            Ok(_) => self.batches.check(queries),
+            Err(broken) => ready(Err(broken.error())),
+        }
+    }
+
+    fn queue_add(&self, entries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Added> {
+        match &self.filter {
+            Ok(_) => self.batches.add(entries),
+            Err(broken) => ready(Err(broken.error())),
+        }
+    }
+
+    /// Waits (blocking the thread) for a queued request's answer.
+    fn wait<T>(
+        &self,
+        rx: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
+    }
+
     fn read(&self) -> Result<std::sync::RwLockReadGuard<'_, RedisFilter>, StoreError> {
         let f = match &self.filter {
             Ok(f) => f,
@@ -605,11 +667,7 @@ impl RedisNamed {
         queries: &[&[u8]],
         mut each: impl FnMut(Result<Verdict, KeyError>),
     ) -> Result<(), StoreError> {
-        let mut verdicts = Vec::with_capacity(queries.len());
-        self.read()?
-            .check_many(queries.iter().copied(), &mut verdicts)
-            .map_err(store_err)?;
-        for v in verdicts {
+        for v in self.wait(self.check_later(queries))? {
             each(v);
         }
         Ok(())

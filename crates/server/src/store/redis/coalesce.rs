@@ -1,0 +1,446 @@
+//! One filter's lookups and adds from every connection, sent to Redis as
+//! a few large pipelines instead of one round trip each.
+//!
+//! A request (the queries of one `BF.EXISTS`/`BF.MEXISTS`, an HTTP check,
+//! the entries of one `BF.ADD`/`BF.MADD`, an HTTP add) is queued with a
+//! oneshot channel for its answer. Worker threads — [`CHECKERS`] for
+//! lookups, one for adds — each take everything queued (up to
+//! [`MAX_ITEMS`] items), answer it with the `bloomgate_redis` crate's batch
+//! calls, and complete every request. There is no fixed delay: a worker
+//! sends as soon as it is free, so one request alone goes out at once, and
+//! under load the queue fills while the previous batch is in Redis — the
+//! batch grows with the load ("send when the previous batch returns").
+//! At most [`CHECKERS`] lookup batches and one add batch of a filter are
+//! in flight at a time.
+//!
+//! The pipelining is the crate's, as the CLI uses it
+//! ([`RedisFilter::contains_keys`], [`RedisFilter::insert_keys`]: one
+//! `GETRANGE` or `BITFIELD` per key, one pipeline per node, several
+//! connections per node for large batches). What this module adds is the
+//! cut by node: in a cluster, a batch's keys are grouped by the master
+//! that serves their shard and each group is one crate call (the groups
+//! run at once, one thread each), so a node that fails fails only the
+//! requests with a key on it — with the crate's error, as a request sent
+//! alone would have — and the others are answered. (A request with keys on
+//! several nodes, a URL query in prefix mode, fails if any of them does.)
+//!
+//! Adds have one worker, so they run in the order they were queued: of
+//! two adds of one item, the first queued is the one told "new", as when
+//! they are sent one after the other. (A connection waits for its queued
+//! adds before it sends a lookup, and the reverse: see `resp::conn`.)
+//!
+//! The worker re-validates the handle (`RedisNamed::read`) before each
+//! batch, so a request never waits on the network on the thread that
+//! queued it: the front ends' event loops queue requests and await the
+//! answer.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+use bloomgate_blacklist::{verdict_of, Verdict};
+use bloomgate_redis::{layout, RedisFilter};
+use bloomgate_url::{query_keys, KeyError};
+use tokio::sync::oneshot;
+
+use super::{store_err, RedisNamed};
+use crate::store::{AddOutcome, StoreError};
+
+/// The answer to a queued lookup: one verdict per query, or why none can
+/// be trusted.
+pub type Checked = Result<Vec<Result<Verdict, KeyError>>, StoreError>;
+
+/// The answer to a queued add: one outcome per entry, or the error.
+pub type Added = Result<Vec<AddOutcome>, StoreError>;
+
+/// Lookup workers per filter: two batches in flight, so that one is
+/// collected (and its replies decoded) while Redis runs the other.
+pub(super) const CHECKERS: usize = 2;
+
+/// Items (queries or entries) per batch; a single larger request is
+/// taken alone. The crate cuts a batch into pipelines of 4,096 commands
+/// and spreads one of 2,048 keys or more over several connections.
+pub(super) const MAX_ITEMS: usize = 4096;
+
+enum Job {
+    Check {
+        queries: Vec<Vec<u8>>,
+        reply: oneshot::Sender<Checked>,
+    },
+    Add {
+        entries: Vec<Vec<u8>>,
+        reply: oneshot::Sender<Added>,
+    },
+}
+
+impl Job {
+    fn items(&self) -> usize {
+        match self {
+            Job::Check { queries, .. } => queries.len(),
+            Job::Add { entries, .. } => entries.len(),
+        }
+    }
+
+    fn fail(self, e: &StoreError) {
+        // A requester that went away (its connection closed) is not told.
+        match self {
+            Job::Check { reply, .. } => drop(reply.send(Err(dup(e)))),
+            Job::Add { reply, .. } => drop(reply.send(Err(dup(e)))),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    jobs: VecDeque<Job>,
+    /// Workers started (they run until the queue is closed).
+    workers: usize,
+    closed: bool,
+}
+
+/// Queued requests of one kind, and the workers' wake-up.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Everything queued, up to [`MAX_ITEMS`] items (at least one
+    /// request); waits while there is nothing. `None` once closed and empty.
+    fn take(&self) -> Option<Vec<Job>> {
+        let mut s = self.lock();
+        while s.jobs.is_empty() {
+            if s.closed {
+                return None;
+            }
+            s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        let mut items = 0;
+        let mut out = Vec::new();
+        while let Some(j) = s.jobs.front() {
+            if !out.is_empty() && items + j.items() > MAX_ITEMS {
+                break;
+            }
+            items += j.items();
+            out.push(s.jobs.pop_front().expect("a front job"));
+        }
+        Some(out)
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+}
+
+/// The queues of one filter and their workers (see the module doc).
+pub(super) struct Coalescer {
+    checks: Arc<Queue>,
+    adds: Arc<Queue>,
+    /// The filter, for the workers (a weak reference: the workers stop
+    /// when the filter is dropped).
+    owner: Weak<RedisNamed>,
+    /// Entries longer than this are [`AddOutcome::TooLong`].
+    max_item_bytes: usize,
+}
+
+impl Drop for Coalescer {
+    fn drop(&mut self) {
+        self.checks.close();
+        self.adds.close();
+    }
+}
+
+impl Coalescer {
+    pub(super) fn new(owner: Weak<RedisNamed>, max_item_bytes: usize) -> Coalescer {
+        Coalescer {
+            checks: Arc::default(),
+            adds: Arc::default(),
+            owner,
+            max_item_bytes,
+        }
+    }
+
+    /// Queues a lookup of `queries`.
+    pub(super) fn check(&self, queries: &[&[u8]]) -> oneshot::Receiver<Checked> {
+        let (tx, rx) = oneshot::channel();
+        let job = Job::Check {
+            queries: queries.iter().map(|q| q.to_vec()).collect(),
+            reply: tx,
+        };
+        self.queue(&self.checks, CHECKERS, job);
+        rx
+    }
+
+    /// Queues an add of `entries`.
+    pub(super) fn add(&self, entries: &[&[u8]]) -> oneshot::Receiver<Added> {
+        let (tx, rx) = oneshot::channel();
+        let job = Job::Add {
+            entries: entries.iter().map(|e| e.to_vec()).collect(),
+            reply: tx,
+        };
+        self.queue(&self.adds, 1, job);
+        rx
+    }
+
+    /// Queues `job`, starting the queue's workers on first use.
+    fn queue(&self, queue: &Arc<Queue>, workers: usize, job: Job) {
+        let mut s = queue.lock();
+        while s.workers < workers {
+            let (q, owner, max) = (queue.clone(), self.owner.clone(), self.max_item_bytes);
+            let started = std::thread::Builder::new()
+                .name("bloomgate-redis-batch".into())
+                .spawn(move || work(&q, &owner, max));
+            match started {
+                Ok(_) => s.workers += 1,
+                Err(e) if s.workers == 0 => {
+                    drop(s);
+                    let e = StoreError::Unavailable(format!("cannot start a Redis worker: {e}"));
+                    return job.fail(&e);
+                }
+                // Fewer workers than planned; try again next time.
+                Err(_) => break,
+            }
+        }
+        s.jobs.push_back(job);
+        drop(s);
+        queue.ready.notify_one();
+    }
+}
+
+/// A worker: takes batches until the queue is closed.
+fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize) {
+    while let Some(jobs) = queue.take() {
+        let Some(named) = owner.upgrade() else {
+            let e = StoreError::NotFound("(a filter no longer served)".into());
+            jobs.into_iter().for_each(|j| j.fail(&e));
+            continue;
+        };
+        let (checks, adds): (Vec<Job>, Vec<Job>) = jobs
+            .into_iter()
+            .partition(|j| matches!(j, Job::Check { .. }));
+        if !checks.is_empty() {
+            run_checks(&named, checks);
+        }
+        if !adds.is_empty() {
+            run_adds(&named, adds, max_item_bytes);
+        }
+    }
+}
+
+/// A copy of a store error as the Redis store makes them (each requester
+/// of a failed batch gets its own).
+fn dup(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::NotFound(s) => StoreError::NotFound(s.clone()),
+        StoreError::Exists(s) => StoreError::Exists(s.clone()),
+        StoreError::BadName(s) => StoreError::BadName(s.clone()),
+        StoreError::Invalid(s) => StoreError::Invalid(s.clone()),
+        StoreError::Unsupported(s) => StoreError::Unsupported(s),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// The keys' groups: per group, the indexes of its keys (ascending), and
+/// per key its group. One group for a single server; in a cluster, one per
+/// master (keys of a slot no node serves now form a group of their own,
+/// which the crate sends through the cluster client).
+fn by_node(f: &RedisFilter, keys: &[&[u8]]) -> Result<Vec<Vec<usize>>, StoreError> {
+    if !f.store().is_cluster() {
+        return Ok(vec![(0..keys.len()).collect()]);
+    }
+    let (_, master_of) = f.store().masters_by_slot().map_err(store_err)?;
+    let name = &f.address().name;
+    // Master index → group index.
+    let mut group_of: Vec<(u32, usize)> = Vec::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let place = f.meta().place(k);
+        let master = master_of[layout::shard_slot(name, place.shard) as usize];
+        let g = match group_of.iter().find(|(m, _)| *m == master) {
+            Some(&(_, g)) => g,
+            None => {
+                group_of.push((master, groups.len()));
+                groups.push(Vec::new());
+                groups.len() - 1
+            }
+        };
+        groups[g].push(i);
+    }
+    Ok(groups)
+}
+
+/// Runs `run` on each group's keys, the groups at once (one thread each
+/// beyond the first); returns per key its answer or its group's error.
+fn per_node<T: Send>(
+    f: &RedisFilter,
+    keys: &[&[u8]],
+    run: impl Fn(&[&[u8]]) -> bloomgate_redis::Result<Vec<T>> + Sync,
+) -> Vec<Result<T, Arc<StoreError>>> {
+    let groups = match by_node(f, keys) {
+        Ok(g) => g,
+        Err(e) => {
+            let e = Arc::new(e);
+            return keys.iter().map(|_| Err(e.clone())).collect();
+        }
+    };
+    let one = |idx: &Vec<usize>| -> Result<Vec<T>, Arc<StoreError>> {
+        let part: Vec<&[u8]> = idx.iter().map(|&i| keys[i]).collect();
+        let got = run(&part).map_err(|e| Arc::new(store_err(e)))?;
+        if got.len() != part.len() {
+            return Err(Arc::new(StoreError::Unavailable(format!(
+                "{} answers for {} keys",
+                got.len(),
+                part.len()
+            ))));
+        }
+        Ok(got)
+    };
+    let answers: Vec<Result<Vec<T>, Arc<StoreError>>> = match groups.as_slice() {
+        [only] => vec![one(only)],
+        _ => std::thread::scope(|scope| {
+            let others: Vec<_> = groups[1..].iter().map(|g| scope.spawn(|| one(g))).collect();
+            let mut all = vec![one(&groups[0])];
+            for o in others {
+                all.push(o.join().unwrap_or_else(|_| {
+                    Err(Arc::new(StoreError::Unavailable(
+                        "a Redis batch thread panicked".into(),
+                    )))
+                }));
+            }
+            all
+        }),
+    };
+    let mut out: Vec<Option<Result<T, Arc<StoreError>>>> = keys.iter().map(|_| None).collect();
+    for (idx, answer) in groups.iter().zip(answers) {
+        match answer {
+            Ok(values) => {
+                for (&i, v) in idx.iter().zip(values) {
+                    out[i] = Some(Ok(v));
+                }
+            }
+            Err(e) => {
+                for &i in idx {
+                    out[i] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .map(|a| a.expect("every key is in a group"))
+        .collect()
+}
+
+/// Answers a batch of lookups as `RedisFilter::check_many` does (the
+/// query's lookup keys, then the whitelist rules).
+fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
+    let f = match named.read() {
+        Ok(f) => f,
+        Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
+    };
+    // Every query's keys, one after the other; per query its span.
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut spans: Vec<Result<(usize, usize), KeyError>> = Vec::new();
+    let mut scratch = Vec::new();
+    for j in &jobs {
+        if let Job::Check { queries, .. } = j {
+            for q in queries {
+                spans.push(query_keys(f.kind(), f.mode(), q, &mut scratch).map(|()| {
+                    let first = keys.len();
+                    keys.append(&mut scratch);
+                    (first, keys.len())
+                }));
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let found = per_node(&f, &refs, |part| f.contains_keys(part));
+    let mut spans = spans.into_iter();
+    for j in jobs {
+        let Job::Check { queries, reply } = j else {
+            continue;
+        };
+        let mut verdicts = Vec::with_capacity(queries.len());
+        let mut failed = None;
+        for span in spans.by_ref().take(queries.len()) {
+            verdicts.push(span.map(|(a, b)| {
+                let mut probes = Vec::with_capacity(b - a);
+                for i in a..b {
+                    match &found[i] {
+                        Ok(hit) => probes.push((refs[i], *hit)),
+                        Err(e) => {
+                            failed.get_or_insert_with(|| e.clone());
+                        }
+                    }
+                }
+                verdict_of(f.whitelist(), probes)
+            }));
+        }
+        // No partial answer: a key that could not be read voids the request.
+        let _ = reply.send(match failed {
+            Some(e) => Err(dup(&e)),
+            None => Ok(verdicts),
+        });
+    }
+}
+
+/// Runs a batch of adds (in the order queued), as `RedisStore::add` did
+/// for one request: entries too long or invalid get their outcome, the
+/// others are added with one `BITFIELD` each.
+fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
+    let f = match named.read() {
+        Ok(f) => f,
+        Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
+    };
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    // Per entry: the index of its key, or its outcome.
+    let mut slots: Vec<Result<usize, AddOutcome>> = Vec::new();
+    for j in &jobs {
+        if let Job::Add { entries, .. } = j {
+            for e in entries {
+                if e.len() > max_item_bytes {
+                    slots.push(Err(AddOutcome::TooLong));
+                    continue;
+                }
+                match f.entry_key(e) {
+                    Ok(k) => {
+                        slots.push(Ok(keys.len()));
+                        keys.push(k.into_owned());
+                    }
+                    Err(e) => slots.push(Err(AddOutcome::Invalid(e))),
+                }
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let new = per_node(&f, &refs, |part| f.insert_keys(part));
+    let mut slots = slots.into_iter();
+    for j in jobs {
+        let Job::Add { entries, reply } = j else {
+            continue;
+        };
+        let mut outcomes = Vec::with_capacity(entries.len());
+        let mut failed = None;
+        for slot in slots.by_ref().take(entries.len()) {
+            outcomes.push(match slot {
+                Ok(i) => match &new[i] {
+                    Ok(true) => AddOutcome::New,
+                    Ok(false) => AddOutcome::Exists,
+                    Err(e) => {
+                        failed.get_or_insert_with(|| e.clone());
+                        AddOutcome::Exists
+                    }
+                },
+                Err(o) => o,
+            });
+        }
+        let _ = reply.send(match failed {
+            Some(e) => Err(dup(&e)),
+            None => Ok(outcomes),
+        });
+    }
+}
