@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# `bloomgate serve --store` against the CLI on the same Redis, in the same run:
+# single-key BF.EXISTS / BF.ADD from redis-benchmark (`-c 50 -P 16`, random keys)
+# through the server, and `bloomgate check` / `bloomgate add` of the same kind of
+# keys straight to Redis; then the server's latency at half its pipelined rate
+# (crates/bench/src/bin/resp_paced.rs: an open-loop client sending pipelines of
+# 16 from 50 connections at a fixed rate, latency measured from each pipeline's
+# scheduled start).
+#
+#   crates/bench/run-serve-redis-bench.sh                  # standalone, RUNS=3
+#   CLUSTER=1 crates/bench/run-serve-redis-bench.sh        # 3 masters + 3 replicas, AOF everysec
+#
+# Starts its own redis-server(s) on free ports in $WORK and kills them at the end.
+# The filter: BF.RESERVE f 0.0001 10000000 NONSCALING through the server (raw keys,
+# blocked layout, pushed to Redis). Prints one line per measurement and, at the end,
+# the medians and the ratios server / CLI.
+set -euo pipefail
+
+RUNS=${RUNS:-3}
+N=${N:-1000000}           # redis-benchmark requests per run
+CLI_N=${CLI_N:-1000000}   # keys per CLI command
+CLUSTER=${CLUSTER:-0}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BG=${BLOOMGATE:-$ROOT/target/release/bloomgate}
+PACED=${PACED:-$ROOT/target/release/resp_paced}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/bloomgate-serve-bench.XXXXXX")
+[ -x "$BG" ] || { echo "missing $BG (cargo build --release -p bloomgate-cli)" >&2; exit 2; }
+[ -x "$PACED" ] || { echo "missing $PACED (cargo build --release -p bloomgate-bench --bin resp_paced)" >&2; exit 2; }
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port_pair() { # a port whose +10000 (cluster bus) is free too
+  while :; do
+    p=$(shuf -i 20000-50000 -n 1)
+    python3 -c "import socket,sys
+for q in ($p, $p+10000):
+    s=socket.socket(); s.bind(('127.0.0.1',q)); s.close()" 2>/dev/null && { echo "$p"; return; }
+  done
+}
+start_redis() { # start_redis PORT EXTRA... ; waits for PING
+  local port=$1; shift
+  mkdir -p "$WORK/redis-$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --dir "$WORK/redis-$port" \
+    --logfile "$WORK/redis-$port/log" "$@" &
+  PIDS+=($!)
+  for _ in $(seq 200); do [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && return; sleep 0.05; done
+  echo "redis-server on $port did not start" >&2; exit 1
+}
+
+PORTS=()
+if [ "$CLUSTER" = 1 ]; then
+  for i in 0 1 2 3 4 5; do
+    p=$(free_port_pair); PORTS+=("$p")
+    start_redis "$p" --appendonly yes --appendfsync everysec --cluster-enabled yes \
+      --cluster-config-file "$WORK/nodes-$p.conf" --cluster-node-timeout 2000
+  done
+  redis-cli --cluster create $(for p in "${PORTS[@]}"; do echo "127.0.0.1:$p"; done) \
+    --cluster-replicas 1 --cluster-yes > "$WORK/cluster-create.log"
+  for _ in $(seq 300); do
+    ok=1; for p in "${PORTS[@]}"; do redis-cli -p "$p" CLUSTER INFO | grep -q cluster_state:ok || ok=0; done
+    [ $ok = 1 ] && break; sleep 0.1
+  done
+  STORE="redis+cluster://$(for p in "${PORTS[@]:0:3}"; do printf '127.0.0.1:%s,' "$p"; done | sed 's/,$//')"
+  TARGET="Redis Cluster, 3 masters + 3 replicas, appendonly yes, appendfsync everysec"
+else
+  p=$(free_port); PORTS+=("$p")
+  start_redis "$p" --appendonly no
+  STORE="redis://127.0.0.1:$p"
+  TARGET="one redis-server, no persistence"
+fi
+
+RESP_PORT=$(free_port)
+"$BG" serve --store "$STORE" --http off --resp "127.0.0.1:$RESP_PORT" > "$WORK/serve.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do [ "$(redis-cli -p "$RESP_PORT" PING 2>/dev/null)" = PONG ] && break; sleep 0.05; done
+redis-cli -p "$RESP_PORT" BF.RESERVE f 0.0001 10000000 NONSCALING > /dev/null
+
+# Keys as redis-benchmark writes __rand_int__ (12 digits, uniform in 0..10^8).
+python3 - "$WORK" "$CLI_N" <<'EOF'
+import random, sys
+work, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(1)
+with open(f"{work}/keys.txt", "w") as f:
+    f.writelines(f"{r.randrange(100_000_000):012d}\n" for _ in range(n))
+EOF
+
+now() { date +%s.%N; }
+# Redis CPU seconds (user + sys) over all nodes.
+redis_cpu() { for p in "${PORTS[@]}"; do redis-cli -p "$p" INFO cpu; done | tr -d '\r' |
+  awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}'; }
+per_op_us() { python3 -c "print(round(($2 - $1) / $3 * 1e6, 2))"; }
+rate() { python3 -c "print(round($1 / ($3 - $2)))"; }
+# redis-benchmark: "throughput summary: X requests per second" and the p50/p99 of
+# its "latency summary" (msec): avg min p50 p95 p99 max.
+rb() { # rb CMD... -> "rps p50 p99"
+  redis-benchmark -p "$RESP_PORT" -c 50 -P 16 -n "$N" -r 100000000 "$@" 2>/dev/null | tr '\r' '\n' > "$WORK/rb.out"
+  local rps lat
+  rps=$(awk '/throughput summary/ {print $3}' "$WORK/rb.out")
+  lat=$(awk '/latency summary/ {getline; getline; print $3, $5}' "$WORK/rb.out")
+  echo "$rps $lat"
+}
+
+ADDR="$STORE/f"
+echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $TARGET"
+echo "# bloomgate $(git -C "$ROOT" rev-parse --short HEAD); redis-benchmark -c 50 -P 16 -n $N -r 100000000; CLI: $CLI_N keys per command"
+for run in $(seq "$RUNS"); do
+  # Adds first (fresh keys), then lookups, each through the server and the CLI.
+  redis-cli -p "$RESP_PORT" BF.ADD f warmup > /dev/null
+  c0=$(redis_cpu)
+  read -r a_rps a_p50 a_p99 < <(rb BF.ADD f __rand_int__)
+  c1=$(redis_cpu)
+  t0=$(now); "$BG" add "$ADDR" "$WORK/keys.txt" > /dev/null; t1=$(now)
+  c2=$(redis_cpu)
+  cli_add=$(rate "$CLI_N" "$t0" "$t1")
+  cpu_server_add=$(per_op_us "$c0" "$c1" "$N"); cpu_cli_add=$(per_op_us "$c1" "$c2" "$CLI_N")
+  read -r e_rps e_p50 e_p99 < <(rb BF.EXISTS f __rand_int__)
+  t0=$(now); "$BG" check --count "$ADDR" "$WORK/keys.txt" > "$WORK/check.out"; t1=$(now)
+  cli_check=$(rate "$CLI_N" "$t0" "$t1")
+  [ "$(cat "$WORK/check.out")" = "$CLI_N" ] || { echo "the CLI found $(cat "$WORK/check.out") of $CLI_N added keys" >&2; exit 1; }
+  # Latency at half the pipelined rate just measured.
+  half_e=$(python3 -c "print(int(float('$e_rps') / 2))")
+  half_a=$(python3 -c "print(int(float('$a_rps') / 2))")
+  read -r pe_rps pe_p50 pe_p99 < <("$PACED" --port "$RESP_PORT" --command BF.EXISTS --rate "$half_e" --seconds 10 --connections 50)
+  read -r pa_rps pa_p50 pa_p99 < <("$PACED" --port "$RESP_PORT" --command BF.ADD --rate "$half_a" --seconds 10 --connections 50)
+  echo "run $run: server BF.EXISTS $e_rps/s (p50 $e_p50 p99 $e_p99 ms), CLI check $cli_check/s;" \
+    "server BF.ADD $a_rps/s (p50 $a_p50 p99 $a_p99 ms), CLI add $cli_add/s;" \
+    "paced BF.EXISTS $pe_rps/s p50 $pe_p50 p99 $pe_p99 ms; paced BF.ADD $pa_rps/s p50 $pa_p50 p99 $pa_p99 ms;" \
+    "Redis CPU per add: server $cpu_server_add us, CLI $cpu_cli_add us" \
+    | tee -a "$WORK/runs.txt"
+  echo "$e_rps $cli_check $a_rps $cli_add $e_p99 $a_p99 $pe_rps $pe_p99 $pa_rps $pa_p99 $cpu_server_add $cpu_cli_add" >> "$WORK/nums.txt"
+done
+python3 - "$WORK/nums.txt" <<'EOF'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+m = [statistics.median(c) for c in zip(*rows)]
+print(f"medians of {len(rows)}: server BF.EXISTS {m[0]:,.0f}/s, CLI check {m[1]:,.0f}/s, ratio {m[0]/m[1]:.2f}; "
+      f"server BF.ADD {m[2]:,.0f}/s, CLI add {m[3]:,.0f}/s, ratio {m[2]/m[3]:.2f}; "
+      f"p99 -P 16: EXISTS {m[4]} ms, ADD {m[5]} ms; at half load: EXISTS {m[6]:,.0f}/s p99 {m[7]} ms, ADD {m[8]:,.0f}/s p99 {m[9]} ms; "
+      f"Redis CPU per add (all nodes): server {m[10]} us, CLI {m[11]} us")
+EOF
+if [ "$CLUSTER" = 1 ]; then
+  echo "# Redis CPU (used_cpu_sys + used_cpu_user) per node:"
+  for p in "${PORTS[@]}"; do echo "$p $(redis-cli -p "$p" INFO cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {print s}') $(redis-cli -p "$p" INFO replication | grep ^role)"; done
+fi
