@@ -78,19 +78,25 @@ PIDS+=($!)
 for _ in $(seq 200); do [ "$(redis-cli -p "$RESP_PORT" PING 2>/dev/null)" = PONG ] && break; sleep 0.05; done
 redis-cli -p "$RESP_PORT" BF.RESERVE f 0.0001 10000000 NONSCALING > /dev/null
 
-# Keys as redis-benchmark writes __rand_int__ (12 digits, uniform in 0..10^8).
-python3 - "$WORK" "$CLI_N" <<'EOF'
+# Keys as redis-benchmark writes __rand_int__ (12 digits, uniform in 0..10^8), fresh
+# ones for each run: a BITFIELD that changes no bit is not replicated nor written to
+# the AOF, so re-adding known keys would cost Redis less than adding new ones.
+gen_keys() { # gen_keys SEED
+python3 - "$WORK" "$CLI_N" "$1" <<'EOF'
 import random, sys
-work, n = sys.argv[1], int(sys.argv[2])
-r = random.Random(1)
+work, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r = random.Random(seed)
 with open(f"{work}/keys.txt", "w") as f:
     f.writelines(f"{r.randrange(100_000_000):012d}\n" for _ in range(n))
 EOF
+}
 
 now() { date +%s.%N; }
 # Redis CPU seconds (user + sys) over all nodes.
 redis_cpu() { for p in "${PORTS[@]}"; do redis-cli -p "$p" INFO cpu; done | tr -d '\r' |
   awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}'; }
+node_cpu() { for p in "${PORTS[@]}"; do
+  echo "$p $(redis-cli -p "$p" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}') $(redis-cli -p "$p" ROLE | head -1)"; done; }
 per_op_us() { python3 -c "print(round(($2 - $1) / $3 * 1e6, 2))"; }
 rate() { python3 -c "print(round($1 / ($3 - $2)))"; }
 # redis-benchmark: "throughput summary: X requests per second" and the p50/p99 of
@@ -107,13 +113,16 @@ ADDR="$STORE/f"
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $TARGET"
 echo "# bloomgate $(git -C "$ROOT" rev-parse --short HEAD); redis-benchmark -c 50 -P 16 -n $N -r 100000000; CLI: $CLI_N keys per command"
 for run in $(seq "$RUNS"); do
+  gen_keys "$run"
   # Adds first (fresh keys), then lookups, each through the server and the CLI.
   redis-cli -p "$RESP_PORT" BF.ADD f warmup > /dev/null
   c0=$(redis_cpu)
   read -r a_rps a_p50 a_p99 < <(rb BF.ADD f __rand_int__)
   c1=$(redis_cpu)
+  node_cpu > "$WORK/nodes-before"
   t0=$(now); "$BG" add "$ADDR" "$WORK/keys.txt" > /dev/null; t1=$(now)
   c2=$(redis_cpu)
+  node_cpu > "$WORK/nodes-after"
   cli_add=$(rate "$CLI_N" "$t0" "$t1")
   cpu_server_add=$(per_op_us "$c0" "$c1" "$N"); cpu_cli_add=$(per_op_us "$c1" "$c2" "$CLI_N")
   read -r e_rps e_p50 e_p99 < <(rb BF.EXISTS f __rand_int__)
@@ -141,7 +150,6 @@ print(f"medians of {len(rows)}: server BF.EXISTS {m[0]:,.0f}/s, CLI check {m[1]:
       f"p99 -P 16: EXISTS {m[4]} ms, ADD {m[5]} ms; at half load: EXISTS {m[6]:,.0f}/s p99 {m[7]} ms, ADD {m[8]:,.0f}/s p99 {m[9]} ms; "
       f"Redis CPU per add (all nodes): server {m[10]} us, CLI {m[11]} us")
 EOF
-if [ "$CLUSTER" = 1 ]; then
-  echo "# Redis CPU (used_cpu_sys + used_cpu_user) per node:"
-  for p in "${PORTS[@]}"; do echo "$p $(redis-cli -p "$p" INFO cpu | awk -F: '/used_cpu_(sys|user):/ {s += $2} END {print s}') $(redis-cli -p "$p" INFO replication | grep ^role)"; done
-fi
+echo "# Redis CPU per add of the last run's CLI add, per node (us):"
+paste "$WORK/nodes-before" "$WORK/nodes-after" |
+  awk -v n="$CLI_N" '{printf "%s %s %.2f\n", $1, $3, ($5 - $2) / n * 1e6}' 
