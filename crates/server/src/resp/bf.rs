@@ -454,32 +454,6 @@ fn fmt_g(v: f64) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fmt_g_prints_like_c() {
-        for (v, want) in [
-            (0.01, "0.01"),
-            (0.0005, "0.0005"),
-            (0.000625, "0.000625"),
-            (5e-7, "5e-07"),
-            (1e-15, "1e-15"),
-            (0.1, "0.1"),
-            (0.00012345678, "0.000123457"),
-            (0.000099999999, "0.0001"),
-            (0.5, "0.5"),
-            (1.0, "1"),
-            (123456.0, "123456"),
-            (1234567.0, "1.23457e+06"),
-            (0.0, "0"),
-        ] {
-            assert_eq!(fmt_g(v), want, "{v}");
-        }
-    }
-}
-
 /// The replies to an add's outcomes (an array for `BF.MADD`/`BF.INSERT`).
 pub(super) fn add_replies(out: &mut Out, multi: bool, outcomes: &[AddOutcome]) {
     if multi {
@@ -521,4 +495,30 @@ pub(super) fn exists_replies(out: &mut Out, multi: bool, checked: Checked) -> (u
         }
     }
     (checks, hits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fmt_g_prints_like_c() {
+        for (v, want) in [
+            (0.01, "0.01"),
+            (0.0005, "0.0005"),
+            (0.000625, "0.000625"),
+            (5e-7, "5e-07"),
+            (1e-15, "1e-15"),
+            (0.1, "0.1"),
+            (0.00012345678, "0.000123457"),
+            (0.000099999999, "0.0001"),
+            (0.5, "0.5"),
+            (1.0, "1"),
+            (123456.0, "123456"),
+            (1234567.0, "1.23457e+06"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(fmt_g(v), want, "{v}");
+        }
+    }
 }
