@@ -74,7 +74,8 @@ fi
 
 RESP_PORT=$(free_port)
 "$BG" serve --store "$STORE" --http off --resp "127.0.0.1:$RESP_PORT" > "$WORK/serve.log" 2>&1 &
-PIDS+=($!)
+SERVE_PID=$!
+PIDS+=($SERVE_PID)
 for _ in $(seq 200); do [ "$(redis-cli -p "$RESP_PORT" PING 2>/dev/null)" = PONG ] && break; sleep 0.05; done
 redis-cli -p "$RESP_PORT" BF.RESERVE f 0.0001 10000000 NONSCALING > /dev/null
 
@@ -97,6 +98,8 @@ redis_cpu() { for p in "${PORTS[@]}"; do redis-cli -p "$p" INFO cpu; done | tr -
   awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}'; }
 node_cpu() { for p in "${PORTS[@]}"; do
   echo "$p $(redis-cli -p "$p" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user):/ {s += $2} END {print s}') $(redis-cli -p "$p" ROLE | head -1)"; done; }
+# The server's CPU seconds (user + sys).
+serve_cpu() { awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$SERVE_PID/stat"; }
 per_op_us() { python3 -c "print(round(($2 - $1) / $3 * 1e6, 2))"; }
 rate() { python3 -c "print(round($1 / ($3 - $2)))"; }
 # redis-benchmark: "throughput summary: X requests per second" and the p50/p99 of
@@ -116,16 +119,20 @@ for run in $(seq "$RUNS"); do
   gen_keys "$run"
   # Adds first (fresh keys), then lookups, each through the server and the CLI.
   redis-cli -p "$RESP_PORT" BF.ADD f warmup > /dev/null
-  c0=$(redis_cpu)
+  c0=$(redis_cpu); s0=$(serve_cpu)
   read -r a_rps a_p50 a_p99 < <(rb BF.ADD f __rand_int__)
-  c1=$(redis_cpu)
+  c1=$(redis_cpu); s1=$(serve_cpu)
+  srv_add=$(per_op_us "$s0" "$s1" "$N")
   node_cpu > "$WORK/nodes-before"
   t0=$(now); "$BG" add "$ADDR" "$WORK/keys.txt" > /dev/null; t1=$(now)
   c2=$(redis_cpu)
   node_cpu > "$WORK/nodes-after"
   cli_add=$(rate "$CLI_N" "$t0" "$t1")
   cpu_server_add=$(per_op_us "$c0" "$c1" "$N"); cpu_cli_add=$(per_op_us "$c1" "$c2" "$CLI_N")
+  c3=$(redis_cpu); s3=$(serve_cpu)
   read -r e_rps e_p50 e_p99 < <(rb BF.EXISTS f __rand_int__)
+  c4=$(redis_cpu); s4=$(serve_cpu)
+  srv_exists=$(per_op_us "$s3" "$s4" "$N"); redis_exists=$(per_op_us "$c3" "$c4" "$N")
   t0=$(now); "$BG" check --count "$ADDR" "$WORK/keys.txt" > "$WORK/check.out"; t1=$(now)
   cli_check=$(rate "$CLI_N" "$t0" "$t1")
   [ "$(cat "$WORK/check.out")" = "$CLI_N" ] || { echo "the CLI found $(cat "$WORK/check.out") of $CLI_N added keys" >&2; exit 1; }
@@ -137,7 +144,8 @@ for run in $(seq "$RUNS"); do
   echo "run $run: server BF.EXISTS $e_rps/s (p50 $e_p50 p99 $e_p99 ms), CLI check $cli_check/s;" \
     "server BF.ADD $a_rps/s (p50 $a_p50 p99 $a_p99 ms), CLI add $cli_add/s;" \
     "paced BF.EXISTS $pe_rps/s p50 $pe_p50 p99 $pe_p99 ms; paced BF.ADD $pa_rps/s p50 $pa_p50 p99 $pa_p99 ms;" \
-    "Redis CPU per add: server $cpu_server_add us, CLI $cpu_cli_add us" \
+    "Redis CPU per add: server $cpu_server_add us, CLI $cpu_cli_add us;" \
+    "through the server, CPU per request: server $srv_exists us + Redis $redis_exists us per BF.EXISTS, server $srv_add us per BF.ADD" \
     | tee -a "$WORK/runs.txt"
   echo "$e_rps $cli_check $a_rps $cli_add $e_p99 $a_p99 $pe_rps $pe_p99 $pa_rps $pa_p99 $cpu_server_add $cpu_cli_add" >> "$WORK/nums.txt"
 done
