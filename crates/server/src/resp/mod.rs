@@ -17,7 +17,12 @@
 //! are sent, the connection waits for the *last* write's acknowledgement —
 //! the log acks in order, so that covers all of them, and a whole pipeline
 //! of adds shares one fsync. If the log fails, the connection is closed
-//! without sending the unacknowledged replies: no ack, no promise.
+//! without sending the unacknowledged replies: no ack, no promise. With a
+//! store in Redis, a connection's pipelined `BF.EXISTS`/`BF.MEXISTS` (or
+//! `BF.ADD`/`BF.MADD`) are queued in the store's batches together with
+//! other connections' requests, and their replies written in order when
+//! the answers arrive (`conn::Later`); other Redis-store commands run on
+//! the blocking pool.
 //!
 //! # Limits
 //!
