@@ -68,13 +68,70 @@
 //! negatives when the readers' retry is removed. The writer lock also makes insert's "was it new?" exact: of several threads
 //! inserting the same absent item, exactly one is told so.
 //!
-//! # Expansion
+//! # Chains: a delete takes only the item's own copy
 //!
 //! One `CuckooFilter` is one table of fixed capacity; inserting into a full
 //! one is an error. [`CuckooChain`] grows like RedisBloom's `EXPANSION`: when
-//! its newest table is full it appends a table `expansion` times larger (the
+//! its newest table is full it appends a table `2^e` times larger (the
 //! false-positive rate then grows with the number of tables, as in
-//! RedisBloom: each table is planned at the full rate).
+//! RedisBloom: each table is planned at the full rate). The server's
+//! `CF.*` filters are such chains too.
+//!
+//! A lookup asks every table, so it never misses. A delete must pick *one*
+//! copy to take, and a fingerprint does not say whose it is: if item X's
+//! fingerprint in table k equals that of item Y stored in one of X's
+//! buckets there, taking Y's copy instead of X's is harmless only if X's
+//! own copy, wherever it is, answers Y's lookups as well. With a seed per
+//! table that fails: X's copy in table j sits where Y's hash in table j
+//! never looks, so Y is lost (a false negative) while X stays. A chain of
+//! 6,000 items in 3 to 6 tables lost 23 to 110 of them that way.
+//!
+//! So a chain hashes every table alike, and the tables nest. Write the
+//! first table's bucket count `n`; table k has `n·2^s` buckets (`s` =
+//! [`CuckooParams::bucket_shift`]: 0 for the first table, growing by `e`
+//! per table; equal for all with expansion 1) and the same seed and
+//! fingerprint width. Bucket `i` of it is base bucket `q = i >> s` and
+//! split bits `r = i mod 2^s`, and
+//!
+//! * `fp` as above (the same in every table), `i1 = reduce(h.hi, n·2^s)`;
+//! * `alt(q·2^s + r) = ((H − q) mod n)·2^s + (r XOR G)`, with `H =
+//!   reduce(fp · 0x9E3779B97F4A7C15 mod 2⁶⁴, n)` and `G` the top `s` bits
+//!   of `fp · 0xC2B2AE3D27D4EB4F mod 2⁶⁴`. An involution (each part is
+//!   one). With `s = 0` it is the exact-size map above: a table on its own
+//!   and a chain's first table are the tables of every earlier release.
+//!
+//! Let `π(i) = i >> (s − t)` map table k's buckets (shift `s`) onto an
+//! earlier table j's (shift `t ≤ s`). Then `π(i1_k) = i1_j` (`reduce` is
+//! a floor of `h.hi · n·2^s / 2⁶⁴`, and flooring twice is flooring once)
+//! and `π(alt_k(i)) = alt_j(π(i))` (the base part is the same map; the top
+//! `s − t` split bits of `G_s` are `G_t`). So X's buckets in table j are
+//! the image of its buckets in table k: `B_j(X) = π(B_k(X))`.
+//!
+//! Now let a delete of X take, from the **newest** table that has X's
+//! fingerprint in X's buckets (say k), one such copy, which belongs to Y.
+//! In table k, Y's copy is in a bucket of both `B_k(X)` and `B_k(Y)` and
+//! the fingerprints are equal, so the two bucket pairs are one pair: the
+//! orbit of that bucket under `alt_k(·, fp)`. Then for every earlier table
+//! `B_j(X) = π(B_k(X)) = π(B_k(Y)) = B_j(Y)`. X's own copy is in k or in an
+//! earlier table (no newer one has a match), in a bucket of X's that is a
+//! bucket of Y's, with Y's fingerprint: it now answers for Y. Formally: the
+//! invariant "each stored copy of each item is matched to its own slot,
+//! which holds the item's fingerprint in one of its buckets of that table"
+//! holds after an insert (its slot), a kick (a slot moves to the other
+//! bucket of the same orbit), an undone insert (nothing moved), and such a
+//! delete (Y takes X's slot). A lookup of an item with a copy finds its
+//! slot. That holds for every `n` — `(H − q) mod n` needs no power of two —
+//! and only needs each table's shift to be at least that of every earlier
+//! table holding a match: [`CuckooFilter::refines`].
+//!
+//! Deleting from an older table first would not be safe (a pair that meets
+//! in table j can be two pairs in table k), and neither is any table of a
+//! chain whose tables were hashed apart (files written before chains
+//! nested). [`crate::deletable::delete_table`] applies the rule: when no
+//! table holding a match refines all the others holding one, the delete is
+//! refused ([`AmbiguousDelete`]) and nothing changes. A chain built here
+//! never refuses; an old chain refuses only when the item's fingerprint
+//! shows up in two separately hashed tables.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{
@@ -82,7 +139,7 @@ use std::sync::atomic::{
 };
 use std::sync::Mutex;
 
-use crate::deletable::Removal;
+use crate::deletable::{delete_table, AmbiguousDelete, Removal};
 use crate::error::{Error, Result};
 use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
@@ -92,6 +149,11 @@ use crate::storage::Bits;
 /// Multiplier that spreads a fingerprint into the alternate-bucket offset
 /// (2⁶⁴ / golden ratio: Fibonacci hashing, whose top bits `reduce` takes).
 const ALT_MULT: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Multiplier whose top bits give a split table's low-bit offset
+/// (XXH64's second prime: odd, and unrelated to [`ALT_MULT`], so the two
+/// parts of the second bucket are independent).
+const SPLIT_MULT: u64 = 0xC2B2_AE3D_27D4_EB4F;
 
 /// The parameters of a cuckoo filter.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +169,11 @@ pub struct CuckooParams {
     pub max_kicks: u32,
     /// Hash seed.
     pub seed: u64,
+    /// 0 for a table on its own or the first table of a chain; for a later
+    /// table of a chain, each of the first table's `buckets >> bucket_shift`
+    /// buckets split in `2^bucket_shift` (see "Chains" in the module
+    /// documentation), 0..=63.
+    pub bucket_shift: u32,
     /// How keys are normalized before hashing (interpreted by `bloomgate-url`; 0 = raw bytes).
     pub key_kind: u8,
     /// How queries are matched (interpreted by `bloomgate-url`; 0 = exact).
@@ -127,6 +194,7 @@ impl CuckooParams {
             fingerprint_bits: plan.fingerprint_bits,
             max_kicks: CUCKOO_DEFAULT_MAX_KICKS,
             seed,
+            bucket_shift: 0,
             key_kind: 0,
             match_mode: 0,
             planned_items: plan.items,
@@ -145,7 +213,30 @@ impl CuckooParams {
             bucket_size: self.bucket_size,
             fingerprint_bits: self.fingerprint_bits,
             max_kicks: self.max_kicks,
+            bucket_shift: self.bucket_shift,
         }
+    }
+
+    /// The parameters of the table a chain appends after a table with
+    /// these: the same seed, fingerprint width, bucket size and kicks, and
+    /// every bucket split in `2^extra_shift` (so `2^extra_shift` times the
+    /// buckets and the planned items). `None` if the shift would pass 63
+    /// or the count overflow.
+    pub fn next_in_chain(&self, extra_shift: u32) -> Option<CuckooParams> {
+        let shift = self.bucket_shift.checked_add(extra_shift)?;
+        if shift > format::MAX_CUCKOO_BUCKET_SHIFT {
+            return None;
+        }
+        let base = self.buckets >> self.bucket_shift;
+        let buckets = base.checked_mul(1u64 << shift)?;
+        Some(CuckooParams {
+            buckets,
+            bucket_shift: shift,
+            planned_items: self
+                .planned_items
+                .saturating_mul(1u64 << extra_shift.min(63)),
+            ..self.clone()
+        })
     }
 
     /// Slots in the table.
@@ -190,6 +281,8 @@ pub struct CuckooFilter {
     version: Version,
     writer: Mutex<Writer>,
     mask: u64,
+    /// The chain's first table's bucket count (`buckets >> bucket_shift`).
+    base: u64,
     /// The second bucket is `i1 XOR H(fp)` (a file without
     /// [`format::FLAG_CUCKOO_EXACT`]); otherwise `(H(fp) − i1) mod nb`.
     xor_alt: bool,
@@ -231,6 +324,7 @@ impl CuckooFilter {
         header: Option<DeletableHeader>,
     ) -> CuckooFilter {
         let mask = (1u64 << params.fingerprint_bits) - 1;
+        let base = params.buckets >> params.bucket_shift;
         CuckooFilter {
             writer: Mutex::new(Writer {
                 rng: params.seed ^ 0x2545_F491_4F6C_DD1D | 1,
@@ -241,6 +335,7 @@ impl CuckooFilter {
             items: AtomicU64::new(items),
             version: Version(AtomicU64::new(0)),
             mask,
+            base,
             xor_alt,
             path,
             header,
@@ -287,16 +382,22 @@ impl CuckooFilter {
     /// The other bucket of fingerprint `fp` in bucket `i`.
     #[inline]
     fn alt(&self, i: u64, fp: u64) -> u64 {
-        let n = self.params.buckets;
-        let h = reduce(fp.wrapping_mul(ALT_MULT), n);
+        let x = fp.wrapping_mul(ALT_MULT);
         if self.xor_alt {
-            i ^ h
-        } else if h >= i {
-            h - i
-        } else {
-            // h < i < n, so h + (n − i) is in 1..n: no overflow.
-            h + (n - i)
+            return i ^ reduce(x, self.params.buckets);
         }
+        let (n, s) = (self.base, self.params.bucket_shift);
+        let h = reduce(x, n);
+        // The base bucket `q` goes to `(h − q) mod n`; for a split table
+        // the `s` low bits are XORed with the top `s` bits of `fp · SPLIT_MULT`.
+        let q = i >> s;
+        // h < n and q < n: h + (n − q) is in 1..2n, no overflow.
+        let q2 = if h >= q { h - q } else { h + (n - q) };
+        if s == 0 {
+            return q2;
+        }
+        let g = fp.wrapping_mul(SPLIT_MULT) >> (64 - s);
+        (q2 << s) | ((i ^ g) & ((1u64 << s) - 1))
     }
 
     /// The fingerprint in slot `s` (0 = empty).
@@ -512,6 +613,28 @@ impl CuckooFilter {
         Removal::Removed
     }
 
+    /// True if every two items with equal fingerprints whose buckets meet
+    /// in this table have equal fingerprints and equal buckets in
+    /// `coarser` as well: a delete may then take a copy from this table
+    /// even when `coarser` holds a match too (see "Chains" in the module
+    /// documentation). True for the table itself and for the earlier
+    /// tables of a chain that grew by [`CuckooParams::next_in_chain`];
+    /// false for tables hashed apart (another seed, fingerprint width or
+    /// base bucket count, a larger shift, or `XOR` buckets).
+    pub fn refines(&self, coarser: &CuckooFilter) -> bool {
+        if std::ptr::eq(self, coarser) {
+            return true;
+        }
+        let (a, b) = (&self.params, &coarser.params);
+        !self.xor_alt
+            && !coarser.xor_alt
+            && a.seed == b.seed
+            && a.fingerprint_bits == b.fingerprint_bits
+            && (a.key_kind, a.match_mode) == (b.key_kind, b.match_mode)
+            && self.base == coarser.base
+            && a.bucket_shift >= b.bucket_shift
+    }
+
     /// Occupied slots, counted (a pass over the table; equals
     /// [`CuckooFilter::items`] unless the file's count was damaged).
     pub fn occupied_slots(&self) -> u64 {
@@ -536,10 +659,10 @@ impl CuckooFilter {
             hash_id: HASH_XXH3_128,
             key_kind: self.params.key_kind,
             match_mode: self.params.match_mode,
-            flags: if self.xor_alt {
-                0
-            } else {
-                format::FLAG_CUCKOO_EXACT
+            flags: match (self.xor_alt, self.params.bucket_shift) {
+                (true, _) => 0,
+                (false, 0) => format::FLAG_CUCKOO_EXACT,
+                (false, _) => format::FLAG_CUCKOO_EXACT | format::FLAG_CUCKOO_SHIFT,
             },
             seed: self.params.seed,
             items: self.items(),
@@ -626,6 +749,7 @@ fn params_of(h: &DeletableHeader) -> CuckooParams {
         bucket_size,
         fingerprint_bits,
         max_kicks,
+        bucket_shift,
     } = h.geometry
     else {
         unreachable!("the opener checked the kind")
@@ -635,6 +759,7 @@ fn params_of(h: &DeletableHeader) -> CuckooParams {
         bucket_size,
         fingerprint_bits,
         max_kicks,
+        bucket_shift,
         seed: h.seed,
         key_kind: h.key_kind,
         match_mode: h.match_mode,
@@ -657,13 +782,15 @@ fn next(state: &mut u64) -> u64 {
 
 /// A growing chain of cuckoo filters, like RedisBloom's `CF.RESERVE …
 /// EXPANSION e`: items go into the newest table; when it is full, a table
-/// `e` times as large (same fingerprint width, bucket size and seed) is
-/// appended and takes the item. A lookup asks every table, so the
-/// false-positive rate is the compound rate of the tables
-/// ([`math::compound_fp`]), growing with their number; a delete removes the
-/// copy in the newest table that has one. With `expansion = 0` the chain
-/// never grows (RedisBloom's non-scaling filter) and a full table is an
-/// error.
+/// `e` times as large (`e` rounded up to a power of two; the same seed,
+/// fingerprint width and bucket size, its buckets those of the last split,
+/// [`CuckooParams::next_in_chain`]) is appended and takes the item. A
+/// lookup asks every table, so the false-positive rate is the compound
+/// rate of the tables ([`math::compound_fp`]), growing with their number;
+/// a delete removes a copy from the newest table that has one, which takes
+/// only the item's own copy (module documentation, "Chains"). With
+/// `expansion = 0` the chain never grows (RedisBloom's non-scaling filter)
+/// and a full table is an error.
 ///
 /// Writers of a chain are serialized by one lock (the tables' own
 /// concurrency rules hold inside); readers take a read lock on the list of
@@ -819,14 +946,23 @@ impl CuckooChain {
                 tables: self.len(),
             });
         }
-        let mut params = self.tables().last().expect("one table").params().clone();
-        let factor = self.expansion.next_power_of_two() as u64;
-        params.buckets = params.buckets.checked_mul(factor).ok_or_else(|| {
+        let too_large = || {
             ChainError::Grow(Error::InvalidParams(
                 "the next cuckoo table would be too large".into(),
             ))
-        })?;
-        params.planned_items = params.planned_items.saturating_mul(factor);
+        };
+        let shift = self
+            .expansion
+            .checked_next_power_of_two()
+            .ok_or_else(too_large)?
+            .trailing_zeros();
+        let params = self
+            .tables()
+            .last()
+            .expect("one table")
+            .params()
+            .next_in_chain(shift)
+            .ok_or_else(too_large)?;
         let table = CuckooFilter::new(params).map_err(ChainError::Grow)?;
         table.insert(item).map_err(|full| ChainError::Full {
             full,
@@ -839,18 +975,25 @@ impl CuckooChain {
         Ok(!present)
     }
 
-    /// Deletes one copy of the item, from the newest table that holds one.
-    pub fn remove(&self, item: &[u8]) -> Removal {
+    /// Deletes one copy of the item, from the newest table that holds one
+    /// ([`delete_table`]). A chain of tables hashed apart (given to
+    /// [`CuckooChain::from_tables`]) refuses a delete it cannot tell apart,
+    /// changing nothing; a chain grown here never does.
+    pub fn remove(&self, item: &[u8]) -> std::result::Result<Removal, AmbiguousDelete> {
         let _g = self
             .grow
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for t in self.tables().iter().rev() {
-            if t.remove(item) == Removal::Removed {
-                return Removal::Removed;
-            }
-        }
-        Removal::NotPresent
+        let tables = self.tables();
+        let holding: Vec<usize> = (0..tables.len())
+            .filter(|&i| tables[i].contains(item))
+            .collect();
+        Ok(
+            match delete_table(&holding, |k, j| tables[k].refines(&tables[j]))? {
+                Some(k) => tables[k].remove(item),
+                None => Removal::NotPresent,
+            },
+        )
     }
 }
 
@@ -865,6 +1008,7 @@ mod tests {
             fingerprint_bits: f,
             max_kicks: 100,
             seed: 1,
+            bucket_shift: 0,
             key_kind: 0,
             match_mode: 0,
             planned_items: buckets * b as u64,
@@ -903,6 +1047,7 @@ mod tests {
                     buckets: n,
                     ..t.params.clone()
                 },
+                base: n,
                 ..t
             };
             let mut same = 0u64;

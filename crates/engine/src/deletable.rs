@@ -24,6 +24,55 @@ pub enum Removal {
     NotPresent,
 }
 
+/// A delete in a chain of tables that cannot tell which table's copy is
+/// the item's: its fingerprint is in tables hashed apart. Nothing was
+/// changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot delete safely: the item matches in {} tables of the chain that were hashed \
+     separately (tables {tables:?}, oldest is 0), so a delete cannot tell which copy is \
+     the item's, and taking another item's copy would make that item a false negative; \
+     nothing was deleted",
+    tables.len()
+)]
+pub struct AmbiguousDelete {
+    /// The tables holding a match, oldest first (0 = the oldest).
+    pub tables: Vec<usize>,
+}
+
+/// Which table of a chain a delete takes one copy of an item from.
+///
+/// `holding` lists the tables that hold a match for the item (its
+/// fingerprint in one of its buckets, or all its counters above zero),
+/// oldest first; `refines(k, j)` says whether table `k` refines table `j`
+/// ([`crate::CuckooFilter::refines`]: two items that share a copy's
+/// place in `k` are indistinguishable in `j`; a counting filter refines
+/// only itself). The answer is the newest table holding a match that
+/// refines every other one holding one; `Ok(None)` if none holds a match.
+///
+/// Why this takes only the item's own copy, or a copy that the item's own
+/// then stands in for, is argued in `crate::cuckoo` ("Chains"). A table
+/// that refines no other (counting filters, or cuckoo tables hashed apart)
+/// is chosen only when it is the one holding a match: then the item's copy
+/// must be there. Otherwise [`AmbiguousDelete`]: a delete that may take
+/// another item's copy is refused rather than risk a false negative.
+pub fn delete_table(
+    holding: &[usize],
+    refines: impl Fn(usize, usize) -> bool,
+) -> Result<Option<usize>, AmbiguousDelete> {
+    if holding.is_empty() {
+        return Ok(None);
+    }
+    holding
+        .iter()
+        .rev()
+        .find(|&&k| holding.iter().all(|&j| refines(k, j)))
+        .map(|&k| Some(k))
+        .ok_or_else(|| AmbiguousDelete {
+            tables: holding.to_vec(),
+        })
+}
+
 /// The kind of filter a file holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FilterKind {

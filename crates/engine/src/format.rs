@@ -872,6 +872,7 @@ pub const LAYOUT_CUCKOO: u8 = 4;
 // Fields of the deletable layouts (in the Bloom header's reserved bytes).
 const OFF_CUCKOO_BUCKETS: usize = 96;
 const OFF_CUCKOO_MAX_KICKS: usize = 104;
+const OFF_CUCKOO_BUCKET_SHIFT: usize = 108;
 
 /// Cuckoo header flag: the table has any number of buckets and an item's
 /// second bucket is `(H(fp) − first) mod buckets` (every file written now).
@@ -879,6 +880,19 @@ const OFF_CUCKOO_MAX_KICKS: usize = 104;
 /// is `first XOR H(fp)`, as files written before exact-size tables have it
 /// (`docs/file-format.md`); such files are still read and saved that way.
 pub const FLAG_CUCKOO_EXACT: u32 = 1;
+
+/// Cuckoo header flag: the table is a later table of a chain, its buckets
+/// those of the chain's first table each split in `2^bucket_shift`
+/// (offset 108, 1..=63), so that a delete in the chain can tell which
+/// table's copy is the item's (`crate::cuckoo`, "Chains"). Set exactly
+/// when the shift is not 0, and only with [`FLAG_CUCKOO_EXACT`]: a
+/// bloomgate from before it refuses the file (`flags 0x3`) rather than
+/// misplace its items; tables without it are written as before.
+pub const FLAG_CUCKOO_SHIFT: u32 = 2;
+
+/// Largest bucket shift of a cuckoo table (the split bits of a bucket
+/// index must fit in 64 bits).
+pub const MAX_CUCKOO_BUCKET_SHIFT: u32 = 63;
 
 /// The kinds of deletable filter a file can hold.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -938,6 +952,10 @@ pub enum Geometry {
         fingerprint_bits: u32,
         /// Evictions an insert may make before it fails.
         max_kicks: u32,
+        /// 0 for a table on its own or the first of a chain; for a later
+        /// table of a chain, `buckets` is the first table's count times
+        /// `2^bucket_shift` ([`FLAG_CUCKOO_SHIFT`]), 0..=63.
+        bucket_shift: u32,
     },
 }
 
@@ -999,9 +1017,16 @@ impl Geometry {
                 bucket_size,
                 fingerprint_bits,
                 max_kicks,
+                bucket_shift,
             } => {
                 if buckets == 0 {
                     return Err("bucket count 0".into());
+                }
+                if bucket_shift > MAX_CUCKOO_BUCKET_SHIFT || buckets.trailing_zeros() < bucket_shift
+                {
+                    return Err(format!(
+                        "bucket count {buckets} is not a multiple of 2^{bucket_shift} (bucket shift 0..={MAX_CUCKOO_BUCKET_SHIFT})"
+                    ));
                 }
                 if !(1..=CUCKOO_MAX_BUCKET_SIZE).contains(&bucket_size) {
                     return Err(format!(
@@ -1073,9 +1098,11 @@ impl DeletableHeader {
                 fingerprint_bits,
                 buckets,
                 max_kicks,
+                bucket_shift,
             } => {
                 b[OFF_CUCKOO_BUCKETS..][..8].copy_from_slice(&buckets.to_le_bytes());
                 b[OFF_CUCKOO_MAX_KICKS..][..4].copy_from_slice(&max_kicks.to_le_bytes());
+                b[OFF_CUCKOO_BUCKET_SHIFT..][..4].copy_from_slice(&bucket_shift.to_le_bytes());
                 (fingerprint_bits, bucket_size)
             }
         };
@@ -1127,7 +1154,10 @@ impl DeletableHeader {
                 if block as u64 != crate::math::COUNTING_BLOCK_COUNTERS {
                     return Err(bad(format!("{block} counters per block (expected 128)")));
                 }
-                if u64_at(OFF_CUCKOO_BUCKETS) != 0 || u32_at(OFF_CUCKOO_MAX_KICKS) != 0 {
+                if u64_at(OFF_CUCKOO_BUCKETS) != 0
+                    || u32_at(OFF_CUCKOO_MAX_KICKS) != 0
+                    || u32_at(OFF_CUCKOO_BUCKET_SHIFT) != 0
+                {
                     return Err(bad("cuckoo fields set in a counting filter".into()));
                 }
                 Geometry::Counting {
@@ -1142,6 +1172,7 @@ impl DeletableHeader {
                 bucket_size: block,
                 fingerprint_bits: k,
                 max_kicks: u32_at(OFF_CUCKOO_MAX_KICKS),
+                bucket_shift: u32_at(OFF_CUCKOO_BUCKET_SHIFT),
             },
         };
         geometry.validate().map_err(bad)?;
@@ -1157,7 +1188,7 @@ impl DeletableHeader {
         let flags = u32_at(OFF_FLAGS);
         let known = match kind {
             DeletableKind::Counting => 0,
-            DeletableKind::Cuckoo => FLAG_CUCKOO_EXACT,
+            DeletableKind::Cuckoo => FLAG_CUCKOO_EXACT | FLAG_CUCKOO_SHIFT,
         };
         if flags & !known != 0 {
             return Err(bad(format!(
@@ -1165,12 +1196,26 @@ impl DeletableHeader {
                 kind.name()
             )));
         }
-        if let Geometry::Cuckoo { buckets, .. } = geometry {
+        if let Geometry::Cuckoo {
+            buckets,
+            bucket_shift,
+            ..
+        } = geometry
+        {
             // Without the flag the second bucket is `first XOR H(fp)`, which
             // stays in the table only for a power-of-two bucket count.
             if flags & FLAG_CUCKOO_EXACT == 0 && !buckets.is_power_of_two() {
                 return Err(bad(format!(
                     "bucket count {buckets} is not a power of two (required without the exact-size flag)"
+                )));
+            }
+            // The shift is read only with its flag, and the flag only of an
+            // exact-size table: a file is one table or the other, never
+            // half-way.
+            let shifted = flags & FLAG_CUCKOO_SHIFT != 0;
+            if shifted != (bucket_shift != 0) || (shifted && flags & FLAG_CUCKOO_EXACT == 0) {
+                return Err(bad(format!(
+                    "bucket shift {bucket_shift} with flags {flags:#x}"
                 )));
             }
         }

@@ -55,7 +55,7 @@ mod storage;
 
 pub use counting::{CountingFilter, CountingParams};
 pub use cuckoo::{ChainError, CuckooChain, CuckooFilter, CuckooFull, CuckooParams};
-pub use deletable::{AnyFilter, FilterKind, Removal};
+pub use deletable::{delete_table, AmbiguousDelete, AnyFilter, FilterKind, Removal};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{random_seed, Filter, Params, Prepared};
 pub use format::{Access, Header};

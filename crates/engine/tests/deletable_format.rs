@@ -195,6 +195,7 @@ fn impossible_fields_are_refused() {
             bucket_size: 4,
             fingerprint_bits: 10,
             max_kicks: 500,
+            bucket_shift: 0,
         },
         hash_id: 1,
         key_kind: 0,
@@ -228,6 +229,7 @@ fn impossible_fields_are_refused() {
         bucket_size,
         fingerprint_bits,
         max_kicks,
+        bucket_shift: 0,
     };
     // Without the exact-size flag the second bucket is `first XOR H(fp)`,
     // which needs a power of two; with it any count is a table.

@@ -68,6 +68,7 @@ fn cuckoo(buckets: u64, bucket_size: u32, f: u32, kicks: u32, seed: u64) -> Cuck
         fingerprint_bits: f,
         max_kicks: kicks,
         seed,
+        bucket_shift: 0,
         key_kind: 0,
         match_mode: 0,
         planned_items: buckets * bucket_size as u64,

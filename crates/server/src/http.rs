@@ -64,6 +64,7 @@ impl From<StoreError> for ApiError {
             e if e.is_no_space() => (StatusCode::INSUFFICIENT_STORAGE, "no_space"),
             StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
+            StoreError::Ambiguous(_) => (StatusCode::CONFLICT, "ambiguous_delete"),
             StoreError::BadName(_) | StoreError::Invalid(_) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }

@@ -122,7 +122,16 @@ pub(super) async fn remove(
     let mut last_ack = None;
     let mut removed = 0;
     for item in &items {
-        let (found, ack) = app.store.cf_delete_item(&n, item.as_bytes())?;
+        let (found, ack) = match app.store.cf_delete_item(&n, item.as_bytes()) {
+            Ok(r) => r,
+            // Refused for this item alone (nothing changed): said per item,
+            // as a full filter is for an add.
+            Err(e @ crate::store::StoreError::Ambiguous(_)) => {
+                results.push(json!({"item": item, "removed": false, "error": e.to_string()}));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         removed += found as u64;
         results.push(json!({"item": item, "removed": found}));
         // The log acknowledges in order: the last ack covers all.

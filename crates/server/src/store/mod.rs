@@ -500,6 +500,11 @@ pub enum StoreError {
     /// Bad parameters.
     #[error("{0}")]
     Invalid(String),
+    /// A delete that cannot tell which copy is the item's (a deletable
+    /// filter whose sub-filters holding a match were hashed apart); nothing
+    /// was changed.
+    #[error("{0}")]
+    Ambiguous(String),
     /// A file of the store failed to read or write; `what` names it.
     #[error("{what}: {source}")]
     Io {

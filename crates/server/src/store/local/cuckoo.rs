@@ -110,6 +110,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bloomgate_blacklist::log::{CuckooOp, CuckooRecord};
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::write_atomic;
+use bloomgate_engine::{delete_table, AmbiguousDelete};
 use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
 use serde::{Deserialize, Serialize};
 use sub::Sub;
@@ -364,43 +365,50 @@ impl Chain {
         Ok(c)
     }
 
-    /// Items the next sub-filter is planned for.
-    fn next_capacity(&self) -> Option<u64> {
-        let i = self.subs.len() as u32;
-        if i == 0 {
-            return Some(self.spec.capacity);
-        }
-        u64::from(self.spec.expansion.max(1))
-            .checked_pow(i)?
-            .checked_mul(self.spec.capacity)
-    }
-
     fn bytes(&self) -> u64 {
         self.subs.iter().map(|s| s.size_bytes()).sum()
     }
 
     /// Adds a sub-filter. `force` grows past the expansion rules (replay,
-    /// the first sub-filter); the size limit always holds.
+    /// the first sub-filter); the size limit always holds. The first is
+    /// planned for the capacity; each later one is the last one with every
+    /// bucket split in the expansion (see "Deletes in a grown filter").
     fn grow(&mut self, limits: &Limits, force: bool) -> Result<bool, StoreError> {
         if !force && (self.spec.expansion == 0 || self.subs.len() >= MAX_FILTERS) {
             return Ok(false);
         }
-        let Some(cap) = self.next_capacity() else {
-            return Ok(false);
-        };
         if self.spec.layout == CfLayout::Counting && !self.subs.is_empty() {
             // Never full: adds always fit in the one counting filter.
             return Ok(false);
         }
-        let sub = Sub::new(
-            self.spec.layout,
-            cap,
-            self.error_rate,
-            self.spec.bucket_size,
-            self.spec.max_iterations,
-            bloomgate_engine::random_seed(),
-            (self.spec.kind.as_u8(), self.spec.mode.as_u8()),
-        )
+        let sub = match self.subs.last() {
+            None => Sub::new(
+                self.spec.layout,
+                self.spec.capacity,
+                self.error_rate,
+                self.spec.bucket_size,
+                self.spec.max_iterations,
+                bloomgate_engine::random_seed(),
+                (self.spec.kind.as_u8(), self.spec.mode.as_u8()),
+            ),
+            Some(last) => {
+                // The expansion as a power of two (RedisBloom rounds it up
+                // too; a file's or a dump's is any u32): 2^shift.
+                let Some(shift) = self
+                    .spec
+                    .expansion
+                    .max(1)
+                    .checked_next_power_of_two()
+                    .map(u32::trailing_zeros)
+                else {
+                    return Ok(false);
+                };
+                match last.next_in_chain(shift) {
+                    Some(sub) => sub,
+                    None => return Ok(false),
+                }
+            }
+        }
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
         if self.bytes() + sub.size_bytes() > limits.max_filter_bytes {
             if self.subs.is_empty() {
@@ -447,15 +455,26 @@ impl Chain {
         }
     }
 
-    /// Deletes one copy (newest sub-filter first). Returns whether one was found.
-    fn delete(&mut self, item: &[u8]) -> bool {
-        if self.subs.iter().rev().any(|s| s.remove(item)) {
-            self.items = self.items.saturating_sub(1);
-            self.deletes += 1;
-            true
-        } else {
-            false
+    /// Deletes one copy, from the newest sub-filter holding a match that
+    /// refines every other one holding one ([`delete_table`]; see
+    /// "Deletes in a grown filter"). Returns whether one was found; an
+    /// error (nothing changed) if the sub-filters holding a match were
+    /// hashed apart.
+    fn delete(&mut self, item: &[u8]) -> Result<bool, AmbiguousDelete> {
+        let subs = &self.subs;
+        let holding: Vec<usize> = (0..subs.len())
+            .filter(|&i| subs[i].contains(item))
+            .collect();
+        let Some(k) = delete_table(&holding, |k, j| subs[k].refines(&subs[j]))? else {
+            return Ok(false);
+        };
+        if !subs[k].remove(item) {
+            // It holds a match, under the chain's write lock: unreachable.
+            return Ok(false);
         }
+        self.items = self.items.saturating_sub(1);
+        self.deletes += 1;
+        Ok(true)
     }
 
     fn info(&self, name: &str) -> CfInfo {
@@ -587,6 +606,18 @@ fn key_rules(subs: &[Sub]) -> Result<(KeyKind, MatchMode), String> {
             "unknown key kind {k} or match mode {m} (written by a newer bloomgate?)"
         )),
     }
+}
+
+/// The error of a delete that [`delete_table`] refused.
+fn ambiguous(name: &str, e: &AmbiguousDelete) -> StoreError {
+    StoreError::Ambiguous(format!(
+        "cannot delete this item from '{name}' safely: it matches in sub-filters {:?} \
+         (0 = the oldest), which are hashed separately (sub-filters saved by an older \
+         bloomgate, or counting filters), so the delete cannot tell which copy is this \
+         item's, and taking another item's would make that item a false negative; nothing \
+         was deleted",
+        e.tables
+    ))
 }
 
 /// The chain's `seq` (read under its lock).
@@ -1049,14 +1080,19 @@ impl Cuckoos {
                     );
                 }
             }
-            CuckooOp::Delete => {
-                if !c.delete(&rec.item) {
-                    tracing::warn!(
-                        "bloomgate serve: cuckoo filter '{}': a logged delete found nothing to delete",
-                        rec.name
-                    );
-                }
-            }
+            CuckooOp::Delete => match c.delete(&rec.item) {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "bloomgate serve: cuckoo filter '{}': a logged delete found nothing to delete",
+                    rec.name
+                ),
+                // Kept rather than risk another item's copy: a false
+                // positive at worst.
+                Err(e) => tracing::warn!(
+                    "bloomgate serve: cuckoo filter '{}': a logged delete was not replayed: {e}",
+                    rec.name
+                ),
+            },
         }
         c.seq = rec.seq;
         n.dirty.store(true, Relaxed);
@@ -1149,7 +1185,7 @@ impl Cuckoos {
         self.settle(named, &c, wal)?;
         let key = normalized(&c, item)?;
         let item: &[u8] = &key;
-        let found = c.delete(item);
+        let found = c.delete(item).map_err(|e| ambiguous(&named.name, &e))?;
         if found {
             c.seq += 1;
             wal::encode_cuckoo(&mut log, &named.name, c.id, c.seq, CuckooOp::Delete, item);
@@ -1552,6 +1588,31 @@ mod sub {
             }
         }
 
+        /// The table a chain appends after this one: a cuckoo table's
+        /// buckets each split in `2^shift` ([`CuckooParams::next_in_chain`]);
+        /// `None` for a counting filter (it never grows) or past the
+        /// largest split.
+        pub(super) fn next_in_chain(&self, shift: u32) -> Option<Result<Sub, String>> {
+            match self {
+                Sub::Cuckoo(f) => f.params().next_in_chain(shift).map(|p| {
+                    CuckooFilter::new(p)
+                        .map(Sub::Cuckoo)
+                        .map_err(|e| e.to_string())
+                }),
+                Sub::Counting(_) => None,
+            }
+        }
+
+        /// Whether a delete may take a copy from this table although
+        /// `coarser` holds a match too ([`CuckooFilter::refines`]); a
+        /// counting filter refines only itself.
+        pub(super) fn refines(&self, coarser: &Sub) -> bool {
+            match (self, coarser) {
+                (Sub::Cuckoo(a), Sub::Cuckoo(b)) => a.refines(b),
+                _ => std::ptr::eq(self, coarser),
+            }
+        }
+
         pub(super) fn remove(&self, item: &[u8]) -> bool {
             let r = match self {
                 Sub::Cuckoo(f) => f.remove(item),
@@ -1625,7 +1686,7 @@ mod tests {
             assert_eq!(c.add(&it, false, &Limits::default(), false), CfAdded::Added);
         }
         assert!(c.subs.len() > 1);
-        assert!(c.delete(b"a7"));
+        assert!(c.delete(b"a7").unwrap());
         c.seq = 301;
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
@@ -1659,7 +1720,7 @@ mod tests {
         // (At 10× its capacity the filter answers "present" for much that
         // was never added: only the counts are checked here.)
         let before = c.count(b"c7");
-        assert!(c.delete(b"c7"));
+        assert!(c.delete(b"c7").unwrap());
         assert!(c.count(b"c7") < before || before == 15, "{before}");
         let info = c.info("x");
         assert_eq!((info.layout, info.items), ("counting", 499));
