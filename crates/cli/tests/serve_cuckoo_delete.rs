@@ -163,3 +163,76 @@ fn deletes_in_a_grown_cuckoo_filter_remove_only_the_deleted_items() {
         assert_eq!(missing(&s, key), Vec::<usize>::new(), "{key} after restart");
     }
 }
+
+/// A chain saved by a release from before nested chains: `tests/data/
+/// legacy-cuckoo-chain.cf`, written by that release's server after
+/// `CF.RESERVE legacy 64 EXPANSION 2` and `CF.ADD item-0 … item-399`
+/// (three sub-filters with a seed each, 8-bit fingerprints). It is served
+/// as it is: every item answers 1; a delete of an added item takes a copy
+/// (1) or, when its fingerprint shows up in sub-filters hashed apart, is
+/// refused with an error (RESP and HTTP), never answered 0; no item kept
+/// is lost, before or after a restart; adds grow it by nested sub-filters.
+#[test]
+fn a_chain_saved_by_an_older_release_refuses_deletes_it_cannot_tell_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy-cuckoo-chain.cf");
+    std::fs::copy(&fixture, dir.path().join("legacy.cf")).unwrap();
+    let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let mut c = s.resp();
+    assert_eq!(filters(&s, "legacy"), 3);
+    let present = |s: &Server, items: &[usize]| -> Vec<usize> {
+        let mut c = s.resp();
+        items
+            .iter()
+            .copied()
+            .filter(|&i| c.cmd(&["CF.EXISTS", "legacy", &item(i)]) != V::Int(1))
+            .collect()
+    };
+    let all: Vec<usize> = (0..400).collect();
+    assert_eq!(present(&s, &all), Vec::<usize>::new(), "as loaded");
+    let (mut taken, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..200 {
+        match c.cmd(&["CF.DEL", "legacy", &item(i)]) {
+            V::Int(1) => taken.push(i),
+            V::Err(e) if e.contains("cannot delete this item from 'legacy' safely") => {
+                refused.push(i)
+            }
+            other => panic!("CF.DEL legacy {}: {other:?}", item(i)),
+        }
+    }
+    // Both paths ran (the file and the hash are fixed: so are these).
+    assert!(!taken.is_empty() && !refused.is_empty(), "{refused:?}");
+    let kept: Vec<usize> = (200..400).chain(refused.iter().copied()).collect();
+    assert_eq!(present(&s, &kept), Vec::<usize>::new(), "after deletes");
+    // HTTP says it per item, and changes nothing.
+    let body = serde_json::to_string(&[item(refused[0])]).unwrap();
+    let (st, v) = s.http("POST", "/v1/filters/legacy/remove", Some(&body), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["removed"], 0, "{v}");
+    assert!(
+        v["results"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("safely")),
+        "{v}"
+    );
+    // Adds grow it; deletes of the new items take a copy or are refused
+    // (a new item may match in an old sub-filter too), never lose one.
+    for i in 1000..1600 {
+        assert_eq!(c.cmd(&["CF.ADD", "legacy", &item(i)]), V::Int(1));
+    }
+    assert!(filters(&s, "legacy") > 3);
+    let mut kept_new = Vec::new();
+    for i in 1000..1300 {
+        match c.cmd(&["CF.DEL", "legacy", &item(i)]) {
+            V::Int(1) => {}
+            V::Err(e) if e.contains("safely") => kept_new.push(i),
+            other => panic!("CF.DEL legacy {}: {other:?}", item(i)),
+        }
+    }
+    let kept: Vec<usize> = kept.into_iter().chain(kept_new).chain(1300..1600).collect();
+    assert_eq!(present(&s, &kept), Vec::<usize>::new(), "after growing");
+    s.kill9();
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    assert_eq!(present(&s, &kept), Vec::<usize>::new(), "after a restart");
+}

@@ -2,7 +2,8 @@
 //! and corruption caught with the same errors as Bloom filter files.
 
 use bloomgate_engine::format::{
-    data_checksum, DeletableHeader, Geometry, FLAG_CUCKOO_EXACT, FORMAT_VERSION, HEADER_LEN,
+    data_checksum, DeletableHeader, Geometry, FLAG_CUCKOO_EXACT, FLAG_CUCKOO_SHIFT, FORMAT_VERSION,
+    HEADER_LEN,
 };
 use bloomgate_engine::{
     plan_counting, plan_cuckoo, CountingFilter, CuckooFilter, Error, FormatProblem,
@@ -69,6 +70,68 @@ fn golden_file_bytes() {
     assert_eq!((u64_at(&q, 48), u64_at(&q, 72)), (26, 192));
 }
 
+/// A later table of a chain (the fixture's table, every bucket split in
+/// 4: [`bloomgate_engine::CuckooParams::next_in_chain`]): its second
+/// buckets and header are pinned like the first table's; the shift is at
+/// offset 108 and the flags are `FLAG_CUCKOO_EXACT | FLAG_CUCKOO_SHIFT`.
+#[test]
+fn golden_split_table_bytes() {
+    let p = cuckoo().params().next_in_chain(2).unwrap();
+    let f = CuckooFilter::new(p).unwrap();
+    for c in b'a'..=b'z' {
+        f.insert(&[c]).unwrap();
+        f.insert(&[c, c]).unwrap();
+    }
+    f.remove(b"z");
+    let q = f.to_bytes();
+    let (qh, qd) = (
+        data_checksum(&q[..HEADER_LEN]),
+        data_checksum(&q[HEADER_LEN..]),
+    );
+    eprintln!("split cuckoo header {qh:#x} data {qd:#x}");
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    // 27 buckets · 4 = 108; 108 · 4 slots · 10 bits = 4320 bits → 9 lines.
+    assert_eq!(
+        (u64_at(&q, 96), u32_at(&q, 104), u32_at(&q, 108)),
+        (108, 500, 2)
+    );
+    assert_eq!(u32_at(&q, 28), FLAG_CUCKOO_EXACT | FLAG_CUCKOO_SHIFT);
+    assert_eq!((u64_at(&q, 48), u64_at(&q, 72)), (51, 576));
+    assert_eq!(qd, GOLDEN_SPLIT_DATA, "split cuckoo data changed: {qd:#x}");
+    assert_eq!(
+        qh, GOLDEN_SPLIT_HEADER,
+        "split cuckoo header changed: {qh:#x}"
+    );
+    let back = CuckooFilter::from_bytes(&q).unwrap();
+    assert_eq!(back.to_bytes(), q);
+    // A shift without its flag, the flag without a shift, or a shift on a
+    // table whose buckets it does not divide: refused, never misread.
+    for (at, value, want) in [
+        (28, FLAG_CUCKOO_EXACT, "bucket shift 2 with flags 0x1"),
+        (108, 0, "bucket shift 0 with flags 0x3"),
+        (108, 3, "not a multiple of 2^3"),
+        (108, 64, "bucket shift 0..=63"),
+        (28, FLAG_CUCKOO_SHIFT, "not a power of two"),
+    ] {
+        let mut bad = q.clone();
+        bad[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        // Re-seal the header checksum: the field itself must be refused.
+        bad[120..128].fill(0);
+        let sum = xxhash_rust::xxh3::xxh3_64(&bad[..HEADER_LEN]);
+        bad[120..128].copy_from_slice(&sum.to_le_bytes());
+        match CuckooFilter::from_bytes(&bad) {
+            Err(Error::Format {
+                problem: FormatProblem::BadField(msg),
+                ..
+            }) => assert!(msg.contains(want), "{msg} lacks {want}"),
+            other => panic!("offset {at} = {value}: {other:?}"),
+        }
+    }
+}
+
+const GOLDEN_SPLIT_DATA: u64 = 0xbf4a_b7c3_5631_e4ba;
+const GOLDEN_SPLIT_HEADER: u64 = 0x64dc_d8b9_44e9_e796;
 const GOLDEN_COUNTING_DATA: u64 = 0xa401_ecee_2073_6c81;
 const GOLDEN_COUNTING_HEADER: u64 = 0x1617_ea7f_e3dd_7e6f;
 const GOLDEN_CUCKOO_DATA: u64 = 0x692f_e7e7_ec01_a7e3;
@@ -244,12 +307,13 @@ fn impossible_fields_are_refused() {
         DeletableHeader::decode(&exact.encode(), len(&exact)).unwrap(),
         exact
     );
+    // (Bit 1 is `FLAG_CUCKOO_SHIFT`: `golden_split_table_bytes`.)
     let unknown = DeletableHeader {
-        flags: 2,
+        flags: FLAG_CUCKOO_EXACT | 4,
         ..exact.clone()
     };
     match DeletableHeader::decode(&unknown.encode(), len(&unknown)) {
-        Err(FormatProblem::BadField(msg)) => assert!(msg.contains("flags 0x2"), "{msg}"),
+        Err(FormatProblem::BadField(msg)) => assert!(msg.contains("flags 0x5"), "{msg}"),
         other => panic!("{other:?}"),
     }
     bad(cuckoo(32, 9, 10, 500), 192, "bucket size 9");
