@@ -101,11 +101,11 @@ fn run(s: &Server, key: &str, options: &[&str], http: bool) -> Outcome {
             for n in chunk {
                 c.send(&[b"CF.DEL", key.as_bytes(), n.as_bytes()]);
             }
-            for j in 0..chunk.len() {
+            for (j, n) in chunk.iter().enumerate() {
                 match c.read().unwrap() {
                     V::Int(1) => {}
                     V::Int(0) => failed_deletes.push(at * 1000 + j),
-                    other => panic!("CF.DEL {key} {}: {other:?}", chunk[j]),
+                    other => panic!("CF.DEL {key} {n}: {other:?}"),
                 }
             }
         }
