@@ -98,7 +98,11 @@ fn damage(dir: &Path) -> Vec<(&'static str, PathBuf)> {
     std::fs::write(d("meta.bgf.meta"), b"{garbage").unwrap();
     let wl = std::fs::read(d("wl.bgf.whitelist")).unwrap();
     let rest = &wl[wl.iter().position(|&b| b == b'\n').unwrap()..];
-    std::fs::write(d("wl.bgf.whitelist"), [b"not a whitelist".as_slice(), rest].concat()).unwrap();
+    std::fs::write(
+        d("wl.bgf.whitelist"),
+        [b"not a whitelist".as_slice(), rest].concat(),
+    )
+    .unwrap();
     let cf = d("cf.cf");
     let len = std::fs::metadata(&cf).unwrap().len();
     flip(&cf, len / 2);
@@ -127,10 +131,7 @@ fn populate(server: &Server) {
         );
         add_all(&mut c, "BF.MADD", name);
     }
-    assert_eq!(
-        c.cmd(&["CF.RESERVE", "cf", "8000"]),
-        V::Simple("OK".into())
-    );
+    assert_eq!(c.cmd(&["CF.RESERVE", "cf", "8000"]), V::Simple("OK".into()));
     add_all(&mut c, "CF.INSERT", "cf");
     let (st, v) = server.http(
         "POST",
@@ -152,7 +153,10 @@ fn assert_refused(server: &Server, name: &str, file: &Path) {
         };
         assert!(e.starts_with("DAMAGED "), "{name}: {what}: {e}");
         assert!(e.contains(&format!("'{name}'")), "{name}: {what}: {e}");
-        assert!(e.contains(&file_name), "{name}: {what}: {e} (file {file_name})");
+        assert!(
+            e.contains(&file_name),
+            "{name}: {what}: {e} (file {file_name})"
+        );
     };
     let mut c = server.resp();
     let some: Vec<String> = (0..10).map(item).collect();
@@ -185,7 +189,10 @@ fn assert_refused(server: &Server, name: &str, file: &Path) {
     }
     assert_eq!(c.cmd(&["EXISTS", name]), V::Int(1), "{name}");
     let keys = c.cmd(&["KEYS", "*"]);
-    assert!(keys.arr().contains(&V::Bulk(name.as_bytes().to_vec())), "{name}: {keys:?}");
+    assert!(
+        keys.arr().contains(&V::Bulk(name.as_bytes().to_vec())),
+        "{name}: {keys:?}"
+    );
 
     let http_damaged = |(st, v): (u16, serde_json::Value), what: &str| {
         assert_eq!(st, 503, "{name}: {what}: {v}");
@@ -194,16 +201,37 @@ fn assert_refused(server: &Server, name: &str, file: &Path) {
         assert!(msg.contains(&file_name), "{name}: {what}: {msg}");
     };
     let p = |s: &str| format!("/v1/filters/{name}{s}");
-    http_damaged(server.http("GET", &p("/check?item=item-1"), None, None), "check");
-    http_damaged(server.http("POST", &p("/check"), Some(r#"["item-1"]"#), None), "check batch");
-    http_damaged(server.http("POST", &p("/add"), Some(r#"["new"]"#), None), "add");
-    http_damaged(server.http("POST", &p("/remove"), Some(r#"["item-1"]"#), None), "remove");
+    http_damaged(
+        server.http("GET", &p("/check?item=item-1"), None, None),
+        "check",
+    );
+    http_damaged(
+        server.http("POST", &p("/check"), Some(r#"["item-1"]"#), None),
+        "check batch",
+    );
+    http_damaged(
+        server.http("POST", &p("/add"), Some(r#"["new"]"#), None),
+        "add",
+    );
+    http_damaged(
+        server.http("POST", &p("/remove"), Some(r#"["item-1"]"#), None),
+        "remove",
+    );
     http_damaged(server.http("GET", &p(""), None, None), "info");
-    http_damaged(server.http("POST", &p("/whitelist"), Some(r#"["x"]"#), None), "whitelist");
-    http_damaged(server.http("DELETE", &p("/whitelist"), Some(r#"["x"]"#), None), "unlist");
+    http_damaged(
+        server.http("POST", &p("/whitelist"), Some(r#"["x"]"#), None),
+        "whitelist",
+    );
+    http_damaged(
+        server.http("DELETE", &p("/whitelist"), Some(r#"["x"]"#), None),
+        "unlist",
+    );
     http_damaged(server.http("DELETE", &p(""), None, None), "delete");
     let body = format!(r#"{{"name":"{name}","items":1000,"fp":0.01}}"#);
-    http_damaged(server.http("POST", "/v1/filters", Some(&body), None), "create");
+    http_damaged(
+        server.http("POST", "/v1/filters", Some(&body), None),
+        "create",
+    );
 }
 
 /// Damage of every kind after a clean stop: each filter is refused (not
@@ -233,7 +261,11 @@ fn damaged_filter_files_are_refused_kept_and_served_again_once_restored() {
         .iter()
         .map(|d| d["name"].as_str().unwrap())
         .collect();
-    assert_eq!(listed, ["cf", "empty", "flip", "layer", "meta", "short", "wl"], "{h}");
+    assert_eq!(
+        listed,
+        ["cf", "empty", "flip", "layer", "meta", "short", "wl"],
+        "{h}"
+    );
     for d in h["damaged"].as_array().unwrap() {
         let (name, file) = damaged.iter().find(|(n, _)| d["name"] == *n).unwrap();
         let fault = d["fault"].as_str().unwrap();
@@ -244,13 +276,20 @@ fn damaged_filter_files_are_refused_kept_and_served_again_once_restored() {
     }
     let (st, list) = server.http("GET", "/v1/filters", None, None);
     assert_eq!(st, 200, "{list}");
-    assert_eq!(list["damaged_filters"].as_array().unwrap().len(), 7, "{list}");
+    assert_eq!(
+        list["damaged_filters"].as_array().unwrap().len(),
+        7,
+        "{list}"
+    );
     assert_eq!(list["filters"].as_array().unwrap().len(), 0, "{list}");
     let (st, m) = server.http("GET", "/metrics", None, None);
     assert_eq!(st, 200);
     let text = m["text"].as_str().unwrap();
     assert!(text.contains("\nbloomgate_damaged_filters 7\n"), "{text}");
-    assert!(text.contains("bloomgate_filter_damaged{filter=\"flip\"} 1"), "{text}");
+    assert!(
+        text.contains("bloomgate_filter_damaged{filter=\"flip\"} 1"),
+        "{text}"
+    );
     // A snapshot (as after the next adds elsewhere) writes none of them.
     let (st, v) = server.http("POST", "/v1/snapshot", None, None);
     assert_eq!(st, 200, "{v}");
@@ -314,7 +353,10 @@ fn damaged_filter_after_sigkill_keeps_its_logged_adds_and_sighup_repairs_it() {
     for (f, b) in &before {
         if f.ends_with(".live") {
             assert!(after[f].starts_with(b), "{f} was rewritten");
-            assert!(after[f].len() > b.len(), "{f}: the log's adds were not kept");
+            assert!(
+                after[f].len() > b.len(),
+                "{f}: the log's adds were not kept"
+            );
         } else {
             assert_eq!(&after[f], b, "{f} changed");
         }
@@ -333,7 +375,10 @@ fn damaged_filter_after_sigkill_keeps_its_logged_adds_and_sighup_repairs_it() {
         if !matches!(c.cmd(&["BF.EXISTS", "k", "item-1"]), V::Err(_)) {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(120), "SIGHUP did not repair k");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "SIGHUP did not repair k"
+        );
     }
     assert_eq!(found(&mut c, "BF.MEXISTS", "k"), ITEMS);
     assert_eq!(c.cmd(&["BF.ADD", "k", "new"]), V::Int(1));
@@ -358,7 +403,10 @@ fn damaged_filter_is_discarded_by_removing_its_files() {
     truncate(&dir.path().join("gone.bgf"), u64::MAX);
     let server = Server::start(dir.path(), &[]);
     let mut c = server.resp();
-    assert!(c.cmd(&["BF.ADD", "gone", "b"]).err().starts_with("DAMAGED "));
+    assert!(c
+        .cmd(&["BF.ADD", "gone", "b"])
+        .err()
+        .starts_with("DAMAGED "));
     for f in ["gone.bgf", "gone.bgf.meta", "gone.live"] {
         std::fs::remove_file(dir.path().join(f)).unwrap();
     }
@@ -373,7 +421,10 @@ fn damaged_filter_is_discarded_by_removing_its_files() {
         if c.cmd(&["EXISTS", "gone"]) == V::Int(0) {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(120), "SIGHUP did not discard it");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "SIGHUP did not discard it"
+        );
     }
     assert_eq!(c.cmd(&["BF.ADD", "gone", "b"]), V::Int(1));
 }

@@ -277,8 +277,10 @@ async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
         .map(|n| serde_json::to_value(n.info()).unwrap_or_default())
         .collect();
     let damaged = app.store.damaged();
-    Ok(Json(json!({ "filters": infos, "cuckoo_filters": cuckoo, "damaged_filters": damaged }))
-        .into_response())
+    Ok(
+        Json(json!({ "filters": infos, "cuckoo_filters": cuckoo, "damaged_filters": damaged }))
+            .into_response(),
+    )
 }
 
 /// The filter called `name` (found off the event loop for a remote

@@ -317,7 +317,11 @@ pub fn render_filters(store: &Store, out: &mut String) {
         "# HELP bloomgate_filter_damaged A damaged filter (1), by name.\n# TYPE bloomgate_filter_damaged gauge"
     );
     for d in &damaged {
-        let _ = writeln!(out, "bloomgate_filter_damaged{{filter=\"{}\"}} 1", label(&d.name));
+        let _ = writeln!(
+            out,
+            "bloomgate_filter_damaged{{filter=\"{}\"}} 1",
+            label(&d.name)
+        );
     }
     // A filter whose information cannot be read now (a remote store) is
     // left out of this scrape.

@@ -307,10 +307,11 @@ impl LocalStore {
         )?);
         for d in &damaged {
             tracing::error!(
-                "bloomgate serve: filter '{}' is damaged and not served: {}; its files and journal are left as they are, and commands on it answer an error until it is repaired (restore or rebuild {}, then SIGHUP; see \"Damaged filters\" in docs/http-api.md)",
+                "bloomgate serve: filter '{}' is damaged and not served: {}; its files and journal are left as they are, and commands on it answer an error until it is repaired (restore or rebuild {}, then {}; see \"Damaged filters\" in docs/http-api.md)",
                 d.name,
                 d.fault,
-                d.file
+                d.file,
+                if d.kind == "bloom" { "SIGHUP" } else { "restart" }
             );
         }
         let wal_dir = dir.join(".bloomgate-wal");

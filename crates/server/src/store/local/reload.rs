@@ -221,10 +221,7 @@ impl LocalStore {
             if !Path::new(&d.file).exists() {
                 let _snap = lock(&self.snapshot_lock);
                 if self.get(&d.name).is_none() && self.undamage(&d.name) {
-                    report.push(format!(
-                        "forgot damaged {}: {} was removed",
-                        d.name, d.file
-                    ));
+                    report.push(format!("forgot damaged {}: {} was removed", d.name, d.file));
                 }
             }
         }
