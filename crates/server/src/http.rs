@@ -73,6 +73,7 @@ impl From<StoreError> for ApiError {
             | StoreError::Files(_)
             | StoreError::DirBusy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
             StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
+            StoreError::Damaged(_) => (StatusCode::SERVICE_UNAVAILABLE, "damaged"),
             StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             StoreError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
         };
@@ -226,17 +227,24 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
 }
 
 /// Always 200 while the server answers (reads work); `status` is
-/// `read_only`, with the reason, while writes are refused (a full disk).
+/// `read_only`, with the reason, while writes are refused (a full disk),
+/// and `degraded`, with `damaged` listing them, while filters are damaged
+/// (their files failed to load; the others are served).
 async fn healthz(State(app): St) -> Response {
-    match app.store.write_failure() {
-        None => Json(json!({"status": "ok", "writable": true})).into_response(),
-        Some(e) => Json(json!({
+    let mut v = match app.store.write_failure() {
+        None => json!({"status": "ok", "writable": true}),
+        Some(e) => json!({
             "status": "read_only",
             "writable": false,
             "reason": e.to_string(),
-        }))
-        .into_response(),
+        }),
+    };
+    let damaged = app.store.damaged();
+    if !damaged.is_empty() {
+        v["status"] = json!("degraded");
+        v["damaged"] = json!(damaged);
     }
+    Json(v).into_response()
 }
 
 async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
@@ -269,7 +277,11 @@ async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
         .iter()
         .map(|n| serde_json::to_value(n.info()).unwrap_or_default())
         .collect();
-    Ok(Json(json!({ "filters": infos, "cuckoo_filters": cuckoo })).into_response())
+    let damaged = app.store.damaged();
+    Ok(
+        Json(json!({ "filters": infos, "cuckoo_filters": cuckoo, "damaged_filters": damaged }))
+            .into_response(),
+    )
 }
 
 /// The filter called `name` (found off the event loop for a remote

@@ -281,7 +281,8 @@ pub fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Renders the store's gauges: whether it accepts writes, and per filter
+/// Renders the store's gauges: whether it accepts writes, the damaged
+/// filters, and per filter
 /// its items, fill ratio, predicted false-positive rate, layers and lookup
 /// counters.
 pub fn render_filters(store: &Store, out: &mut String) {
@@ -305,6 +306,23 @@ pub fn render_filters(store: &Store, out: &mut String) {
         "# HELP bloomgate_writable Whether the server accepts writes (0 while the write-ahead log refuses them, e.g. on a full disk).\n# TYPE bloomgate_writable gauge\nbloomgate_writable {}",
         store.write_failure().is_none() as u8
     );
+    let damaged = store.damaged();
+    let _ = writeln!(
+        out,
+        "# HELP bloomgate_damaged_filters Filters whose files failed to load: not served until repaired (see /healthz).\n# TYPE bloomgate_damaged_filters gauge\nbloomgate_damaged_filters {}",
+        damaged.len()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP bloomgate_filter_damaged A damaged filter (1), by name.\n# TYPE bloomgate_filter_damaged gauge"
+    );
+    for d in &damaged {
+        let _ = writeln!(
+            out,
+            "bloomgate_filter_damaged{{filter=\"{}\"}} 1",
+            label(&d.name)
+        );
+    }
     // A filter whose information cannot be read now (a remote store) is
     // left out of this scrape.
     let infos: Vec<(Info, (u64, u64))> = all

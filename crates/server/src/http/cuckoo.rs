@@ -115,6 +115,9 @@ pub(super) async fn remove(
                 ),
             ));
         }
+        if let Some(e) = app.store.damaged_error(&name) {
+            return Err(e.into());
+        }
         return Err(crate::store::StoreError::NotFound(name).into());
     };
     let items = parse_items(&app, &body)?;

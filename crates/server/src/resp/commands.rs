@@ -31,13 +31,16 @@ pub(super) fn parse_f64(a: &[u8]) -> Option<f64> {
 /// The Redis error reply to a store error: the one place where store errors
 /// become RESP errors. A store that cannot answer now gets `TRYAGAIN`
 /// (clients retry it); a write refused for a full disk says so and that
-/// reads go on (the log's own errors say it already).
+/// reads go on (the log's own errors say it already); a damaged filter gets
+/// `DAMAGED` and the file and fault (redis-py raises it as a
+/// `ResponseError` with the whole text).
 pub(super) fn error_reply(e: &StoreError) -> String {
     match e {
         StoreError::NotFound(_) => "ERR not found".into(),
         StoreError::Exists(_) => "ERR item exists".into(),
         StoreError::Unavailable(_) => format!("TRYAGAIN {e}"),
         StoreError::Wal(_) => format!("ERR {e}"),
+        StoreError::Damaged(_) => format!("DAMAGED {e}"),
         e if e.is_no_space() => {
             format!("ERR {e}; the disk is full: writes fail until space is freed, reads go on")
         }
@@ -93,6 +96,17 @@ impl Conn {
 
     pub(super) fn dispatch(&mut self, cmd: &[u8], argv: &[&[u8]], out: &mut Out) {
         let argc = argv.len();
+        // Every command on a damaged filter's name (its files failed to
+        // load) gets the error naming the file and the fault: not "absent",
+        // and no create over it.
+        if argc >= 2
+            && self.app.store.has_damaged()
+            && (cmd.starts_with(b"BF.") || cmd.starts_with(b"CF.") || cmd == b"TYPE")
+        {
+            if let Some(e) = self.app.store.damaged_error(&lossy(argv[1])) {
+                return out.error(&error_reply(&e));
+            }
+        }
         if cmd.starts_with(b"CF.") && self.cf_dispatch(cmd, argv, out) {
             return;
         }
@@ -225,7 +239,11 @@ impl Conn {
             b"EXISTS" if argc >= 2 => {
                 let n = argv[1..]
                     .iter()
-                    .filter(|k| self.named(k).is_some() || self.app.store.cf_has(&lossy(k)))
+                    .filter(|k| {
+                        self.named(k).is_some()
+                            || self.app.store.cf_has(&lossy(k))
+                            || self.app.store.damaged_error(&lossy(k)).is_some()
+                    })
                     .count();
                 out.int(n as i64)
             }

@@ -144,13 +144,41 @@ impl Store {
         }
     }
 
-    /// The filter called `name`, or [`StoreError::NotFound`].
+    /// The filter called `name`, or [`StoreError::NotFound`] (or
+    /// [`StoreError::Damaged`] for a filter whose files failed to load).
     pub fn need(&self, name: &str) -> Result<Filter, StoreError> {
         match self {
             Store::Redis(s) => s.need(name).map(Filter::Redis),
-            _ => self
-                .get(name)
-                .ok_or_else(|| StoreError::NotFound(name.into())),
+            Store::Local(s) => s.need(name).map(Filter::Local),
+        }
+    }
+
+    /// The error every command on `name` gets while `name` is a damaged
+    /// filter (its files failed to load; see [`Damaged`]). Cheap while no
+    /// filter is damaged.
+    #[inline]
+    pub fn damaged_error(&self, name: &str) -> Option<StoreError> {
+        match self {
+            Store::Local(s) => s.damaged(name).map(StoreError::from),
+            Store::Redis(_) => None,
+        }
+    }
+
+    /// Whether any filter is damaged (one atomic load).
+    #[inline]
+    pub fn has_damaged(&self) -> bool {
+        match self {
+            Store::Local(s) => s.has_damaged(),
+            Store::Redis(_) => false,
+        }
+    }
+
+    /// The damaged filters, sorted by name (for `/healthz`, the list of
+    /// filters and the metrics).
+    pub fn damaged(&self) -> Vec<Damaged> {
+        match self {
+            Store::Local(s) => s.damaged_all(),
+            Store::Redis(_) => Vec::new(),
         }
     }
 
@@ -475,6 +503,29 @@ impl Filter {
     }
 }
 
+/// A filter whose files are in the data directory but failed to load (a
+/// flipped byte, a truncated or empty file, a garbage `.meta` or
+/// whitelist, a damaged `NAME.cf`). It is *damaged*, not absent: every
+/// command on its name gets [`StoreError::Damaged`], nothing creates a
+/// filter of that name, and the server neither rewrites nor deletes its
+/// files or its journal (new log records of it are only appended to the
+/// journal, or the log segment holding them is kept) until the operator
+/// repairs it: restores or rebuilds the file and reloads (SIGHUP, HTTP
+/// reload, or a restart), or removes its files and reloads to discard it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Damaged {
+    /// The filter's name.
+    pub name: String,
+    /// `bloom` (`NAME.bgf` and its companions) or `cuckoo` (`NAME.cf`, or a
+    /// counting or cuckoo `NAME.bgf` built by the CLI).
+    pub kind: &'static str,
+    /// The filter's main file (`NAME.bgf` or `NAME.cf`).
+    pub file: String,
+    /// What failed, naming the file that failed (which may be a companion:
+    /// a layer, `.meta`, the whitelist).
+    pub fault: String,
+}
+
 /// Errors of store operations. Each maps to an HTTP status and a Redis error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -527,6 +578,16 @@ pub enum StoreError {
     /// The log failed.
     #[error(transparent)]
     Wal(#[from] wal::WalError),
+    /// The filter's files failed to load: it is not served, and nothing
+    /// replaces it until it is repaired (see [`Damaged`]).
+    #[error("filter '{}' is damaged: {}; it is not served until its file is restored or rebuilt and reloaded", .0.name, .0.fault)]
+    Damaged(Box<Damaged>),
+}
+
+impl From<Damaged> for StoreError {
+    fn from(d: Damaged) -> Self {
+        StoreError::Damaged(Box::new(d))
+    }
 }
 
 impl StoreError {

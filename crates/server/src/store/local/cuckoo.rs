@@ -143,7 +143,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::wal::{self, AckRx, Wal};
 use crate::Limits;
 
-use super::super::StoreError;
+use super::super::{Damaged, StoreError};
 
 /// Most sub-filters of one chain (RedisBloom's `cf-max-expansions`
 /// default): an add to a chain that has them all is refused with
@@ -873,15 +873,26 @@ impl CfNamed {
 }
 
 impl Cuckoos {
-    /// Loads every `*.cf` of `dir` (a file that fails to load is skipped
-    /// with a warning and left in place).
+    /// Loads every `*.cf` of `dir` and every counting or cuckoo `*.bgf`
+    /// the CLI built, except the names `bloom` takes (the Bloom filters',
+    /// served or damaged). A file that fails to load is left in place and
+    /// pushed to `damaged` (see [`Damaged`]).
     pub fn open(
         dir: &Path,
         limits: &Limits,
         valid_name: impl Fn(&str) -> bool,
+        bloom: impl Fn(&str) -> bool,
+        damaged: &mut Vec<Damaged>,
     ) -> Result<Cuckoos, StoreError> {
         let mut map = HashMap::new();
-        for (name, path) in super::named_files(dir, "cf", &valid_name)? {
+        let fail = |name: String, path: &Path, fault: String| Damaged {
+            name,
+            kind: "cuckoo",
+            file: path.display().to_string(),
+            fault: format!("{}: {fault}", path.display()),
+        };
+        let cf_name = |n: &str| valid_name(n) && !bloom(n);
+        for (name, path) in super::named_files(dir, "cf", cf_name)? {
             let chain = std::fs::read(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|b| decode_file(&b));
@@ -894,18 +905,28 @@ impl Cuckoos {
                     *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = export;
                     map.insert(name, Arc::new(n));
                 }
-                Err(e) => tracing::warn!("bloomgate serve: skipping {}: {e}", path.display()),
+                Err(e) => damaged.push(fail(name, &path, e)),
             }
         }
-        // Counting and cuckoo filter files built by the CLI.
-        for (name, path) in super::named_files(dir, "bgf", &valid_name)? {
+        // Counting and cuckoo filter files built by the CLI (the Bloom
+        // scan has warned about unusable names already, and served or
+        // reported the Bloom filters' files).
+        for (name, path) in super::named_files(dir, "bgf", |_| true)? {
+            if !valid_name(&name) || bloom(&name) {
+                continue;
+            }
             let Some(layout) = deletable_layout(&path) else {
                 continue;
             };
+            if damaged.iter().any(|d| d.name == name) {
+                // Its NAME.cf is damaged: the CLI's file is not served in
+                // its place (it lacks the changes NAME.cf holds).
+                continue;
+            }
             let bytes = match std::fs::read(&path) {
                 Ok(b) => b,
                 Err(e) => {
-                    tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                    damaged.push(fail(name, &path, e.to_string()));
                     continue;
                 }
             };
@@ -927,7 +948,7 @@ impl Cuckoos {
             let chain = match import(layout, &bytes) {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                    damaged.push(fail(name, &path, e));
                     continue;
                 }
             };
@@ -940,7 +961,7 @@ impl Cuckoos {
             // that the log's records have a file to apply to.
             let saved = save_to(dir, &n, &read(&n.state));
             if let Err(e) = saved {
-                tracing::warn!("bloomgate serve: skipping {}: {e}", path.display());
+                damaged.push(fail(name, &path, e.to_string()));
                 continue;
             }
             tracing::info!(
@@ -1387,6 +1408,7 @@ impl super::LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
+        self.not_damaged(name)?;
         if self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
@@ -1430,6 +1452,7 @@ impl super::LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
+        self.not_damaged(name)?;
         if iter == 1 && self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }

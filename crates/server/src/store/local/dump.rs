@@ -146,12 +146,13 @@ impl LocalStore {
             }
             let (specs, growth) = parse_dump_header(data, self.limits.max_filter_bytes)?;
             let _snap = lock(&self.snapshot_lock);
+            self.not_damaged(name)?;
             if self.get(name).is_some() {
                 return Err(StoreError::Exists(name.into()));
             }
             let base = self.base(name);
             self.fresh_journal(name, &specs[0].0)?;
-            let layers = self.write_new(&base, &specs, &growth, 0)?;
+            let layers = self.write_new_or_clean(name, &base, &specs, &growth)?;
             self.install(name, &base, layers)?;
             return Ok(None);
         }

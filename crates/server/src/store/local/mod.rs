@@ -49,6 +49,28 @@
 //! adds change only this process's pages, the log makes them durable, and a
 //! snapshot writes a new file with `Filter::save` (atomic rename).
 //!
+//! # Damaged filters
+//!
+//! A filter whose files fail to load at startup (a flipped byte, a short
+//! or empty file, a damaged layer, a garbage `.meta` or whitelist, a
+//! damaged `NAME.cf`) is kept as a [`Damaged`] entry, not dropped: an
+//! absent name would answer "not in the list" for every item the filter
+//! holds and let the next add create an empty filter over it. Every
+//! command on the name gets [`StoreError::Damaged`]; no create, delete or
+//! snapshot touches its files or its journal (a snapshot appends the log's
+//! adds of the filter to the journal, as for any filter that is not
+//! served, and keeps a log segment whose records of it cannot be put
+//! there, see [`snapshot`]). A reload (SIGHUP, HTTP) retries it as it
+//! stands on disk, so a restored or rebuilt file is served again with its
+//! journal's adds; removing its files and reloading discards it.
+//!
+//! # Stale temporaries
+//!
+//! Files are replaced by writing a temporary beside them (`NAME.tmp-PID`,
+//! `NAME.bgf.tmp-PID-RANDOM`) and renaming it; a crash between the two
+//! leaves the temporary behind. [`remove_stale_temporaries`] deletes them
+//! at startup.
+//!
 //! The store's files are in this module and its children: [`named`] (one
 //! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
 
@@ -99,7 +121,9 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::datadir::DirLock;
@@ -115,7 +139,7 @@ use crate::metrics::Metrics;
 use crate::wal::{self, AckRx, Wal};
 use crate::Limits;
 
-use super::{AddOutcome, CreateSpec, Info, SnapshotReport, StoreError};
+use super::{AddOutcome, CreateSpec, Damaged, Info, SnapshotReport, StoreError};
 
 use growth::add_key;
 pub use named::{LookupScratch, Named};
@@ -154,6 +178,16 @@ pub struct LocalStore {
     journal_base: Mutex<HashMap<String, u64>>,
     /// The cuckoo filters (`NAME.cf`, see [`cuckoo`]).
     cuckoo: Box<cuckoo::Cuckoos>,
+    /// The filters whose files failed to load, by name (see the module
+    /// doc); changed under the snapshot lock.
+    damaged: RwLock<HashMap<String, Damaged>>,
+    /// Whether `damaged` is not empty (read by every command first).
+    any_damaged: AtomicBool,
+    /// Log segments a snapshot keeps because they hold records of a
+    /// damaged filter that its journal cannot take (under the snapshot
+    /// lock): later snapshots neither journal them again nor delete them
+    /// while the filter is damaged.
+    held_segments: Mutex<std::collections::HashSet<PathBuf>>,
     /// Held while the store is open: no second server, and no CLI writer.
     _dir_lock: DirLock,
 }
@@ -193,7 +227,9 @@ impl LocalStore {
             ));
         }
         let dir_lock = DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2))?;
+        remove_stale_temporaries(dir);
         let mut filters = HashMap::new();
+        let mut damaged = Vec::new();
         for (name, path) in named_files(dir, "bgf", valid_name)? {
             if cuckoo::deletable_layout(&path).is_some() {
                 // Counting and cuckoo filter files: served by `cuckoo`.
@@ -204,7 +240,12 @@ impl LocalStore {
                     let id = file_id(&path);
                     filters.insert(name.clone(), Arc::new(Named::new(name, layers, wl, id)));
                 }
-                Err(e) => tracing::warn!("bloomgate serve: skipping {}: {e}", path.display()),
+                Err(e) => damaged.push(Damaged {
+                    name,
+                    kind: "bloom",
+                    file: path.display().to_string(),
+                    fault: with_path(&path, e.to_string()),
+                }),
             }
         }
         // Journals of live adds: learn each filter's lineage and insert its
@@ -255,9 +296,24 @@ impl LocalStore {
             }
             *lock(&n.lineage) = lineage;
         }
-        let cuckoo = Box::new(cuckoo::Cuckoos::open(dir, &limits, |n| {
-            valid_name(n) && !filters.contains_key(n)
-        })?);
+        let bloom_damaged: std::collections::HashSet<String> =
+            damaged.iter().map(|d| d.name.clone()).collect();
+        let cuckoo = Box::new(cuckoo::Cuckoos::open(
+            dir,
+            &limits,
+            valid_name,
+            |n| filters.contains_key(n) || bloom_damaged.contains(n),
+            &mut damaged,
+        )?);
+        for d in &damaged {
+            tracing::error!(
+                "bloomgate serve: filter '{}' is damaged and not served: {}; its files and journal are left as they are, and commands on it answer an error until it is repaired (restore or rebuild {}, then {}; see \"Damaged filters\" in docs/http-api.md)",
+                d.name,
+                d.fault,
+                d.file,
+                if d.kind == "bloom" { "SIGHUP" } else { "restart" }
+            );
+        }
         let wal_dir = dir.join(".bloomgate-wal");
         std::fs::create_dir_all(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
         // Replay.
@@ -297,6 +353,9 @@ impl LocalStore {
             snapshot_lock: Mutex::new(()),
             journal_base: Mutex::new(HashMap::new()),
             cuckoo,
+            any_damaged: AtomicBool::new(!damaged.is_empty()),
+            damaged: RwLock::new(damaged.into_iter().map(|d| (d.name.clone(), d)).collect()),
+            held_segments: Mutex::new(Default::default()),
             _dir_lock: dir_lock,
         };
         let any_dirty =
@@ -343,13 +402,67 @@ impl LocalStore {
         r
     }
 
-    /// The filter called `name`, or [`StoreError::NotFound`].
+    /// The filter called `name`, or [`StoreError::NotFound`] (or
+    /// [`StoreError::Damaged`]).
     pub fn need(&self, name: &str) -> Result<Arc<Named>, StoreError> {
-        self.get(name)
-            .ok_or_else(|| StoreError::NotFound(name.into()))
+        self.get(name).ok_or_else(|| match self.damaged(name) {
+            Some(d) => d.into(),
+            None => StoreError::NotFound(name.into()),
+        })
     }
 
-    /// All names, sorted (the cuckoo filters' too).
+    /// Whether any filter is damaged.
+    #[inline]
+    pub fn has_damaged(&self) -> bool {
+        self.any_damaged.load(Relaxed)
+    }
+
+    /// The damaged filter called `name`, if there is one.
+    #[inline]
+    pub fn damaged(&self, name: &str) -> Option<Damaged> {
+        if !self.has_damaged() {
+            return None;
+        }
+        self.damaged
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The damaged filters, sorted by name.
+    pub fn damaged_all(&self) -> Vec<Damaged> {
+        let mut v: Vec<Damaged> = self
+            .damaged
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Refuses with [`StoreError::Damaged`] if `name` is damaged.
+    fn not_damaged(&self, name: &str) -> Result<(), StoreError> {
+        match self.damaged(name) {
+            Some(d) => Err(d.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets that `name` is damaged (repaired or discarded; under the
+    /// snapshot lock). Returns whether it was.
+    fn undamage(&self, name: &str) -> bool {
+        let mut map = self.damaged.write().unwrap_or_else(|e| e.into_inner());
+        let was = map.remove(name).is_some();
+        self.any_damaged.store(!map.is_empty(), Relaxed);
+        drop(map);
+        self.generation.fetch_add(1, Release);
+        was
+    }
+
+    /// All names, sorted (the cuckoo filters' and the damaged ones' too).
     pub fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .filters
@@ -359,7 +472,15 @@ impl LocalStore {
             .cloned()
             .collect();
         v.extend(self.cuckoo.names());
+        v.extend(
+            self.damaged
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned(),
+        );
         v.sort();
+        v.dedup();
         v
     }
 
@@ -414,6 +535,7 @@ impl LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
+        self.not_damaged(name)?;
         if self.get(name).is_some() || self.cuckoo.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
@@ -430,7 +552,7 @@ impl LocalStore {
             }),
             Growth::Fixed => Growth::Fixed,
         };
-        let layers = self.write_new(&base, &[(params, 0)], &growth, 0)?;
+        let layers = self.write_new_or_clean(name, &base, &[(params, 0)], &growth)?;
         self.install(name, &base, layers)
     }
 
@@ -499,6 +621,24 @@ impl LocalStore {
         journal::reset(&jpath, &m).map_err(|e| StoreError::io(jpath.display(), e))
     }
 
+    /// [`LocalStore::write_new`] of a filter whose journal
+    /// [`LocalStore::fresh_journal`] has just started; if it fails, the
+    /// files and the journal it made are removed again, so a refused create
+    /// leaves nothing behind.
+    fn write_new_or_clean(
+        &self,
+        name: &str,
+        base: &Path,
+        layers: &[(Params, u64)],
+        growth: &Growth,
+    ) -> Result<Layers, StoreError> {
+        self.write_new(base, layers, growth, 0).inspect_err(|_| {
+            remove_files(base);
+            journal::remove(&journal::path(&self.dir, name));
+            sync_parent(base);
+        })
+    }
+
     /// Writes a new filter's files (removing stale ones) and opens it.
     fn write_new(
         &self,
@@ -536,6 +676,9 @@ impl LocalStore {
     /// Deletes a filter and its files. Returns whether it existed.
     pub fn delete(&self, name: &str) -> Result<bool, StoreError> {
         let _snap = lock(&self.snapshot_lock);
+        // A damaged filter is discarded by removing its files and
+        // reloading, never by a client's delete.
+        self.not_damaged(name)?;
         let Some(named) = self.get(name) else {
             return Ok(self.cuckoo.delete(name));
         };
@@ -653,6 +796,113 @@ impl LocalStore {
     /// Stops the log thread (after a final snapshot).
     pub fn shutdown(&self) {
         self.wal.stop();
+    }
+}
+
+/// `fault` as it is if it names `path`'s directory already (the engine's and
+/// the data directory's errors do), else prefixed with `path`.
+fn with_path(path: &Path, fault: String) -> String {
+    if fault.contains(&*path.display().to_string()) || fault.starts_with('/') {
+        fault
+    } else {
+        format!("{}: {fault}", path.display())
+    }
+}
+
+/// Removes the temporaries a crash between writing and renaming left in
+/// `dir` (`NAME.tmp-PID`, `NAME.bgf.tmp-PID-RANDOM`, see
+/// [`bloomgate_engine::atomic`]). Called with the data directory's lock
+/// held, before this process writes anything: no other server and no
+/// locking CLI writer (`add`, whitelist changes) can be writing here, so a
+/// temporary is stale unless its PID belongs to a live process other than
+/// this one — a `bloomgate build -o DIR/NAME.bgf` that does not take the
+/// lock may still be writing it, and it is kept. A temporary that carries
+/// this process's own PID predates it (a container restarts as the same
+/// PID) and is removed. Only the names of the filter files' temporaries
+/// are touched (`.bgf`, `.cf`, `.live` and their companions).
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let (mut removed, mut bytes) = (0u64, 0u64);
+    for e in rd.flatten() {
+        let Some(file) = e.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(pid) = stale_temporary_pid(&file) else {
+            continue;
+        };
+        if pid != std::process::id() && process_alive(pid) {
+            tracing::info!(
+                "bloomgate serve: keeping {}: process {pid} that writes it is running",
+                e.path().display()
+            );
+            continue;
+        }
+        let len = e.metadata().map_or(0, |m| m.len());
+        if std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+            bytes += len;
+        }
+    }
+    if removed > 0 {
+        sync_parent(&dir.join("x"));
+        tracing::info!(
+            "bloomgate serve: removed {removed} stale temporary file(s) ({bytes} bytes) left by an interrupted write"
+        );
+    }
+}
+
+/// The PID in the name of a filter file's temporary (`….bgf….tmp-PID`,
+/// `….tmp-PID-HEX`, likewise for `.cf` and `.live`), or `None` for any
+/// other name.
+fn stale_temporary_pid(file: &str) -> Option<u32> {
+    let (stem, tail) = file.rsplit_once(".tmp-")?;
+    let ours = stem.contains(".bgf") || stem.ends_with(".cf") || stem.ends_with(".live");
+    if !ours || stem.starts_with('.') {
+        return None;
+    }
+    let (pid, rand) = match tail.split_once('-') {
+        Some((p, r)) => (p, Some(r)),
+        None => (tail, None),
+    };
+    let digits = |s: &str, hex: bool| {
+        !s.is_empty()
+            && s.len() <= 16
+            && s.bytes().all(|b| {
+                if hex {
+                    b.is_ascii_hexdigit()
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+    };
+    if !digits(pid, false) || rand.is_some_and(|r| !digits(r, true)) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether process `pid` exists (`kill(pid, 0)`: success, or a process we
+/// may not signal). Unknown on other systems: assumed alive.
+fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        if pid <= 0 {
+            return true;
+        }
+        // SAFETY: `kill` with signal 0 sends nothing; it only checks that
+        // the process exists and may be signalled.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
     }
 }
 

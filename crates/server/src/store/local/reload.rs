@@ -27,6 +27,12 @@ impl LocalStore {
     /// the new file has other key rules), and the new file's seed joins the
     /// lineage. With `drop_live_adds` nothing is carried over and the journal
     /// is reset: the rebuilt file is the new truth.
+    ///
+    /// A damaged filter (see [`Damaged`]) is retried as it stands on disk:
+    /// without `source` its further layers are kept (they may hold its
+    /// grown state), and once everything loads it is served again, with
+    /// its journal's and the log's adds. A damaged cuckoo filter is served
+    /// again by a restart, after `NAME.cf` is restored.
     pub fn reload(
         &self,
         name: &str,
@@ -37,6 +43,12 @@ impl LocalStore {
             return Err(StoreError::BadName(name.into()));
         }
         let _snap = lock(&self.snapshot_lock);
+        let damaged = self.damaged(name);
+        if let Some(d) = &damaged {
+            if d.kind != "bloom" {
+                return Err(d.clone().into());
+            }
+        }
         if let Some(n) = self.get(name) {
             let policy = n.state.load().policy();
             if policy.forgets() {
@@ -63,11 +75,14 @@ impl LocalStore {
             }
         }
         // The rebuilt file replaces every layer (live adds that lived in
-        // further layers are in the journal or the log).
-        for i in 1.. {
-            let p = layer_path(&base, i);
-            if std::fs::remove_file(&p).is_err() {
-                break;
+        // further layers are in the journal or the log). A damaged filter
+        // reloaded as it stands keeps them.
+        if damaged.is_none() || source.is_some() {
+            for i in 1.. {
+                let p = layer_path(&base, i);
+                if std::fs::remove_file(&p).is_err() {
+                    break;
+                }
             }
         }
         let (layers, wl) = load_layers(&base)?;
@@ -153,6 +168,11 @@ impl LocalStore {
                 named.dirty.store(inserted > 0, Relaxed);
                 *lock(&named.lineage) = lineage;
                 self.change_filters(|m| m.insert(name.into(), named.clone()));
+                if damaged.is_some() && self.undamage(name) {
+                    tracing::info!(
+                        "bloomgate serve: filter '{name}' is repaired and served again ({inserted} journaled or logged add(s) re-inserted)"
+                    );
+                }
                 Ok(named)
             }
         }
@@ -193,6 +213,15 @@ impl LocalStore {
                 match self.reload(name, None, false) {
                     Ok(_) => report.push(format!("reloaded {name}")),
                     Err(e) => report.push(format!("kept {name}: {e}")),
+                }
+            }
+        }
+        // A damaged filter whose file is gone was discarded by the operator.
+        for d in self.damaged_all() {
+            if !Path::new(&d.file).exists() {
+                let _snap = lock(&self.snapshot_lock);
+                if self.get(&d.name).is_none() && self.undamage(&d.name) {
+                    report.push(format!("forgot damaged {}: {} was removed", d.name, d.file));
                 }
             }
         }

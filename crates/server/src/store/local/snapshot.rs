@@ -1,6 +1,15 @@
 //! Snapshots: every changed filter is rewritten atomically, then the log's
 //! older segments are copied into the journals and removed (see
 //! [`crate::wal`] for why this order loses nothing).
+//!
+//! A damaged filter ([`Damaged`]) is never written. Its add records go to
+//! its journal like those of any filter that is not served (appended; its
+//! journal is never compacted while it is damaged). A segment holding one
+//! of its records that the journal cannot take (a cuckoo filter's change,
+//! a `BF.LOADCHUNK` chunk, an add when its journal is missing or does not
+//! load) is *held*: kept on disk and skipped by later snapshots until the
+//! next start, which replays it again (to the repaired filter, if it was
+//! repaired meanwhile) and decides afresh.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,6 +39,10 @@ impl LocalStore {
             .filter(|n| n.dirty.swap(false, Relaxed))
             .collect();
         let old = self.wal.rotate()?;
+        let old: Vec<PathBuf> = {
+            let held = lock(&self.held_segments);
+            old.into_iter().filter(|p| !held.contains(p)).collect()
+        };
         let mut failure = None;
         let mut saved = 0;
         for n in &dirty {
@@ -54,9 +67,22 @@ impl LocalStore {
             return Err(e);
         }
         // Before the log is trimmed, its adds go to the journals.
-        self.journal_segments(&old)?;
+        let hold = self.journal_segments(&old)?;
         for p in &old {
-            let _ = std::fs::remove_file(p);
+            if !hold.contains(p) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        if !hold.is_empty() {
+            tracing::warn!(
+                "bloomgate serve: keeping {} log segment(s) that hold changes of damaged filters until they are repaired: {}",
+                hold.len(),
+                hold.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            lock(&self.held_segments).extend(hold.iter().cloned());
         }
         if let Some(p) = old.first() {
             sync_parent(p);
@@ -64,16 +90,22 @@ impl LocalStore {
         self.metrics.snapshots.fetch_add(1, Relaxed);
         Ok(SnapshotReport {
             filters_saved: saved,
-            segments_removed: old.len(),
+            segments_removed: old.len() - hold.len(),
         })
     }
 
     /// Appends every add record of `segments` to the journal of the filter
     /// whose lineage it belongs to. Filters that are not served (deleted, or
-    /// failed to load) keep theirs if their journal exists and claims the seed.
-    pub(super) fn journal_segments(&self, segments: &[PathBuf]) -> Result<(), StoreError> {
+    /// damaged) keep theirs if their journal exists and claims the seed.
+    /// Returns the segments to keep: those with a record of a damaged
+    /// filter that its journal cannot take (see the module doc).
+    pub(super) fn journal_segments(
+        &self,
+        segments: &[PathBuf],
+    ) -> Result<Vec<PathBuf>, StoreError> {
+        let mut hold = Vec::new();
         if segments.is_empty() {
-            return Ok(());
+            return Ok(hold);
         }
         // A filter under a forgetting policy journals nothing: its adds are
         // in its saved chain or were forgotten on purpose, and re-inserting
@@ -95,11 +127,34 @@ impl LocalStore {
             .collect();
         let mut out: HashMap<String, Vec<u8>> = HashMap::new();
         let mut records = 0u64;
+        // Per damaged filter, whether its journal loads (its seeds are then
+        // in `seeds`).
+        let mut damaged_journal: HashMap<String, bool> = HashMap::new();
         for seg in segments {
-            wal::read_segment(seg, |rec| {
-                let Record::Add { name, seed, key } = rec else {
-                    return;
+            let mut keep = false;
+            wal::read_segment_all(seg, |rec| {
+                let (name, seed, key) = match rec {
+                    wal::AnyRecord::Bloom(Record::Add { name, seed, key }) => (name, seed, key),
+                    wal::AnyRecord::Bloom(Record::Chunk { name, .. })
+                    | wal::AnyRecord::Cuckoo(wal::CuckooRecord { name, .. }) => {
+                        keep |= self.damaged(&name).is_some();
+                        return;
+                    }
+                    _ => return,
                 };
+                if !seeds.contains_key(&name) && self.damaged(&name).is_some() {
+                    let jpath = journal::path(&self.dir, &name);
+                    let loaded = journal::load(&jpath, &self.metrics)
+                        .ok()
+                        .filter(|c| !c.lineage.is_empty());
+                    damaged_journal.insert(name.clone(), loaded.is_some());
+                    let mine = loaded.map(|c| c.lineage.iter().map(|l| l.seed).collect());
+                    seeds.insert(name.clone(), mine.unwrap_or_default());
+                }
+                if damaged_journal.get(&name) == Some(&false) {
+                    keep = true;
+                    return;
+                }
                 let mine = seeds.entry(name.clone()).or_insert_with(|| {
                     if !valid_name(&name) {
                         return Vec::new();
@@ -118,6 +173,9 @@ impl LocalStore {
                 }
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
+            if keep {
+                hold.push(seg.clone());
+            }
         }
         for (name, buf) in &out {
             let jpath = journal::path(&self.dir, name);
@@ -127,7 +185,7 @@ impl LocalStore {
         for name in out.keys() {
             self.compact_journal(name);
         }
-        Ok(())
+        Ok(hold)
     }
 
     /// Compacts `NAME.live` ([`journal::compact`]: each distinct live add
@@ -139,6 +197,10 @@ impl LocalStore {
     /// into a file of other parameters, seed or key rules. A failed
     /// compaction leaves the journal as it was (the rewrite is atomic).
     pub(super) fn compact_journal(&self, name: &str) {
+        if self.damaged(name).is_some() {
+            // Its journal is only appended to until it is repaired.
+            return;
+        }
         let jpath = journal::path(&self.dir, name);
         let Ok(len) = std::fs::metadata(&jpath).map(|m| m.len()) else {
             return;
