@@ -38,6 +38,7 @@
 
 pub mod auth;
 pub mod budget;
+pub mod fds;
 pub mod http;
 pub mod journal;
 pub mod malloc;
@@ -205,6 +206,11 @@ pub struct BoundAddrs {
 /// Blocking: builds its own multi-threaded Tokio runtime.
 pub fn run(config: ServeConfig) -> Result<(), ServerError> {
     malloc::fix_mmap_threshold();
+    if let Some((before, after)) = fds::raise_nofile_limit() {
+        if after > before {
+            tracing::info!("bloomgate serve: descriptor limit raised from {before} to {after}");
+        }
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("bloomgate-serve");
     if config.threads > 0 {

@@ -69,6 +69,7 @@ use serde::Serialize;
 use crate::wal;
 
 pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
+pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
 pub use redis::{RedisNamed, RedisOptions, RedisStore};

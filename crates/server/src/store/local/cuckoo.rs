@@ -294,6 +294,67 @@ struct Header {
     bgf: Option<Vec<u64>>,
 }
 
+impl Header {
+    /// Checks every field a file or a `CF.LOADCHUNK` header supplies before
+    /// it sizes memory or a chain: 1 to 64 sub-filters whose lengths sum
+    /// without overflow, a rate strictly between 0 and 1, a bucket size and
+    /// an expansion within `CF.RESERVE`'s ranges, a capacity of at least 1,
+    /// and a cuckoo filter's item count that fits its slots. Returns the
+    /// sub-filters' total length in bytes.
+    fn check(&self) -> Result<u64, String> {
+        if self.subs.is_empty() || self.subs.len() > MAX_FILTERS.max(64) {
+            return Err(format!("{} sub-filters", self.subs.len()));
+        }
+        let total = self
+            .subs
+            .iter()
+            .try_fold(0u64, |t, &l| t.checked_add(l))
+            .ok_or("sub-filter lengths overflow")?;
+        if !(self.error_rate > 0.0 && self.error_rate < 1.0)
+            || self.bucket_size == 0
+            || self.capacity == 0
+            || self.expansion > 32_768
+        {
+            return Err("bad parameters".into());
+        }
+        // A cuckoo filter's item takes a slot of 2 bits or more. (A
+        // counting filter counts repeated adds of one item: no bound.)
+        if self.layout.is_cuckoo() && self.items > total.saturating_mul(4) {
+            return Err(format!("{} items in {total} bytes", self.items));
+        }
+        Ok(total)
+    }
+}
+
+/// Checks the bytes of a `NAME.cf` file as the server's start does,
+/// without serving it: `Err` names the fault.
+pub fn check_file(bytes: &[u8]) -> Result<(), String> {
+    decode_file(bytes).map(|_| ())
+}
+
+/// Parses the first chunk of a `CF.LOADCHUNK` stream (magic line, JSON
+/// header) and checks it (see [`Header::check`]) and its size against
+/// `max_filter_bytes`, before anything is allocated for it. Returns the
+/// bytes the stream's later chunks carry.
+pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<u64, StoreError> {
+    parse_dump(data, max_filter_bytes).map(|(_, total)| total)
+}
+
+fn parse_dump(data: &[u8], max_filter_bytes: u64) -> Result<(Header, u64), StoreError> {
+    let bad = || StoreError::Invalid("Invalid header".into());
+    let h: Header = data
+        .strip_prefix(DUMP_MAGIC)
+        .and_then(|j| serde_json::from_slice(j).ok())
+        .ok_or_else(bad)?;
+    let total = h.check().map_err(|_| bad())?;
+    if total > max_filter_bytes {
+        return Err(StoreError::Invalid(format!(
+            "a filter of {total} bytes exceeds the server's limit of {max_filter_bytes} bytes"
+        )));
+    }
+    Ok((h, total))
+}
+
 /// The mutable part of a chain (under [`CfNamed::state`]).
 struct Chain {
     id: u64,
@@ -523,12 +584,7 @@ impl Chain {
         if xxh3_64(body) != h.body_hash {
             return Err("checksum mismatch".into());
         }
-        if h.subs.is_empty() || h.subs.len() > MAX_FILTERS.max(64) {
-            return Err(format!("{} sub-filters", h.subs.len()));
-        }
-        if !(h.error_rate > 0.0 && h.error_rate < 1.0) || h.bucket_size == 0 {
-            return Err("bad parameters".into());
-        }
+        h.check()?;
         let mut subs = Vec::new();
         let mut at = 0usize;
         for &len in &h.subs {
@@ -1230,20 +1286,7 @@ impl Cuckoos {
             if self.has(name) {
                 return Err(StoreError::Exists(name.into()));
             }
-            let h: Header = data
-                .strip_prefix(DUMP_MAGIC)
-                .and_then(|j| serde_json::from_slice(j).ok())
-                .ok_or_else(|| bad("Invalid header"))?;
-            let total: u64 = h.subs.iter().sum();
-            if h.subs.is_empty() || h.subs.len() > 64 {
-                return Err(bad("Invalid header"));
-            }
-            if total > limits.max_filter_bytes {
-                return Err(StoreError::Invalid(format!(
-                    "a filter of {total} bytes exceeds the server's limit of {} bytes",
-                    limits.max_filter_bytes
-                )));
-            }
+            let (h, total) = parse_dump(data, limits.max_filter_bytes)?;
             let chunks = (total as usize).div_ceil(CF_DUMP_CHUNK);
             let load = Loading {
                 header: h,
