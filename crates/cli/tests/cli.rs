@@ -441,9 +441,9 @@ fn union_refuses_an_input_whose_data_fails_its_checksum() {
         .assert()
         .success();
     }
-    // Zero the data (everything after the 128-byte header).
+    // Zero the data (everything after the header).
     let mut bytes = std::fs::read(&z).unwrap();
-    bytes[128..].fill(0);
+    bytes[bloomgate_engine::format::HEADER_LEN..].fill(0);
     std::fs::write(&z, &bytes).unwrap();
     let u = d.path("u.bgf");
     for (x, y) in [(&a, &z), (&z, &a)] {

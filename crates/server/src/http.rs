@@ -74,6 +74,7 @@ impl From<StoreError> for ApiError {
             StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
             StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             StoreError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
+            StoreError::OutOfMemory(_) => (StatusCode::INSUFFICIENT_STORAGE, "out_of_memory"),
         };
         ApiError::new(status, code, e.to_string())
     }

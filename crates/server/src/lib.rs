@@ -42,6 +42,7 @@ pub mod fds;
 pub mod http;
 pub mod journal;
 pub mod malloc;
+pub mod memory;
 pub mod metrics;
 pub mod resp;
 pub mod store;
@@ -83,6 +84,9 @@ pub struct Limits {
     /// and HTTP bodies in flight), in bytes; past it the largest are closed
     /// ([`budget`]). 0: no limit.
     pub max_input_bytes: usize,
+    /// The filter memory of all filters together (`--max-memory`, see
+    /// [`memory`]); shared by every copy of these limits.
+    pub memory: Arc<memory::MemoryBudget>,
 }
 
 impl Default for Limits {
@@ -99,6 +103,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             max_filter_bytes: 8 << 30,
             max_input_bytes: 256 << 20,
+            memory: Arc::new(memory::MemoryBudget::new(memory::default_limit())),
         }
     }
 }

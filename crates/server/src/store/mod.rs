@@ -476,6 +476,10 @@ pub enum StoreError {
     /// The log failed.
     #[error(transparent)]
     Wal(#[from] wal::WalError),
+    /// The filters would take more memory than the server allows
+    /// (`--max-memory`, see [`crate::memory`]); nothing was allocated.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
 }
 
 impl StoreError {
@@ -524,6 +528,11 @@ impl From<bloomgate_blacklist::Error> for StoreError {
     fn from(e: bloomgate_blacklist::Error) -> Self {
         match e {
             bloomgate_blacklist::Error::CannotGrow(_) => StoreError::Invalid(e.to_string()),
+            bloomgate_blacklist::Error::Engine(bloomgate_engine::Error::OutOfMemory(n)) => {
+                StoreError::OutOfMemory(format!(
+                    "a layer of {n} bytes would pass the server's --max-memory"
+                ))
+            }
             bloomgate_blacklist::Error::DirBusy(d) => StoreError::DirBusy(d),
             other => StoreError::Files(other),
         }

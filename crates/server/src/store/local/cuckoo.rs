@@ -477,6 +477,25 @@ impl Chain {
             );
             return Ok(false);
         }
+        // The table is allocated zeroed, untouched (no memory yet); it is
+        // kept only if the server's memory budget has room. A replay's
+        // growth (`force` on a chain that exists) holds acknowledged adds
+        // and is never refused.
+        let replaying = force && !self.subs.is_empty();
+        if !replaying && limits.memory.reserve(sub.size_bytes()).is_err() {
+            if self.subs.is_empty() {
+                return Err(StoreError::OutOfMemory(format!(
+                    "a filter of {} bytes would pass the server's --max-memory of {} bytes",
+                    sub.size_bytes(),
+                    limits.memory.limit()
+                )));
+            }
+            tracing::warn!(
+                "bloomgate serve: a cuckoo filter cannot grow past the server's --max-memory of {} bytes",
+                limits.memory.limit()
+            );
+            return Ok(false);
+        }
         self.subs.push(sub);
         Ok(true)
     }
@@ -983,6 +1002,14 @@ impl Cuckoos {
         v
     }
 
+    /// Bytes of all chains' tables together.
+    pub fn bytes(&self) -> u64 {
+        read(&self.map)
+            .values()
+            .map(|n| read(&n.state).bytes())
+            .sum()
+    }
+
     /// All filters, sorted by name.
     pub fn all(&self) -> Vec<Arc<CfNamed>> {
         let mut v: Vec<Arc<CfNamed>> = read(&self.map).values().cloned().collect();
@@ -1373,7 +1400,9 @@ impl super::LocalStore {
         if self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        self.cuckoo.create(name, spec, &self.limits)
+        let made = self.cuckoo.create(name, spec, &self.limits);
+        self.recount_memory();
+        made
     }
 
     /// Adds items to a cuckoo filter (see [`Cuckoos::add`]).
@@ -1416,7 +1445,17 @@ impl super::LocalStore {
         if iter == 1 && self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        self.cuckoo.loadchunk(name, iter, data, &self.limits)
+        if iter == 1 && !self.cuckoo.has(name) {
+            // The stream's data is buffered until its last chunk: reserved
+            // now, before the buffer is allocated.
+            let total = parse_dump_header(data, self.limits.max_filter_bytes)?;
+            self.reserve_memory(total)?;
+        }
+        let loaded = self.cuckoo.loadchunk(name, iter, data, &self.limits);
+        if iter == 1 || loaded.is_err() {
+            self.recount_memory();
+        }
+        loaded
     }
 }
 

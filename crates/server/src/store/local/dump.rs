@@ -160,10 +160,15 @@ impl LocalStore {
             if self.get(name).is_some() {
                 return Err(StoreError::Exists(name.into()));
             }
-            let base = self.base(name);
-            self.fresh_journal(name, &specs[0].0)?;
-            let layers = self.write_new(&base, &specs, &growth, 0)?;
-            self.install(name, &base, layers)?;
+            self.reserve_memory(specs.iter().map(|(p, _)| p.bits / 8).sum())?;
+            let made = (|| {
+                let base = self.base(name);
+                self.fresh_journal(name, &specs[0].0)?;
+                let layers = self.write_new(&base, &specs, &growth, 0)?;
+                self.install(name, &base, layers)
+            })();
+            self.recount_memory();
+            made?;
             return Ok(None);
         }
         if let Some(e) = self.wal.refusing() {
