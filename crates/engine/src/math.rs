@@ -258,7 +258,8 @@ pub fn blocked_fp(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
     }
     let lambda = block_bits * n / m;
     let b = block_bits as usize;
-    if !(lambda <= 2000.0) || !(1..=4096).contains(&b) || k > MAX_K {
+    // `lambda` is a number here (see `degenerate_fp`), possibly +∞.
+    if lambda > 2000.0 || !(1..=4096).contains(&b) || k > MAX_K {
         return blocked_fp_mean_fill(m, n, k, block_bits);
     }
     let bf = block_bits;
@@ -747,12 +748,13 @@ pub fn counting_saturation(counters: u64, n: f64, k: u32) -> f64 {
     let lambda = b * n / counters as f64;
     let q = (k as f64 / b).min(1.0);
     let limit = COUNTER_MAX as u32;
-    if k == 0 || !(n > 0.0) {
+    if k == 0 || n.is_nan() || n <= 0.0 {
         // No probes, no items (or a count that is not a number: 0 here,
         // the rates above answer 1 for it): nothing is ever incremented.
         return if n.is_nan() { 1.0 } else { 0.0 };
     }
-    if !(lambda * q < 100.0) {
+    let per_counter = lambda * q;
+    if per_counter >= 100.0 || per_counter.is_nan() {
         // A counter expects 100 or more increments (or the filter has no
         // counters): it falls short of 15 with probability under 10⁻²⁵.
         // The sum below would also start too far under the mode to reach it.

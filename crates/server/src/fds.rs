@@ -22,7 +22,7 @@ pub fn raise_nofile_limit() -> Option<(u64, u64)> {
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
             return None;
         }
-        let before = lim.rlim_cur as u64;
+        let before: u64 = lim.rlim_cur;
         if lim.rlim_cur >= lim.rlim_max {
             return Some((before, before));
         }
@@ -35,7 +35,7 @@ pub fn raise_nofile_limit() -> Option<(u64, u64)> {
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
             return Some((before, before));
         }
-        Some((before, lim.rlim_max as u64))
+        Some((before, lim.rlim_max))
     }
     #[cfg(not(unix))]
     {

@@ -56,7 +56,7 @@
 //!
 //! # Files and durability
 //!
-//! `NAME.cf` holds the whole chain ([`encode_file`]): a JSON header with the
+//! `NAME.cf` holds the whole chain ([`write_file`]): a JSON header with the
 //! parameters, the incarnation id (random, so records of a deleted
 //! namesake never apply), the counters, and `seq`, the sequence number of
 //! the last change it contains; then each sub-filter's engine bytes; then an
@@ -671,6 +671,22 @@ fn h_seq(state: &RwLock<Chain>) -> u64 {
 
 /// `NAME.cf`'s bytes: magic, u32 LE header length, JSON header, the
 /// sub-filters' bytes, xxh3-64 (LE) of everything before it.
+/// Writes a `NAME.cf` image to `out`, piece by piece (the checksum hashed
+/// as they go): a save holds no second copy of the tables.
+fn write_file(out: &mut impl std::io::Write, h: &Header, body: &[Vec<u8>]) -> std::io::Result<()> {
+    let json = serde_json::to_vec(h).expect("a header serializes");
+    let len = (json.len() as u32).to_le_bytes();
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    let head: [&[u8]; 3] = [FILE_MAGIC, &len, &json];
+    for piece in head.into_iter().chain(body.iter().map(Vec::as_slice)) {
+        sum.update(piece);
+        out.write_all(piece)?;
+    }
+    out.write_all(&sum.digest().to_le_bytes())
+}
+
+/// The image [`write_file`] writes, in one buffer.
+#[cfg(test)]
 fn encode_file(h: &Header, body: &[Vec<u8>]) -> Vec<u8> {
     let json = serde_json::to_vec(h).expect("a header serializes");
     let mut out = Vec::with_capacity(16 + json.len() + body.iter().map(Vec::len).sum::<usize>());
@@ -742,7 +758,8 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
         StoreError::io(path.display(), e)
     };
     let path = cf_path(dir, &named.name);
-    write_atomic(&path, &encode_file(&h, &body)).map_err(|e| failed(path.clone(), e.into()))?;
+    bloomgate_engine::atomic::replace_with(&path, |f| write_file(f, &h, &body))
+        .map_err(|e| failed(path.clone(), e.into()))?;
     *export = hashes;
     if let Some(image) = image {
         let bgf = bgf_path(dir, &named.name);
@@ -1711,6 +1728,9 @@ mod tests {
         c.seq = 301;
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
+        let mut streamed = Vec::new();
+        write_file(&mut streamed, &h, &body).unwrap();
+        assert_eq!(streamed, file);
         let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
         assert_eq!((back.items, back.deletes, back.seq), (299, 1, 301));
