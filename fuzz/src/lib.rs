@@ -17,14 +17,19 @@
 use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
-pub const TARGETS: [&str; 8] = [
+pub const TARGETS: [&str; 13] = [
     "resp",
     "http_json",
     "bgf_header",
+    "deletable_header",
     "log",
     "journal",
     "dump",
+    "cf_dump",
+    "cf_file",
+    "meta",
     "whitelist",
+    "whitelist_file",
     "url",
 ];
 
@@ -37,7 +42,12 @@ pub fn run(name: &str, data: &[u8]) {
         "log" => log(data),
         "journal" => journal(data),
         "dump" => dump(data),
+        "deletable_header" => deletable_header(data),
+        "cf_dump" => cf_dump(data),
+        "cf_file" => cf_file(data),
+        "meta" => meta(data),
         "whitelist" => whitelist(data),
+        "whitelist_file" => whitelist_file(data),
         "url" => url(data),
         other => panic!("unknown fuzz target {other:?}"),
     }
@@ -121,17 +131,97 @@ pub fn journal(data: &[u8]) {
     }
 }
 
-/// The header chunk of a `BF.LOADCHUNK` stream.
+/// The header chunk of a `BF.LOADCHUNK` stream: what is accepted
+/// validates, counts at most one item per bit, and its rate math ends.
 pub fn dump(data: &[u8]) {
-    if let Ok((specs, _)) = bloomgate_server::store::parse_dump_header(data, 1 << 30) {
-        assert!(!specs.is_empty());
-        for (p, _) in specs {
-            p.validate().expect("accepted parameters validate");
-        }
-    }
     let mut with_magic = b"BLOOMGATE-DUMP-1\n".to_vec();
     with_magic.extend_from_slice(data);
-    let _ = bloomgate_server::store::parse_dump_header(&with_magic, 1 << 30);
+    for bytes in [data, &with_magic[..]] {
+        if let Ok((specs, growth)) = bloomgate_server::store::parse_dump_header(bytes, 1 << 30) {
+            assert!(!specs.is_empty());
+            for (p, items) in specs {
+                p.validate().expect("accepted parameters validate");
+                assert!(items <= p.bits, "{items} items in {} bits", p.bits);
+                let fp = p.layout.predicted_fp(p.bits, items as f64, p.k);
+                assert!((0.0..=1.0).contains(&fp));
+            }
+            if let bloomgate_server::store::Growth::Redis(m) = growth {
+                m.validate().expect("accepted growth settings validate");
+            }
+        }
+    }
+}
+
+/// The header of a counting or cuckoo filter file (inside `NAME.cf` and
+/// the `.bgf` the CLI builds for deletable filters): what decodes
+/// re-encodes to the same header, and its counts fit its geometry.
+pub fn deletable_header(data: &[u8]) {
+    use bloomgate_engine::format::DeletableHeader;
+    let (lens, header) = data.split_at(data.len().min(8));
+    let mut len = [0u8; 8];
+    len[..lens.len()].copy_from_slice(lens);
+    let file_len = u64::from_le_bytes(len);
+    for l in [file_len, header.len() as u64, 4096, u64::MAX] {
+        if let Ok(h) = DeletableHeader::decode(header, l) {
+            assert!(h.planned_items > 0 && h.target_fp > 0.0 && h.target_fp < 1.0);
+            let again = h.encode();
+            let back = DeletableHeader::decode(&again, l).expect("re-encoded header");
+            assert_eq!(format!("{h:?}"), format!("{back:?}"));
+        }
+    }
+}
+
+/// The header chunk of a `CF.LOADCHUNK` stream: refused or accepted, never
+/// a panic; what is accepted fits the size limit it was given.
+pub fn cf_dump(data: &[u8]) {
+    let mut with_magic = b"BLOOMGATE-CF-DUMP-1\n".to_vec();
+    with_magic.extend_from_slice(data);
+    for bytes in [data, &with_magic[..]] {
+        if let Ok(total) = bloomgate_server::store::parse_cf_dump_header(bytes, 1 << 30) {
+            assert!(total <= 1 << 30);
+        }
+    }
+}
+
+/// A `NAME.cf` file as the server's start reads it (magic, header length,
+/// JSON header, sub-filters, checksum). The bytes are also fed behind the
+/// magic, and with a valid trailing checksum, so the header and the
+/// sub-filters are reached and not only the checksum test.
+pub fn cf_file(data: &[u8]) {
+    let _ = bloomgate_server::store::check_cf_file(data);
+    let mut file = b"BGCUCKO1".to_vec();
+    file.extend_from_slice(data);
+    let sum = xxhash_rust::xxh3::xxh3_64(&file);
+    file.extend_from_slice(&sum.to_le_bytes());
+    let _ = bloomgate_server::store::check_cf_file(&file);
+}
+
+/// A `NAME.bgf.meta` (growth settings and fill policy): what parses is in
+/// range, and written back parses to the same settings.
+pub fn meta(data: &[u8]) {
+    use bloomgate_blacklist::layers::Meta;
+    let path = std::path::Path::new("f.bgf.meta");
+    if let Ok(m) = Meta::parse_file(data, path) {
+        m.validate().expect("parsed settings validate");
+        let again = serde_json::to_vec(&m).expect("serialize");
+        let back = Meta::parse_file(&again, path).expect("round trip");
+        assert_eq!(m, back);
+    }
+}
+
+/// A `NAME.bgf.whitelist` on disk, loaded as the server and the CLI load
+/// it: a file that loads, saved and loaded again, is the same set.
+pub fn whitelist_file(data: &[u8]) {
+    use bloomgate_blacklist::Whitelist;
+    let dir = std::env::temp_dir().join(format!("bloomgate-fuzz-wl-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join("f.bgf.whitelist");
+    std::fs::write(&path, data).expect("write whitelist");
+    if let Ok(w) = Whitelist::load(&path) {
+        std::fs::write(&path, w.to_bytes()).expect("rewrite whitelist");
+        let back = Whitelist::load(&path).expect("reload");
+        assert_eq!(w, back);
+    }
 }
 
 /// Whitelist files: what parses, saved and parsed again, is the same set.

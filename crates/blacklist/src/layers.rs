@@ -154,6 +154,50 @@ pub struct Meta {
     pub error_rate: Option<f64>,
 }
 
+/// Largest growth factor a `.meta` may hold (RedisBloom's `EXPANSION`
+/// limit, which `BF.RESERVE` and the HTTP API enforce too).
+pub const MAX_EXPANSION: u32 = 32_768;
+
+impl Meta {
+    /// Checks the settings are in range: an expansion of at most
+    /// [`MAX_EXPANSION`] (0 only for a non-scaling filter) and an error rate,
+    /// when recorded, strictly between 0 and 1.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.expansion > MAX_EXPANSION || (self.expansion == 0 && !self.nonscaling) {
+            return Err(format!(
+                "expansion {} (1..={MAX_EXPANSION}, or 0 when non-scaling)",
+                self.expansion
+            ));
+        }
+        if let Some(r) = self.error_rate {
+            if !(r > 0.0 && r < 1.0) {
+                return Err(format!("error rate {r} (0 < rate < 1)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and checks the bytes of a `NAME.bgf.meta` file (at `path`,
+    /// for the error): the growth settings and the fill-policy fields
+    /// they must agree with.
+    pub fn parse_file(bytes: &[u8], path: &Path) -> Result<Meta, Error> {
+        parse_meta(bytes, path).map(|(m, _)| m)
+    }
+}
+
+/// A `.meta`'s growth settings and fill-policy rules, checked.
+fn parse_meta(bytes: &[u8], path: &Path) -> Result<(Meta, Rules), Error> {
+    let bad = |problem: String| Error::Layers {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let meta: Meta = serde_json::from_slice(bytes)
+        .map_err(|e| bad(format!("unreadable growth settings: {e}")))?;
+    meta.validate().map_err(bad)?;
+    let rules = parse_rules(bytes, &meta, path)?;
+    Ok((meta, rules))
+}
+
 /// How a filter reacts when its newest layer is full.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Growth {
@@ -309,6 +353,13 @@ pub enum Purpose {
 pub fn check_policy(policy: &Policy, kind: KeyKind, purpose: Purpose) -> Result<(), Error> {
     if let Policy::Rotate(r) = policy {
         r.validate()?;
+    }
+    if let Policy::Grow { expansion } = policy {
+        if *expansion > MAX_EXPANSION {
+            return Err(Error::Policy(format!(
+                "expansion {expansion} (at most {MAX_EXPANSION})"
+            )));
+        }
     }
     if let Policy::Clear { at } = policy {
         if !(*at > 0.0 && *at < 1.0) {
@@ -648,11 +699,7 @@ impl Layers {
         let mpath = meta_path(base);
         let (growth, rules) = match std::fs::read(&mpath) {
             Ok(b) => {
-                let meta: Meta = serde_json::from_slice(&b).map_err(|e| Error::Layers {
-                    path: mpath.clone(),
-                    problem: format!("unreadable growth settings: {e}"),
-                })?;
-                let rules = parse_rules(&b, &meta, &mpath)?;
+                let (meta, rules) = parse_meta(&b, &mpath)?;
                 (Growth::Redis(meta), rules)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Growth::Fixed, Rules::default()),

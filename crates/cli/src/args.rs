@@ -699,6 +699,12 @@ pub struct ServeArgs {
     /// connections holding the most are closed with an error. 0: no limit.
     #[arg(long, default_value = "256M", value_parser = parse_size_or_zero)]
     pub max_input_memory: u64,
+    /// The memory all filters may take together, e.g. 64M or 16G: a
+    /// create, a load or a growth step past it is refused before anything
+    /// is allocated (RESP `-OOM …`, HTTP 507). Default: 3/4 of the smaller
+    /// of the machine's memory and the cgroup's limit.
+    #[arg(long, value_parser = parse_size_or_zero)]
+    pub max_memory: Option<u64>,
     /// Once listening, write the bound addresses as JSON to this file.
     #[arg(long)]
     pub ready_file: Option<std::path::PathBuf>,

@@ -412,6 +412,75 @@ fn add_in_place_and_union() {
         .code(2);
 }
 
+/// `union` reads every byte of its inputs: one whose data was zeroed (its
+/// header, seed and size intact) is refused with exit 1 naming it, and no
+/// output is left, instead of a union that verifies and lacks its items.
+#[test]
+fn union_refuses_an_input_whose_data_fails_its_checksum() {
+    let d = Dir::new();
+    let (a, z) = (d.path("a.bgf"), d.path("z.bgf"));
+    for (f, tag) in [(&a, "a"), (&z, "z")] {
+        bg().args([
+            "build",
+            "--keys",
+            "raw",
+            "--seed",
+            "42",
+            "-n",
+            "20000",
+            "-p",
+            "0.001",
+            "-o",
+            s(f),
+        ])
+        .write_stdin(
+            (0..20000)
+                .map(|i| format!("{tag}{i}\n"))
+                .collect::<String>(),
+        )
+        .assert()
+        .success();
+    }
+    // Zero the data (everything after the header).
+    let mut bytes = std::fs::read(&z).unwrap();
+    bytes[bloomgate_engine::format::HEADER_LEN..].fill(0);
+    std::fs::write(&z, &bytes).unwrap();
+    let u = d.path("u.bgf");
+    for (x, y) in [(&a, &z), (&z, &a)] {
+        bg().args(["union", s(x), s(y), "-o", s(&u)])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("z.bgf").and(predicate::str::contains("checksum")));
+        assert!(!u.exists(), "a refused union left {}", u.display());
+    }
+    // Two sound inputs still combine, and the result verifies.
+    let b = d.path("b.bgf");
+    bg().args([
+        "build",
+        "--keys",
+        "raw",
+        "--seed",
+        "42",
+        "-n",
+        "20000",
+        "-p",
+        "0.001",
+        "-o",
+        s(&b),
+    ])
+    .write_stdin((0..20000).map(|i| format!("z{i}\n")).collect::<String>())
+    .assert()
+    .success();
+    bg().args(["union", s(&a), s(&b), "-o", s(&u)])
+        .assert()
+        .success();
+    bg().args(["info", "--verify", s(&u)]).assert().success();
+    bg().args(["check", "--count", s(&u)])
+        .write_stdin((0..20000).map(|i| format!("z{i}\n")).collect::<String>())
+        .assert()
+        .stdout("20000\n");
+}
+
 #[test]
 fn corrupted_files_give_one_line_errors() {
     let d = Dir::new();

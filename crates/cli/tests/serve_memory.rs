@@ -166,3 +166,101 @@ fn sixty_huge_half_sent_commands_stay_within_the_budget() {
         closed.len()
     );
 }
+
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// `--max-memory` bounds all filters together: creates, loads and growth
+/// steps past it are refused before anything is allocated (RESP `-OOM`,
+/// HTTP 507), and what is already served is untouched.
+#[test]
+fn max_memory_refuses_what_would_pass_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--max-memory", "64M"]);
+    let mut c = s.resp();
+    // ~24 MB: fits.
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "a", "0.01", "20000000"]),
+        V::Simple("OK".into())
+    );
+    assert_eq!(c.cmd(&["BF.ADD", "a", "kept"]).int(), 1);
+    // ~48 MB more: refused, nothing left behind.
+    assert_eq!(c.cmd(&["BF.RESERVE", "b", "0.01", "40000000"]).err(), OOM);
+    assert_eq!(c.cmd(&["EXISTS", "b"]).int(), 0);
+    assert!(!dir.path().join("b.bgf").exists());
+    // ≈ 5.4 GB of counters: refused at once, never allocated.
+    let r = c.cmd(&[
+        "CF.RESERVE",
+        "c9",
+        "1000000000",
+        "LAYOUT",
+        "COUNTING",
+        "ERROR",
+        "0.01",
+    ]);
+    assert_eq!(r.err(), OOM);
+    assert_eq!(c.cmd(&["EXISTS", "c9"]).int(), 0);
+    // Four 1.44 GB filters: not one.
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "g1", "0.01", "1000000000"]).err(),
+        OOM
+    );
+    let (code, body) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"h","items":40000000,"fp":0.01,"kind":"raw"}"#),
+        None,
+    );
+    assert_eq!(code, 507, "{body}");
+    assert_eq!(body["error"]["code"], "out_of_memory");
+    // A growth step past the limit: EXPANSION 32768 from 2 items makes a
+    // second layer of 65,536 items and a third of 2³¹ (≈ 2.5 GB).
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "g", "0.01", "2", "EXPANSION", "32768"]),
+        V::Simple("OK".into())
+    );
+    let mut refused = None;
+    let mut acked = Vec::new();
+    'adding: for batch in 0..80 {
+        let items: Vec<String> = (0..1000).map(|i| format!("g{batch}-{i}")).collect();
+        let mut args = vec!["BF.MADD", "g"];
+        args.extend(items.iter().map(String::as_str));
+        match c.cmd(&args) {
+            V::Arr(r) => {
+                for (item, v) in items.iter().zip(r) {
+                    match v {
+                        V::Int(_) => acked.push(item.clone()),
+                        V::Err(e) => {
+                            refused = Some(e);
+                            break 'adding;
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            V::Err(e) => {
+                refused = Some(e);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let refused = refused.expect("the growth past --max-memory was refused");
+    assert!(refused.starts_with("OOM"), "{refused}");
+    assert!(acked.len() > 60_000, "{} acknowledged", acked.len());
+    // Every acknowledged add is still there, and the other filter too.
+    for chunk in acked.chunks(5000) {
+        let mut args = vec!["BF.MEXISTS", "g"];
+        args.extend(chunk.iter().map(String::as_str));
+        let V::Arr(r) = c.cmd(&args) else { panic!() };
+        assert!(r.iter().all(|v| *v == V::Int(1)));
+    }
+    assert_eq!(c.cmd(&["BF.EXISTS", "a", "kept"]).int(), 1);
+    // Room freed by a delete can be used again.
+    assert_eq!(c.cmd(&["DEL", "a"]).int(), 1);
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "b", "0.01", "40000000"]),
+        V::Simple("OK".into())
+    );
+    let (code, _) = s.http("GET", "/healthz", None, None);
+    assert_eq!(code, 200);
+}

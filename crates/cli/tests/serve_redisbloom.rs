@@ -411,6 +411,99 @@ fn loadchunk_errors_are_redisbloom_s() {
     assert_eq!(c.cmd(&["EXISTS", "copy"]).int(), 1);
 }
 
+/// A dump header whose numbers would drive the rate math forever (2⁶⁴ − 1
+/// items in 11,776 bits), or are out of range in other ways, is refused;
+/// the server keeps answering on every path, and nothing is left behind.
+/// The same header in a `.bgf` file makes `bloomgate info` fail at once.
+#[test]
+fn loadchunk_refuses_headers_out_of_range_and_the_server_keeps_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.resp();
+    let layer = |field: &str| {
+        let mut l = serde_json::json!({"layout":2,"bits":11776,"k":7,"seed":1,"key_kind":0,
+            "match_mode":0,"planned_items":1000,"target_fp":0.005,"items":5});
+        let (k, v) = field.split_once('=').unwrap();
+        l[k] = serde_json::from_str(v).unwrap();
+        format!("BLOOMGATE-DUMP-1\n{{\"layers\":[{l}],\"meta\":null}}")
+    };
+    let bad = V::Err("ERR received bad data".into());
+    for (i, field) in [
+        "items=18446744073709551615",
+        "items=11777",
+        "planned_items=0",
+        "target_fp=0.0",
+        "target_fp=1.5",
+        "k=0",
+        "k=65",
+        "key_kind=200",
+        "match_mode=200",
+        "layout=9",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("evil{i}");
+        c.send(&[
+            b"BF.LOADCHUNK",
+            name.as_bytes(),
+            b"1",
+            layer(field).as_bytes(),
+        ]);
+        assert_eq!(c.read().unwrap(), bad, "{field}");
+        assert_eq!(c.cmd(&["EXISTS", &name]).int(), 0, "{field}");
+    }
+    // Growth settings out of range.
+    let grow = "BLOOMGATE-DUMP-1\n{\"layers\":[{\"layout\":2,\"bits\":11776,\"k\":7,\"seed\":1,\"key_kind\":0,\"match_mode\":0,\"planned_items\":1000,\"target_fp\":0.005,\"items\":5}],\"meta\":{\"expansion\":4000000000,\"nonscaling\":false}}";
+    c.send(&[b"BF.LOADCHUNK", b"evilgrow", b"1", grow.as_bytes()]);
+    assert_eq!(c.read().unwrap(), bad);
+    // The largest count the header may hold is accepted and answers.
+    c.send(&[
+        b"BF.LOADCHUNK",
+        b"full",
+        b"1",
+        layer("items=11776").as_bytes(),
+    ]);
+    assert_eq!(c.read().unwrap(), ok());
+    assert!(matches!(c.cmd(&["BF.INFO", "full"]), V::Arr(_)));
+    assert_eq!(c.cmd(&["BF.CARD", "full"]).int(), 11776);
+    assert!(matches!(c.cmd(&["BF.INFO", "evil0"]), V::Err(_)));
+    for path in ["/v1/filters", "/metrics", "/healthz"] {
+        let (code, _) = s.http("GET", path, None, None);
+        assert_eq!(code, 200, "{path}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("evil"))
+        .collect();
+    assert!(left.is_empty(), "files of refused loads: {left:?}");
+    drop(s);
+
+    // The same count written into a file's header (its checksum redone):
+    // `info` reports the fault instead of hanging.
+    let f = dir.path().join("full.bgf");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let len = bytes.len() as u64;
+    let hl = bloomgate_engine::format::HEADER_LEN;
+    let mut h = bloomgate_engine::Header::decode(&bytes[..hl], len).unwrap();
+    h.items = u64::MAX;
+    bytes[..hl].copy_from_slice(&h.encode());
+    let evil = dir.path().join("evil.bgf");
+    std::fs::write(&evil, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["info", evil.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("evil.bgf") && err.contains("item count"),
+        "{err}"
+    );
+}
+
 /// `redis-cli` prints what RedisBloom's replies print as (its own output
 /// for the same commands, RESP2 and RESP3).
 #[test]

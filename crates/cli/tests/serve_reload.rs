@@ -433,3 +433,73 @@ fn the_journal_stays_bounded_and_reloads_keep_every_add() {
         assert_eq!(resp_hits(&s, "seen", set), set.len());
     }
 }
+
+/// Starts `bloomgate serve` on `dir` under a descriptor limit of `n`
+/// (soft and hard, so the server cannot raise it).
+#[allow(clippy::zombie_processes)] // waited for in Server's Drop
+fn start_with_nofile(dir: &std::path::Path, n: u32) -> Server {
+    let ready = dir.with_extension(format!("ready-{n}"));
+    let _ = std::fs::remove_file(&ready);
+    let script = format!("ulimit -n {n} && exec \"$0\" \"$@\"");
+    let child = std::process::Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_bloomgate"), "serve"])
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--resp",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdin(std::process::Stdio::null())
+        // Not piped: a start logs a line per filter, more than a pipe holds
+        // while nobody reads it.
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        if let Ok(b) = std::fs::read(&ready) {
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            return Server {
+                child,
+                http: v["http"].as_str().unwrap().parse().unwrap(),
+                resp: v["resp"].as_str().unwrap().parse().unwrap(),
+                dir: dir.to_path_buf(),
+            };
+        }
+        assert!(t.elapsed().as_secs() < 300, "server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A served filter holds no descriptor: 1,000 auto-created filters under a
+/// limit of 256 descriptors are all created, and after a restart under the
+/// same limit all are served and the server listens.
+#[test]
+fn a_thousand_filters_are_served_under_256_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let mut s = start_with_nofile(&data, 256);
+    let mut c = s.resp();
+    for i in 0..1000 {
+        assert_eq!(c.cmd(&["BF.ADD", &format!("f{i}"), "x"]).int(), 1, "f{i}");
+    }
+    drop(c);
+    assert!(s.term().success());
+    let s = start_with_nofile(&data, 256);
+    let mut c = s.resp();
+    for i in 0..1000 {
+        assert_eq!(
+            c.cmd(&["BF.EXISTS", &format!("f{i}"), "x"]).int(),
+            1,
+            "f{i}"
+        );
+    }
+    let (code, body) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(code, 200);
+    assert_eq!(body["filters"].as_array().unwrap().len(), 1000);
+}

@@ -144,6 +144,8 @@ impl Params {
                 self.k
             )));
         }
+        crate::format::check_counts(self.planned_items, self.target_fp)
+            .map_err(Error::InvalidParams)?;
         Ok(())
     }
 
@@ -371,8 +373,10 @@ impl Filter {
 
     /// Overrides the item counter (used when a count is known from elsewhere,
     /// e.g. after a union).
+    /// A count above the bit count is stored as the bit count: every
+    /// counted item set a clear bit (see [`crate::format::check_items`]).
     pub fn set_items(&self, items: u64) {
-        self.items.store(items, Relaxed);
+        self.items.store(items.min(self.params.bits), Relaxed);
     }
 
     /// Hashes `item` and resolves where it lives.

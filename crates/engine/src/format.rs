@@ -202,7 +202,7 @@ impl Header {
                 extra: file_len - expected_len,
             });
         }
-        Ok(Header {
+        let header = Header {
             version,
             params: Params {
                 layout,
@@ -220,8 +220,38 @@ impl Header {
             data_len,
             data_checksum: u64_at(OFF_DATA_SUM),
             ones,
-        })
+        };
+        check_counts(header.params.planned_items, header.params.target_fp).map_err(bad)?;
+        check_items(header.items, bits).map_err(bad)?;
+        Ok(header)
     }
+}
+
+/// Checks what a header says about its sizing: at least one planned item
+/// and a rate strictly between 0 and 1 (every plan has both; growth and
+/// the rate math take them as given).
+pub fn check_counts(planned_items: u64, target_fp: f64) -> std::result::Result<(), String> {
+    if planned_items == 0 {
+        return Err("planned item count 0".into());
+    }
+    if !(target_fp > 0.0 && target_fp < 1.0) {
+        return Err(format!("target rate {target_fp} (0 < rate < 1)"));
+    }
+    Ok(())
+}
+
+/// Checks a Bloom filter's item count against its size: an item is counted
+/// only when it sets a bit that was clear (and a union's count is clamped
+/// the same way, see [`Filter::set_items`]), so a filter of `bits` bits
+/// never counts more than `bits` items. A larger count is damage, or a
+/// header written to make the rate math run away.
+pub fn check_items(items: u64, bits: u64) -> std::result::Result<(), String> {
+    if items > bits {
+        return Err(format!(
+            "item count {items} for {bits} bits (at most one per bit)"
+        ));
+    }
+    Ok(())
 }
 
 /// XXH3-64 of the header with its checksum field read as zero.
@@ -344,7 +374,12 @@ pub enum Access {
 /// File-backing bookkeeping of a filter.
 pub(crate) struct FileState {
     pub(crate) path: PathBuf,
-    file: File,
+    /// Kept only where it is needed: by a writer (its advisory lock lives
+    /// as long as the handle) and by a file being created (sized, synced
+    /// and renamed by `persist`). A read-only open closes it once mapped:
+    /// the mapping holds the file, and a server of thousands of filters
+    /// would otherwise hold as many descriptors.
+    file: Option<File>,
     access: Access,
     /// Set while the file is a temporary that `persist` will rename to `path`.
     temp: Option<PathBuf>,
@@ -495,7 +530,7 @@ impl Filter {
             items,
             Some(FileState {
                 path: path.into(),
-                file,
+                file: (access == Access::ReadWrite).then_some(file),
                 access,
                 temp: None,
                 header,
@@ -523,17 +558,21 @@ impl Filter {
         };
         let state = FileState {
             path: path.into(),
-            file,
+            file: Some(file),
             access: Access::ReadWrite,
             temp: Some(tmp.clone()),
             header,
         };
         let total = HEADER_LEN as u64 + data_len;
-        state.file.set_len(total).map_err(io_err(&tmp, "size"))?;
+        let file = state
+            .file
+            .as_ref()
+            .expect("a created file keeps its handle");
+        file.set_len(total).map_err(io_err(&tmp, "size"))?;
         let map_len = usize::try_from(total).map_err(|_| Error::OutOfMemory(total))?;
         // SAFETY: the file was just created by us (create_new) under a unique
         // name; nothing else maps or truncates it.
-        let map = unsafe { MmapOptions::new().len(map_len).map_mut(&state.file) }
+        let map = unsafe { MmapOptions::new().len(map_len).map_mut(file) }
             .map_err(io_err(&tmp, "memory-map"))?;
         let bits = Bits::mapped(map, HEADER_LEN, (data_len / 8) as usize)
             .ok_or(Error::OutOfMemory(total))?;
@@ -553,7 +592,11 @@ impl Filter {
         };
         self.write_header(0)?;
         let state = self.file.as_mut().expect("checked above");
-        state.file.sync_all().map_err(io_err(&tmp, "fsync"))?;
+        let file = state
+            .file
+            .as_ref()
+            .expect("a created file keeps its handle");
+        file.sync_all().map_err(io_err(&tmp, "fsync"))?;
         std::fs::rename(&tmp, &state.path).map_err(io_err(&state.path, "rename into place"))?;
         state.temp = None;
         sync_dir(&state.path)
@@ -1237,6 +1280,29 @@ impl DeletableHeader {
                 extra: file_len - expected_len,
             });
         }
+        let items = u64_at(OFF_ITEMS);
+        let max_items = match geometry {
+            // Each counted item took a counter from 0 to 1, and a counter
+            // holds at most 15.
+            Geometry::Counting { counters, .. } => {
+                counters.saturating_mul(crate::math::COUNTER_MAX as u64)
+            }
+            // One item per slot.
+            Geometry::Cuckoo {
+                buckets,
+                bucket_size,
+                ..
+            } => buckets.saturating_mul(bucket_size as u64),
+        };
+        if items > max_items {
+            return Err(bad(format!(
+                "item count {items} for a {} filter of at most {max_items}",
+                kind.name()
+            )));
+        }
+        let planned_items = u64_at(OFF_PLANNED);
+        let target_fp = f64::from_le_bytes(bytes[OFF_TARGET_FP..][..8].try_into().expect("8"));
+        check_counts(planned_items, target_fp).map_err(bad)?;
         Ok(DeletableHeader {
             version,
             geometry,
@@ -1245,9 +1311,9 @@ impl DeletableHeader {
             match_mode: bytes[OFF_MATCH_MODE],
             flags,
             seed: u64_at(OFF_SEED),
-            items: u64_at(OFF_ITEMS),
-            planned_items: u64_at(OFF_PLANNED),
-            target_fp: f64::from_le_bytes(bytes[OFF_TARGET_FP..][..8].try_into().expect("8")),
+            items,
+            planned_items,
+            target_fp,
             data_len,
             data_checksum: u64_at(OFF_DATA_SUM),
         })

@@ -236,7 +236,7 @@ pub fn classic_fp(m: f64, n: f64, k: u32) -> f64 {
     if n <= 0.0 {
         return 0.0;
     }
-    (1.0 - (-(k as f64) * n / m).exp()).powi(k as i32)
+    (1.0 - (-(k as f64) * n / m).exp()).powi(k.min(i32::MAX as u32) as i32)
 }
 
 /// Predicted false-positive rate of the blocked layout: a Poisson mixture
@@ -245,15 +245,21 @@ pub fn classic_fp(m: f64, n: f64, k: u32) -> f64 {
 ///
 /// `m` bits in blocks of `block_bits`, `n` items, `k` probes per item, all in
 /// one block. Costs a few hundred thousand multiply-adds at the usual loads;
-/// beyond 2,000 items per block (a hopelessly overfull filter) it falls back
-/// to the mean-fill formula, [`blocked_fp_mean_fill`].
+/// beyond 2,000 items per block (a hopelessly overfull filter), and for
+/// `k` above [`MAX_K`], it falls back to the mean-fill formula,
+/// [`blocked_fp_mean_fill`]. Any input ends in bounded time: an item count
+/// or bit count that is not a positive finite number answers 1.
 pub fn blocked_fp(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
     if n <= 0.0 {
         return 0.0;
     }
+    if let Some(fp) = degenerate_fp(m, n, block_bits) {
+        return fp;
+    }
     let lambda = block_bits * n / m;
     let b = block_bits as usize;
-    if lambda > 2000.0 || !(1..=4096).contains(&b) {
+    // `lambda` is a number here (see `degenerate_fp`), possibly +∞.
+    if lambda > 2000.0 || !(1..=4096).contains(&b) || k > MAX_K {
         return blocked_fp_mean_fill(m, n, k, block_bits);
     }
     let bf = block_bits;
@@ -296,6 +302,9 @@ pub fn blocked_fp_mean_fill(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
     if n <= 0.0 {
         return 0.0;
     }
+    if let Some(fp) = degenerate_fp(m, n, block_bits) {
+        return fp;
+    }
     let lambda = block_bits * n / m;
     // Sum the Poisson terms outward from the mode in both directions so that
     // large λ (an overfull filter) neither underflows e^{−λ} nor loops forever.
@@ -303,28 +312,54 @@ pub fn blocked_fp_mean_fill(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
     let ln_pmf = |i: f64| -> f64 { i * lambda.ln() - lambda - ln_factorial(i) };
     let per_block = |i: f64| -> f64 {
         let zero = (1.0 - 1.0 / block_bits).powf(k as f64 * i);
-        (1.0 - zero).powi(k as i32)
+        (1.0 - zero).powi(k.min(i32::MAX as u32) as i32)
     };
+    if lambda > MEAN_FILL_EXACT_LAMBDA {
+        // Beyond here the Poisson spread (√λ) is under 0.1 % of λ and the
+        // per-block rate is flat across it: the value at the mean is the
+        // sum to within that. Summing term by term would need ~√λ terms
+        // (and `i + 1.0 == i` once λ ≥ 2⁵³).
+        return per_block(lambda).min(1.0);
+    }
+    // Each direction takes at most 10,001 terms (a counted loop, so it ends
+    // whatever the floats do); λ ≤ 10⁶ puts all but 10⁻¹⁸ of the Poisson
+    // mass within 10,000 of the mode.
     let mut sum = 0.0;
-    let mut i = mode;
-    loop {
+    for step in 0..=10_000u32 {
+        let i = mode + step as f64;
         let w = ln_pmf(i).exp();
         sum += w * per_block(i);
-        if (w < 1e-18 && i > lambda) || i > mode + 10_000.0 {
+        if w < 1e-18 && i > lambda {
             break;
         }
-        i += 1.0;
     }
-    let mut i = mode - 1.0;
-    while i >= 0.0 {
+    for step in 1..=10_000u32 {
+        let i = mode - step as f64;
+        if i < 0.0 {
+            break;
+        }
         let w = if lambda == 0.0 { 0.0 } else { ln_pmf(i).exp() };
         sum += w * per_block(i);
         if w < 1e-18 {
             break;
         }
-        i -= 1.0;
     }
     sum.min(1.0)
+}
+
+/// Mean items per block above which [`blocked_fp_mean_fill`] evaluates the
+/// per-block rate at the mean instead of summing the Poisson mixture.
+const MEAN_FILL_EXACT_LAMBDA: f64 = 1e6;
+
+/// The rate for inputs the sums cannot take: `None` for ordinary ones
+/// (`m`, `block_bits` positive and finite, `n` positive and finite). A
+/// filter of no bits, or one whose item count is infinite or not a number,
+/// answers 1 (every lookup may be a false positive); so does a block size
+/// that is not a positive number. Keeps every caller's loops finite.
+fn degenerate_fp(m: f64, n: f64, block_bits: f64) -> Option<f64> {
+    let ordinary = m > 0.0 && m.is_finite() && n.is_finite() && block_bits >= 1.0;
+    let ordinary = ordinary && block_bits.is_finite();
+    (!ordinary).then_some(1.0)
 }
 
 /// `ln(i!)` through Stirling's series (exact table for small `i`).
@@ -397,8 +432,9 @@ impl Layout {
                 // neighbours of ln2·m/n rather than trusting rounding.
                 let k0 = (std::f64::consts::LN_2 * m_bits as f64 / n)
                     .floor()
-                    .max(1.0) as u32;
-                let cands = [k0.max(1), (k0 + 1).min(MAX_K)];
+                    .max(1.0)
+                    .min(MAX_K as f64) as u32;
+                let cands = [k0, (k0 + 1).min(MAX_K)];
                 best_of(self, m_bits, n, cands.into_iter())
             }
             Layout::Blocked => {
@@ -712,6 +748,18 @@ pub fn counting_saturation(counters: u64, n: f64, k: u32) -> f64 {
     let lambda = b * n / counters as f64;
     let q = (k as f64 / b).min(1.0);
     let limit = COUNTER_MAX as u32;
+    if k == 0 || n.is_nan() || n <= 0.0 {
+        // No probes, no items (or a count that is not a number: 0 here,
+        // the rates above answer 1 for it): nothing is ever incremented.
+        return if n.is_nan() { 1.0 } else { 0.0 };
+    }
+    let per_counter = lambda * q;
+    if per_counter >= 100.0 || per_counter.is_nan() {
+        // A counter expects 100 or more increments (or the filter has no
+        // counters): it falls short of 15 with probability under 10⁻²⁵.
+        // The sum below would also start too far under the mode to reach it.
+        return 1.0;
+    }
     let mut total = 0.0;
     // Terms below 15 items cannot saturate a counter; sum until the
     // Poisson weight is negligible past the mode.
@@ -1174,5 +1222,119 @@ mod deletable_tests {
             plan_cuckoo(10, 1e-12, 4),
             Err(PlanError::RateTooLow { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+/// Every sizing and rate function ends, in bounded time, for any
+/// input: the whole `u64`/`u32` range and every `f64` class (NaN, ±∞,
+/// subnormals, huge values); the rates stay in `[0, 1]`.
+mod any_input {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::{Duration, Instant};
+
+    /// Generous for a loaded machine: a loop that does not end takes
+    /// forever, a bounded one milliseconds.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let v = f();
+        assert!(t.elapsed() < BOUND, "{what} took {:?}", t.elapsed());
+        v
+    }
+
+    fn rate(what: &str, fp: f64) {
+        assert!((0.0..=1.0).contains(&fp), "{what} = {fp}");
+    }
+
+    /// Integers biased towards the edges (0, 1, 2⁵³ and up, u64::MAX)
+    /// as well as the whole range.
+    fn int() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            Just(0u64),
+            Just(1u64),
+            Just(u64::MAX),
+            (53u32..64).prop_map(|e| 1u64 << e),
+            0u64..100_000,
+        ]
+    }
+
+    fn float() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            proptest::num::f64::ANY,
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(0.0),
+            Just(9.007_199_254_740_992e15),
+            Just(f64::MAX),
+            Just(f64::MIN_POSITIVE),
+            (0u64..u64::MAX).prop_map(|v| v as f64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn rates_end_and_stay_rates(m in int(), n in float(), ni in int(), k in any::<u32>(), small_k in 0u32..70) {
+            for k in [k, small_k] {
+                for n in [n, ni as f64] {
+                    for layout in [Layout::Blocked, Layout::Classic] {
+                        let fp = timed("predicted_fp", || layout.predicted_fp(m, n, k));
+                        if m > 0 && n >= 0.0 && !n.is_nan() {
+                            rate("predicted_fp", fp);
+                        }
+                    }
+                    rate("blocked_fp_mean_fill", timed("mean fill", || blocked_fp_mean_fill(m as f64, n, k, 512.0)));
+                    rate("counting_fp", timed("counting_fp", || counting_fp(m, n, k)));
+                    rate("counting_saturation", timed("saturation", || counting_saturation(m, n, k)));
+                    let _ = timed("estimate_items", || estimate_items(m, k, ni));
+                }
+            }
+        }
+
+        #[test]
+        fn best_k_ends(m in int(), n in float(), ni in int()) {
+            for n in [n, ni as f64] {
+                for layout in [Layout::Blocked, Layout::Classic] {
+                    let k = timed("best_k", || layout.best_k(m, n));
+                    prop_assert!((1..=MAX_K).contains(&k));
+                }
+                let k = timed("counting_best_k", || counting_best_k(m, n));
+                prop_assert!((1..=MAX_COUNTING_K).contains(&k));
+            }
+        }
+
+        #[test]
+        fn plans_end(items in int(), p in float(), b in any::<u32>()) {
+            for layout in [Layout::Blocked, Layout::Classic] {
+                if let Ok(pl) = timed("plan", || plan(layout, items, p)) {
+                    prop_assert!(pl.bits > 0 && pl.bits < 1 << 63);
+                }
+            }
+            let _ = timed("plan_counting", || plan_counting(items, p));
+            let _ = timed("plan_cuckoo", || plan_cuckoo(items, p, b));
+            let _ = timed("plan_cuckoo", || plan_cuckoo(items, p, 4));
+            let _ = timed("cuckoo_fp", || cuckoo_fp(b, b, p));
+            let _ = timed("per_lookup_rate", || per_lookup_rate(p, b));
+            let _ = timed("scaling_layer_rate", || scaling_layer_rate(p, b));
+            let _ = timed("compound_fp", || compound_fp([p, p, 0.5]));
+        }
+    }
+
+    /// The header of the frozen-server report: 2⁶⁴ − 1 items in 11,776
+    /// bits put λ near 2⁶³ items per block.
+    #[test]
+    fn overfull_filter_rate_is_one() {
+        let n = u64::MAX as f64;
+        assert_eq!(blocked_fp_mean_fill(11_776.0, n, 7, 512.0), 1.0);
+        assert_eq!(Layout::Blocked.predicted_fp(11_776, n, 7), 1.0);
+        assert_eq!(counting_saturation(128, n, 7), 1.0);
+        let k = Layout::Blocked.best_k(11_776, n);
+        assert!((1..=MAX_K).contains(&k));
     }
 }

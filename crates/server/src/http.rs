@@ -76,6 +76,7 @@ impl From<StoreError> for ApiError {
             StoreError::Damaged(_) => (StatusCode::SERVICE_UNAVAILABLE, "damaged"),
             StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             StoreError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
+            StoreError::OutOfMemory(_) => (StatusCode::INSUFFICIENT_STORAGE, "out_of_memory"),
         };
         ApiError::new(status, code, e.to_string())
     }

@@ -38,9 +38,11 @@
 
 pub mod auth;
 pub mod budget;
+pub mod fds;
 pub mod http;
 pub mod journal;
 pub mod malloc;
+pub mod memory;
 pub mod metrics;
 pub mod resp;
 pub mod store;
@@ -82,6 +84,9 @@ pub struct Limits {
     /// and HTTP bodies in flight), in bytes; past it the largest are closed
     /// ([`budget`]). 0: no limit.
     pub max_input_bytes: usize,
+    /// The filter memory of all filters together (`--max-memory`, see
+    /// [`memory`]); shared by every copy of these limits.
+    pub memory: Arc<memory::MemoryBudget>,
 }
 
 impl Default for Limits {
@@ -98,6 +103,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             max_filter_bytes: 8 << 30,
             max_input_bytes: 256 << 20,
+            memory: Arc::new(memory::MemoryBudget::new(memory::default_limit())),
         }
     }
 }
@@ -205,6 +211,11 @@ pub struct BoundAddrs {
 /// Blocking: builds its own multi-threaded Tokio runtime.
 pub fn run(config: ServeConfig) -> Result<(), ServerError> {
     malloc::fix_mmap_threshold();
+    if let Some((before, after)) = fds::raise_nofile_limit() {
+        if after > before {
+            tracing::info!("bloomgate serve: descriptor limit raised from {before} to {after}");
+        }
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("bloomgate-serve");
     if config.threads > 0 {

@@ -45,6 +45,11 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         config.limits.max_connections = n;
     }
     config.limits.max_input_bytes = usize::try_from(a.max_input_memory).unwrap_or(usize::MAX);
+    if let Some(m) = a.max_memory {
+        let limit = if m == 0 { u64::MAX } else { m };
+        config.limits.memory =
+            std::sync::Arc::new(bloomgate_server::memory::MemoryBudget::new(limit));
+    }
     if config.http.is_none() && config.resp.is_none() {
         return Err(crate::cmd::UsageError(
             "both --http and --resp are off: nothing to serve".into(),

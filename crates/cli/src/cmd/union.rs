@@ -16,6 +16,17 @@ pub fn run(a: UnionArgs) -> Result<i32> {
         ))
         .into());
     }
+    // Each input's file is read whole and checked against its data checksum
+    // first: a union ORs every byte of both, so damaged data in either
+    // would pass into a file whose own checksum then vouches for it. (The
+    // check reads the files as they are; the union below also re-inserts a
+    // served directory's live adds in memory, which the files' checksums do
+    // not cover, so the two cannot share one read.)
+    for path in [&a.a, &a.b] {
+        crate::cmd::verify_files(path).with_context(|| {
+            format!("{path}: refusing to combine a filter whose data fails its checksum")
+        })?;
+    }
     // Each input as a whole: every layer, and in a served data directory the
     // live adds its files lack (re-inserted in memory).
     let la = crate::cmd::open_read(&a.a, false)?;
@@ -36,6 +47,10 @@ pub fn run(a: UnionArgs) -> Result<i32> {
     out.set_items(fa.items());
     out.union_with(fb)?;
     out.persist()?;
+    // What was written reads back whole and matches its checksum.
+    Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)
+        .and_then(|f| f.verify())
+        .with_context(|| format!("{}: the union just written fails to verify", a.output))?;
     // Whitelists are not merged: an item exempted in A may be a real entry of
     // B, and a union must never let a blacklisted item through.
     let wa = Whitelist::load(&Whitelist::path_for(a.a.as_ref()))?;

@@ -41,6 +41,10 @@ pub(super) fn error_reply(e: &StoreError) -> String {
         StoreError::Unavailable(_) => format!("TRYAGAIN {e}"),
         StoreError::Wal(_) => format!("ERR {e}"),
         StoreError::Damaged(_) => format!("DAMAGED {e}"),
+        // Redis's own text past its `maxmemory`, which clients recognize.
+        StoreError::OutOfMemory(_) => {
+            "OOM command not allowed when used memory > 'maxmemory'.".into()
+        }
         e if e.is_no_space() => {
             format!("ERR {e}; the disk is full: writes fail until space is freed, reads go on")
         }

@@ -74,6 +74,7 @@ use serde::Serialize;
 use crate::wal;
 
 pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
+pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
 pub use redis::{worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore};
@@ -582,6 +583,10 @@ pub enum StoreError {
     /// replaces it until it is repaired (see [`Damaged`]).
     #[error("filter '{}' is damaged: {}; it is not served until its file is restored or rebuilt and reloaded", .0.name, .0.fault)]
     Damaged(Box<Damaged>),
+    /// The filters would take more memory than the server allows
+    /// (`--max-memory`, see [`crate::memory`]); nothing was allocated.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
 }
 
 impl From<Damaged> for StoreError {
@@ -636,6 +641,11 @@ impl From<bloomgate_blacklist::Error> for StoreError {
     fn from(e: bloomgate_blacklist::Error) -> Self {
         match e {
             bloomgate_blacklist::Error::CannotGrow(_) => StoreError::Invalid(e.to_string()),
+            bloomgate_blacklist::Error::Engine(bloomgate_engine::Error::OutOfMemory(n)) => {
+                StoreError::OutOfMemory(format!(
+                    "a layer of {n} bytes would pass the server's --max-memory"
+                ))
+            }
             bloomgate_blacklist::Error::DirBusy(d) => StoreError::DirBusy(d),
             other => StoreError::Files(other),
         }

@@ -80,7 +80,7 @@
 //!
 //! # Files and durability
 //!
-//! `NAME.cf` holds the whole chain ([`encode_file`]): a JSON header with the
+//! `NAME.cf` holds the whole chain ([`write_file`]): a JSON header with the
 //! parameters, the incarnation id (random, so records of a deleted
 //! namesake never apply), the counters, and `seq`, the sequence number of
 //! the last change it contains; then each sub-filter's engine bytes; then an
@@ -319,6 +319,67 @@ struct Header {
     bgf: Option<Vec<u64>>,
 }
 
+impl Header {
+    /// Checks every field a file or a `CF.LOADCHUNK` header supplies before
+    /// it sizes memory or a chain: 1 to 64 sub-filters whose lengths sum
+    /// without overflow, a rate strictly between 0 and 1, a bucket size and
+    /// an expansion within `CF.RESERVE`'s ranges, a capacity of at least 1,
+    /// and a cuckoo filter's item count that fits its slots. Returns the
+    /// sub-filters' total length in bytes.
+    fn check(&self) -> Result<u64, String> {
+        if self.subs.is_empty() || self.subs.len() > MAX_FILTERS.max(64) {
+            return Err(format!("{} sub-filters", self.subs.len()));
+        }
+        let total = self
+            .subs
+            .iter()
+            .try_fold(0u64, |t, &l| t.checked_add(l))
+            .ok_or("sub-filter lengths overflow")?;
+        if !(self.error_rate > 0.0 && self.error_rate < 1.0)
+            || self.bucket_size == 0
+            || self.capacity == 0
+            || self.expansion > 32_768
+        {
+            return Err("bad parameters".into());
+        }
+        // A cuckoo filter's item takes a slot of 2 bits or more. (A
+        // counting filter counts repeated adds of one item: no bound.)
+        if self.layout.is_cuckoo() && self.items > total.saturating_mul(4) {
+            return Err(format!("{} items in {total} bytes", self.items));
+        }
+        Ok(total)
+    }
+}
+
+/// Checks the bytes of a `NAME.cf` file as the server's start does,
+/// without serving it: `Err` names the fault.
+pub fn check_file(bytes: &[u8]) -> Result<(), String> {
+    decode_file(bytes).map(|_| ())
+}
+
+/// Parses the first chunk of a `CF.LOADCHUNK` stream (magic line, JSON
+/// header) and checks it (see [`Header::check`]) and its size against
+/// `max_filter_bytes`, before anything is allocated for it. Returns the
+/// bytes the stream's later chunks carry.
+pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<u64, StoreError> {
+    parse_dump(data, max_filter_bytes).map(|(_, total)| total)
+}
+
+fn parse_dump(data: &[u8], max_filter_bytes: u64) -> Result<(Header, u64), StoreError> {
+    let bad = || StoreError::Invalid("Invalid header".into());
+    let h: Header = data
+        .strip_prefix(DUMP_MAGIC)
+        .and_then(|j| serde_json::from_slice(j).ok())
+        .ok_or_else(bad)?;
+    let total = h.check().map_err(|_| bad())?;
+    if total > max_filter_bytes {
+        return Err(StoreError::Invalid(format!(
+            "a filter of {total} bytes exceeds the server's limit of {max_filter_bytes} bytes"
+        )));
+    }
+    Ok((h, total))
+}
+
 /// The mutable part of a chain (under [`CfNamed::state`]).
 struct Chain {
     id: u64,
@@ -448,6 +509,25 @@ impl Chain {
             );
             return Ok(false);
         }
+        // The table is allocated zeroed, untouched (no memory yet); it is
+        // kept only if the server's memory budget has room. A replay's
+        // growth (`force` on a chain that exists) holds acknowledged adds
+        // and is never refused.
+        let replaying = force && !self.subs.is_empty();
+        if !replaying && limits.memory.reserve(sub.size_bytes()).is_err() {
+            if self.subs.is_empty() {
+                return Err(StoreError::OutOfMemory(format!(
+                    "a filter of {} bytes would pass the server's --max-memory of {} bytes",
+                    sub.size_bytes(),
+                    limits.memory.limit()
+                )));
+            }
+            tracing::warn!(
+                "bloomgate serve: a cuckoo filter cannot grow past the server's --max-memory of {} bytes",
+                limits.memory.limit()
+            );
+            return Ok(false);
+        }
         self.subs.push(sub);
         Ok(true)
     }
@@ -566,12 +646,7 @@ impl Chain {
         if xxh3_64(body) != h.body_hash {
             return Err("checksum mismatch".into());
         }
-        if h.subs.is_empty() || h.subs.len() > MAX_FILTERS.max(64) {
-            return Err(format!("{} sub-filters", h.subs.len()));
-        }
-        if !(h.error_rate > 0.0 && h.error_rate < 1.0) || h.bucket_size == 0 {
-            return Err("bad parameters".into());
-        }
+        h.check()?;
         let mut subs = Vec::new();
         let mut at = 0usize;
         for &len in &h.subs {
@@ -651,6 +726,22 @@ fn h_seq(state: &RwLock<Chain>) -> u64 {
 
 /// `NAME.cf`'s bytes: magic, u32 LE header length, JSON header, the
 /// sub-filters' bytes, xxh3-64 (LE) of everything before it.
+/// Writes a `NAME.cf` image to `out`, piece by piece (the checksum hashed
+/// as they go): a save holds no second copy of the tables.
+fn write_file(out: &mut impl std::io::Write, h: &Header, body: &[Vec<u8>]) -> std::io::Result<()> {
+    let json = serde_json::to_vec(h).expect("a header serializes");
+    let len = (json.len() as u32).to_le_bytes();
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    let head: [&[u8]; 3] = [FILE_MAGIC, &len, &json];
+    for piece in head.into_iter().chain(body.iter().map(Vec::as_slice)) {
+        sum.update(piece);
+        out.write_all(piece)?;
+    }
+    out.write_all(&sum.digest().to_le_bytes())
+}
+
+/// The image [`write_file`] writes, in one buffer.
+#[cfg(test)]
 fn encode_file(h: &Header, body: &[Vec<u8>]) -> Vec<u8> {
     let json = serde_json::to_vec(h).expect("a header serializes");
     let mut out = Vec::with_capacity(16 + json.len() + body.iter().map(Vec::len).sum::<usize>());
@@ -722,7 +813,8 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
         StoreError::io(path.display(), e)
     };
     let path = cf_path(dir, &named.name);
-    write_atomic(&path, &encode_file(&h, &body)).map_err(|e| failed(path.clone(), e.into()))?;
+    bloomgate_engine::atomic::replace_with(&path, |f| write_file(f, &h, &body))
+        .map_err(|e| failed(path.clone(), e.into()))?;
     *export = hashes;
     if let Some(image) = image {
         let bgf = bgf_path(dir, &named.name);
@@ -1001,6 +1093,14 @@ impl Cuckoos {
         v.sort();
         v.dedup();
         v
+    }
+
+    /// Bytes of all chains' tables together.
+    pub fn bytes(&self) -> u64 {
+        read(&self.map)
+            .values()
+            .map(|n| read(&n.state).bytes())
+            .sum()
     }
 
     /// All filters, sorted by name.
@@ -1311,20 +1411,7 @@ impl Cuckoos {
             if self.has(name) {
                 return Err(StoreError::Exists(name.into()));
             }
-            let h: Header = data
-                .strip_prefix(DUMP_MAGIC)
-                .and_then(|j| serde_json::from_slice(j).ok())
-                .ok_or_else(|| bad("Invalid header"))?;
-            let total: u64 = h.subs.iter().sum();
-            if h.subs.is_empty() || h.subs.len() > 64 {
-                return Err(bad("Invalid header"));
-            }
-            if total > limits.max_filter_bytes {
-                return Err(StoreError::Invalid(format!(
-                    "a filter of {total} bytes exceeds the server's limit of {} bytes",
-                    limits.max_filter_bytes
-                )));
-            }
+            let (h, total) = parse_dump(data, limits.max_filter_bytes)?;
             let chunks = (total as usize).div_ceil(CF_DUMP_CHUNK);
             let load = Loading {
                 header: h,
@@ -1412,7 +1499,9 @@ impl super::LocalStore {
         if self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        self.cuckoo.create(name, spec, &self.limits)
+        let made = self.cuckoo.create(name, spec, &self.limits);
+        self.recount_memory();
+        made
     }
 
     /// Adds items to a cuckoo filter (see [`Cuckoos::add`]).
@@ -1456,7 +1545,17 @@ impl super::LocalStore {
         if iter == 1 && self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        self.cuckoo.loadchunk(name, iter, data, &self.limits)
+        if iter == 1 && !self.cuckoo.has(name) {
+            // The stream's data is buffered until its last chunk: reserved
+            // now, before the buffer is allocated.
+            let total = parse_dump_header(data, self.limits.max_filter_bytes)?;
+            self.reserve_memory(total)?;
+        }
+        let loaded = self.cuckoo.loadchunk(name, iter, data, &self.limits);
+        if iter == 1 || loaded.is_err() {
+            self.recount_memory();
+        }
+        loaded
     }
 }
 
@@ -1739,6 +1838,9 @@ mod tests {
         c.seq = 301;
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
+        let mut streamed = Vec::new();
+        write_file(&mut streamed, &h, &body).unwrap();
+        assert_eq!(streamed, file);
         let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
         assert_eq!((back.items, back.deletes, back.seq), (299, 1, 301));

@@ -34,9 +34,10 @@ struct DumpLayer {
 
 /// Parses the first chunk of a `BF.SCANDUMP` stream (the magic line and the
 /// JSON header): each layer's parameters and item count, and the growth
-/// rules. Anything malformed, any layer whose parameters do not validate,
-/// and filters larger than `max_filter_bytes` in all are refused with
-/// RedisBloom's texts.
+/// rules. Anything malformed, any layer whose parameters do not validate
+/// (sizes, rates, an item count above the bit count, unknown or differing
+/// key rules, growth settings out of range), and filters larger than
+/// `max_filter_bytes` in all are refused with RedisBloom's texts.
 pub fn parse_dump_header(
     data: &[u8],
     max_filter_bytes: u64,
@@ -63,6 +64,13 @@ pub fn parse_dump_header(
             target_fp: l.target_fp,
         };
         p.validate().map_err(|_| bad_data())?;
+        bloomgate_engine::format::check_items(l.items, p.bits).map_err(|_| bad_data())?;
+        if bloomgate_url::KeyKind::from_u8(p.key_kind).is_none()
+            || bloomgate_url::MatchMode::from_u8(p.match_mode).is_none()
+            || (p.key_kind, p.match_mode) != (h.layers[0].key_kind, h.layers[0].match_mode)
+        {
+            return Err(bad_data());
+        }
         total = total.saturating_add(p.bits / 8);
         specs.push((p, l.items));
     }
@@ -70,6 +78,9 @@ pub fn parse_dump_header(
         return Err(StoreError::Invalid(
             "filter too large for this server".into(),
         ));
+    }
+    if let Some(m) = &h.meta {
+        m.validate().map_err(|_| bad_data())?;
     }
     let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
     Ok((specs, growth))
@@ -150,10 +161,15 @@ impl LocalStore {
             if self.get(name).is_some() {
                 return Err(StoreError::Exists(name.into()));
             }
-            let base = self.base(name);
-            self.fresh_journal(name, &specs[0].0)?;
-            let layers = self.write_new_or_clean(name, &base, &specs, &growth)?;
-            self.install(name, &base, layers)?;
+            self.reserve_memory(specs.iter().map(|(p, _)| p.bits / 8).sum())?;
+            let made = (|| {
+                let base = self.base(name);
+                self.fresh_journal(name, &specs[0].0)?;
+                let layers = self.write_new_or_clean(name, &base, &specs, &growth)?;
+                self.install(name, &base, layers)
+            })();
+            self.recount_memory();
+            made?;
             return Ok(None);
         }
         if let Some(e) = self.wal.refusing() {

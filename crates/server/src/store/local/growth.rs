@@ -25,7 +25,9 @@ pub(super) fn add_key(
         // until a snapshot saves the chain ([`Layers::save`]).
         st.add_published(key, bloomgate_blacklist::layers::unix_now())?
     } else {
-        st.insert(key, false, grow_limits(limits), &mut in_memory_layer)?
+        st.insert(key, false, grow_limits(limits), &mut |p| {
+            budgeted_layer(limits, p)
+        })?
     };
     if let Some(g) = grown {
         named.state.store(Arc::new(g));
@@ -41,6 +43,18 @@ pub(super) fn grow_limits(limits: &Limits) -> GrowLimits {
     GrowLimits {
         max_bytes: limits.max_filter_bytes,
     }
+}
+
+/// A growth layer a client's add asks for: its bytes are reserved from the
+/// server's memory budget first, and refused (nothing allocated, the add
+/// answered with an out-of-memory error) past it.
+fn budgeted_layer(limits: &Limits, p: Params) -> Result<Filter, bloomgate_blacklist::Error> {
+    let bytes = p.bits / 8;
+    limits
+        .memory
+        .reserve(bytes)
+        .map_err(|_| bloomgate_engine::Error::OutOfMemory(bytes))?;
+    in_memory_layer(p)
 }
 
 /// New layers of served filters live in memory until a snapshot saves them.

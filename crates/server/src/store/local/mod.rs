@@ -368,6 +368,7 @@ impl LocalStore {
                 tracing::warn!("bloomgate serve: snapshot after replay failed, will retry: {e}");
             }
         }
+        store.recount_memory();
         Ok(store)
     }
 
@@ -529,6 +530,28 @@ impl LocalStore {
         &self.limits
     }
 
+    /// Reserves `bytes` of filter memory for a create or a load, before
+    /// anything is allocated (see [`crate::memory`]).
+    fn reserve_memory(&self, bytes: u64) -> Result<(), StoreError> {
+        let b = &self.limits.memory;
+        b.reserve(bytes).map_err(|used| {
+            StoreError::OutOfMemory(format!(
+                "a filter of {bytes} bytes would pass the server's --max-memory of {} bytes ({used} in use)",
+                b.limit()
+            ))
+        })
+    }
+
+    /// Recounts the memory of all filters into the budget (after a create,
+    /// a delete, a snapshot: reservations that did not become filters are
+    /// returned, grown layers counted exactly).
+    pub(crate) fn recount_memory(&self) {
+        let bloom: u64 = self.all().iter().map(|n| n.state.load().bytes()).sum();
+        self.limits
+            .memory
+            .set_used(bloom.saturating_add(self.cuckoo.bytes()));
+    }
+
     /// Creates a filter file and serves it.
     pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<Named>, StoreError> {
         if !valid_name(name) {
@@ -543,6 +566,19 @@ impl LocalStore {
             return self.create_forgetting(name, spec, policy, *purpose);
         }
         let params = spec.params(&self.limits)?;
+        self.reserve_memory(params.bits / 8)?;
+        let made = self.create_reserved(name, spec, params);
+        self.recount_memory();
+        made
+    }
+
+    /// The rest of [`LocalStore::create`], once its memory is reserved.
+    fn create_reserved(
+        &self,
+        name: &str,
+        spec: &CreateSpec,
+        params: Params,
+    ) -> Result<Arc<Named>, StoreError> {
         let base = self.base(name);
         self.fresh_journal(name, &params)?;
         let growth = match &spec.growth {
@@ -584,7 +620,24 @@ impl LocalStore {
                 self.limits.max_filter_bytes
             )));
         }
-        let mut params = Params::from_plan(&plan, bloomgate_engine::random_seed());
+        self.reserve_memory(total)?;
+        let made = self.create_forgetting_reserved(name, spec, policy, purpose, p, &plan);
+        self.recount_memory();
+        made
+    }
+
+    /// The rest of [`LocalStore::create_forgetting`], once its memory is reserved.
+    fn create_forgetting_reserved(
+        &self,
+        name: &str,
+        spec: &CreateSpec,
+        policy: &Policy,
+        purpose: Purpose,
+        p: f64,
+        plan: &bloomgate_engine::Plan,
+    ) -> Result<Arc<Named>, StoreError> {
+        let invalid = |e: bloomgate_blacklist::Error| StoreError::Invalid(e.to_string());
+        let mut params = Params::from_plan(plan, bloomgate_engine::random_seed());
         params.key_kind = spec.kind.as_u8();
         params.match_mode = spec.mode.as_u8();
         let base = self.base(name);
@@ -680,7 +733,9 @@ impl LocalStore {
         // reloading, never by a client's delete.
         self.not_damaged(name)?;
         let Some(named) = self.get(name) else {
-            return Ok(self.cuckoo.delete(name));
+            let existed = self.cuckoo.delete(name);
+            self.recount_memory();
+            return Ok(existed);
         };
         let _w = lock(&named.write);
         named.deleted.store(true, Relaxed);
@@ -692,6 +747,7 @@ impl LocalStore {
         // Last: a crash before this leaves a journal without a filter, which
         // a later create resets (and a later reload of the name reuses).
         journal::remove(&journal::path(&self.dir, name));
+        self.recount_memory();
         Ok(true)
     }
 

@@ -33,6 +33,7 @@ impl LocalStore {
     /// Rewrites every changed filter atomically and trims the log.
     pub fn snapshot(&self) -> Result<SnapshotReport, StoreError> {
         let _snap = lock(&self.snapshot_lock);
+        self.recount_memory();
         let dirty: Vec<Arc<Named>> = self
             .all()
             .into_iter()
