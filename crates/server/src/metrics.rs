@@ -305,6 +305,11 @@ pub fn render_filters(store: &Store, out: &mut String) {
         "# HELP bloomgate_writable Whether the server accepts writes (0 while the write-ahead log refuses them, e.g. on a full disk).\n# TYPE bloomgate_writable gauge\nbloomgate_writable {}",
         store.write_failure().is_none() as u8
     );
+    let _ = writeln!(
+        out,
+        "# HELP bloomgate_store_unavailable_total Requests answered unavailable (HTTP 503, RESP -TRYAGAIN) because the remote store (Redis) could not answer.\n# TYPE bloomgate_store_unavailable_total counter\nbloomgate_store_unavailable_total {}",
+        store.unavailable_answers()
+    );
     // A filter whose information cannot be read now (a remote store) is
     // left out of this scrape.
     let infos: Vec<(Info, (u64, u64))> = all
