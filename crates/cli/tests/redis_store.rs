@@ -601,7 +601,16 @@ fn evicted_shards_are_errors_never_absent() {
         .collect();
     write_lines(&entries, &urls);
     let file = d.join("cache.bgf");
-    ok(&bg(&["build", "-n", "2e6", "-p", "1e-4", "-o", p(&file), p(&entries)]));
+    ok(&bg(&[
+        "build",
+        "-n",
+        "2e6",
+        "-p",
+        "1e-4",
+        "-o",
+        p(&file),
+        p(&entries),
+    ]));
     let pushed = bg(&["push", p(&file), &addr]);
     ok(&pushed);
     let warned = String::from_utf8_lossy(&pushed.stderr);
@@ -618,9 +627,7 @@ fn evicted_shards_are_errors_never_absent() {
     let shards = 5u64;
     let evicted = |s: &RedisServer| -> Vec<u64> {
         (0..shards)
-            .filter(|&i| {
-                s.cli(&["EXISTS", &layout::shard_key("cache", i)]).trim() == "(integer) 0"
-            })
+            .filter(|&i| s.cli(&["EXISTS", &layout::shard_key("cache", i)]).trim() == "(integer) 0")
             .collect()
     };
     let blob = "x".repeat(1 << 20);
@@ -631,7 +638,13 @@ fn evicted_shards_are_errors_never_absent() {
         // that LRU picks shards (an evicted metadata key is "no filter").
         server.cli(&["HGET", &layout::meta_key("cache"), "items"]);
         let out = Command::new("redis-cli")
-            .args(["-p", &server.port.to_string(), "-x", "SET", &format!("other:{n}")])
+            .args([
+                "-p",
+                &server.port.to_string(),
+                "-x",
+                "SET",
+                &format!("other:{n}"),
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -651,7 +664,9 @@ fn evicted_shards_are_errors_never_absent() {
     assert_eq!(checked.status.code(), Some(1), "{checked:?}");
     let err = String::from_utf8_lossy(&checked.stderr);
     assert!(
-        err.contains("is missing") && err.contains("damaged") && gone.iter().any(|&i| err.contains(&format!("shard {i} "))),
+        err.contains("is missing")
+            && err.contains("damaged")
+            && gone.iter().any(|&i| err.contains(&format!("shard {i} "))),
         "{err}"
     );
     let count = bg(&["check", &addr, p(&entries), "--count"]);
@@ -660,7 +675,10 @@ fn evicted_shards_are_errors_never_absent() {
     let info = bg(&["info", &addr]);
     assert_eq!(info.status.code(), Some(1));
     let err = String::from_utf8_lossy(&info.stderr);
-    assert!(err.contains("the filter is damaged") && err.contains(&key), "{err}");
+    assert!(
+        err.contains("the filter is damaged") && err.contains(&key),
+        "{err}"
+    );
     let json = bg(&["info", &addr, "--json"]);
     assert_eq!(json.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
@@ -686,7 +704,10 @@ fn evicted_shards_are_errors_never_absent() {
     // The server: an error, never 0.
     let s = common::Server::start_args(d, &["--store", &format!("redis://{}", server.addr())]);
     let v = s.resp().cmd(&["BF.EXISTS", "cache", in_gone]);
-    assert!(v.err().starts_with("TRYAGAIN") && v.err().contains("missing"), "{v:?}");
+    assert!(
+        v.err().starts_with("TRYAGAIN") && v.err().contains("missing"),
+        "{v:?}"
+    );
     let (st, body) = s.http(
         "GET",
         &format!("/v1/filters/cache/check?item={in_gone}"),
@@ -718,7 +739,16 @@ fn a_fleet_loses_no_claim_when_a_master_fails() {
     let file = d.join("fleet.bgf");
     let empty = d.join("empty.txt");
     write_lines(&empty, Vec::<String>::new());
-    ok(&bg(&["build", "-n", "4e6", "-p", "1e-6", "-o", p(&file), p(&empty)]));
+    ok(&bg(&[
+        "build",
+        "-n",
+        "4e6",
+        "-p",
+        "1e-6",
+        "-o",
+        p(&file),
+        p(&empty),
+    ]));
     ok(&bg(&["push", p(&file), &cluster.address(name)]));
 
     // The master to fail: one holding shards, not the metadata's slot.
@@ -728,8 +758,7 @@ fn a_fleet_loses_no_claim_when_a_master_fails() {
     let victim = *owners
         .values()
         .find(|&&port| {
-            port != meta_port
-                && (0..shards).any(|i| owners[&layout::shard_slot(name, i)] == port)
+            port != meta_port && (0..shards).any(|i| owners[&layout::shard_slot(name, i)] == port)
         })
         .expect("a master with shards and without the metadata");
     // Seeds without the victim (a client tries seeds in order).
@@ -819,5 +848,10 @@ fn a_fleet_loses_no_claim_when_a_master_fails() {
         printed.extend(String::from_utf8_lossy(&o.stdout).lines().map(String::from));
     }
     let never: Vec<&String> = urls.iter().filter(|u| !printed.contains(*u)).collect();
-    assert!(never.is_empty(), "{} URLs claimed by nobody: {:?}", never.len(), &never[..never.len().min(5)]);
+    assert!(
+        never.is_empty(),
+        "{} URLs claimed by nobody: {:?}",
+        never.len(),
+        &never[..never.len().min(5)]
+    );
 }

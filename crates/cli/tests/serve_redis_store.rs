@@ -417,7 +417,8 @@ fn redis_down_is_an_error_never_absent() {
     // A failed add's outcome is unknown: the client is told to treat the
     // items as new (they may have been added; a retry may say "exists").
     assert!(
-        v.err().contains("add outcome unknown") && v.err().contains("treat every item of this add as new"),
+        v.err().contains("add outcome unknown")
+            && v.err().contains("treat every item of this add as new"),
         "{v:?}"
     );
     let (st, v) = s.http(
@@ -980,14 +981,28 @@ fn a_server_started_before_redis_answers_once_redis_is_up() {
     assert_eq!(st, 503, "{v}");
     assert_eq!(v["status"], "store_unavailable", "{v}");
     assert_eq!(v["store"]["reachable"], false, "{v}");
-    assert!(v["store"]["error"].as_str().unwrap().contains(&port.to_string()), "{v}");
+    assert!(
+        v["store"]["error"]
+            .as_str()
+            .unwrap()
+            .contains(&port.to_string()),
+        "{v}"
+    );
     let hit = "http://evil1.example/phish/";
     let e = s.resp().cmd(&["BF.EXISTS", "urls", hit]);
     assert!(e.err().starts_with("TRYAGAIN"), "{e:?}");
-    let (st, v) = s.http("GET", &format!("/v1/filters/urls/check?item={hit}"), None, None);
+    let (st, v) = s.http(
+        "GET",
+        &format!("/v1/filters/urls/check?item={hit}"),
+        None,
+        None,
+    );
     assert_eq!(st, 503, "{v}");
     let (_, v) = s.http("GET", "/healthz", None, None);
-    assert!(v["store"]["unavailable_answers"].as_u64().unwrap() >= 2, "{v}");
+    assert!(
+        v["store"]["unavailable_answers"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
     let metrics = common::http(s.http, "GET", "/metrics", None, None);
     let text = metrics.1["text"].as_str().unwrap().to_string();
     let line = text
