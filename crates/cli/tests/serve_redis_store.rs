@@ -414,6 +414,13 @@ fn redis_down_is_an_error_never_absent() {
         .resp()
         .cmd(&["BF.ADD", "urls", "http://while-down.example/"]);
     assert!(v.err().starts_with("TRYAGAIN"), "{v:?}");
+    // A failed add's outcome is unknown: the client is told to treat the
+    // items as new (they may have been added; a retry may say "exists").
+    assert!(
+        v.err().contains("add outcome unknown")
+            && v.err().contains("treat every item of this add as new"),
+        "{v:?}"
+    );
     let (st, v) = s.http(
         "GET",
         "/v1/filters/urls/check?item=http://evil1.example/phish/",
@@ -951,4 +958,77 @@ fn a_server_sees_changes_made_elsewhere_and_refused_passwords() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("authentication failed"), "{err}");
+}
+
+/// An orchestrator starts bloomgate before Redis: the server starts,
+/// `/healthz` reports the store unavailable (503), lookups answer
+/// `-TRYAGAIN`/503 (counted in `/metrics`), and once Redis is up with a
+/// filter the same server answers, lists it, and reports healthy.
+#[test]
+fn a_server_started_before_redis_answers_once_redis_is_up() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A free port, with no Redis on it yet.
+    let mut probe = RedisServer::start(d, &[]);
+    let port = probe.port;
+    probe.kill9();
+    drop(probe);
+    let s = Server::start_args(d, &["--store", &format!("redis://127.0.0.1:{port}")]);
+    let (st, v) = s.http("GET", "/healthz", None, None);
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["status"], "store_unavailable", "{v}");
+    assert_eq!(v["store"]["reachable"], false, "{v}");
+    assert!(
+        v["store"]["error"]
+            .as_str()
+            .unwrap()
+            .contains(&port.to_string()),
+        "{v}"
+    );
+    let hit = "http://evil1.example/phish/";
+    let e = s.resp().cmd(&["BF.EXISTS", "urls", hit]);
+    assert!(e.err().starts_with("TRYAGAIN"), "{e:?}");
+    let (st, v) = s.http(
+        "GET",
+        &format!("/v1/filters/urls/check?item={hit}"),
+        None,
+        None,
+    );
+    assert_eq!(st, 503, "{v}");
+    let (_, v) = s.http("GET", "/healthz", None, None);
+    assert!(
+        v["store"]["unavailable_answers"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
+    let metrics = common::http(s.http, "GET", "/metrics", None, None);
+    let text = metrics.1["text"].as_str().unwrap().to_string();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("bloomgate_store_unavailable_total "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 2, "{line}");
+
+    // Redis comes up, and the filter is pushed into it.
+    let redis = RedisServer::start_on(d, port, &[]);
+    build_and_push(d, &redis);
+    let t = Instant::now();
+    loop {
+        let v = s.resp().cmd(&["BF.EXISTS", "urls", hit]);
+        if v == V::Int(1) {
+            break;
+        }
+        assert!(v.err().starts_with("TRYAGAIN"), "{v:?}");
+        assert!(t.elapsed() < Duration::from_secs(30), "{v:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (st, v) = s.http("GET", "/healthz", None, None);
+    assert_eq!((st, &v["status"]), (200, &serde_json::json!("ok")), "{v}");
+    assert_eq!(v["store"]["reachable"], true, "{v}");
+    let (st, v) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(st, 200, "{v}");
+    assert!(v.to_string().contains("\"urls\""), "{v}");
 }

@@ -90,6 +90,20 @@ impl Batch {
         self.cmds.push((key_slot(key), 0, 0));
     }
 
+    /// Starts `EVAL script 1 key …`, a script of one key, of `args`
+    /// arguments in all (`EVAL`, the script, `1` and the key included);
+    /// its slot is the key's. Continue as after [`Batch::start`].
+    pub(crate) fn start_script(&mut self, args: usize, script: &[u8], key: &[u8]) {
+        self.buf.push(b'*');
+        decimal(&mut self.buf, args as u64);
+        self.buf.extend_from_slice(b"\r\n");
+        self.arg(b"EVAL");
+        self.arg(script);
+        self.arg(b"1");
+        self.arg(key);
+        self.cmds.push((key_slot(key), 0, 0));
+    }
+
     /// One argument.
     pub(crate) fn arg(&mut self, a: &[u8]) {
         self.buf.push(b'$');
@@ -139,10 +153,14 @@ impl Batch {
                 | b"SMEMBERS"
                 | b"SCARD"
                 | b"BITCOUNT"
+                | b"STRLEN"
         ) {
             flags |= READ;
         }
-        if matches!(name, b"GETRANGE" | b"GET" | b"EXISTS" | b"BITCOUNT") {
+        if matches!(
+            name,
+            b"GETRANGE" | b"GET" | b"EXISTS" | b"BITCOUNT" | b"STRLEN"
+        ) {
             flags |= REPLICA_OK;
         }
         let slot = key_slot(key);

@@ -77,6 +77,16 @@ impl Group {
 /// A node: `(host, port)`.
 pub type Node = (String, u16);
 
+/// The replies to a batch that may have failed part way.
+pub(crate) struct Partial {
+    /// Per command, its reply, or `None` when none came back: the command
+    /// may or may not have run (its node failed after it was sent, or while
+    /// it was being sent), or was not sent.
+    pub(crate) replies: Vec<Option<Value>>,
+    /// The first failure, naming the node that failed.
+    pub(crate) error: Option<Error>,
+}
+
 /// Which node serves each slot (and its replicas).
 struct SlotMap {
     nodes: Vec<Node>,
@@ -188,6 +198,19 @@ impl Store {
         Error::from_redis(&self.server, e)
     }
 
+    /// An error of one node: named by itself (and, in a cluster, by the
+    /// cluster's seeds), so that a message says which node failed.
+    fn node_err(&self, node: &Node, e: redis::RedisError) -> Error {
+        if self.cluster.is_some() {
+            Error::from_redis(
+                &format!("{}:{} (node of cluster {})", node.0, node.1, self.server),
+                e,
+            )
+        } else {
+            self.err(e)
+        }
+    }
+
     fn info(&self, node: &Node) -> Result<ConnectionInfo> {
         ConnectionAddr::Tcp(node.0.clone(), node.1)
             .into_connection_info()
@@ -201,17 +224,15 @@ impl Store {
         if let Some(c) = self.lock_idle().get_mut(&key).and_then(Vec::pop) {
             return Ok(c);
         }
-        let client = redis::Client::open(self.info(node)?).map_err(|e| self.err(e))?;
+        let err = |e| self.node_err(node, e);
+        let client = redis::Client::open(self.info(node)?).map_err(err)?;
         let mut c = client
             .get_connection_with_timeout(CONNECT_TIMEOUT)
-            .map_err(|e| self.err(e))?;
-        c.set_read_timeout(Some(RESPONSE_TIMEOUT))
-            .map_err(|e| self.err(e))?;
-        c.set_write_timeout(Some(RESPONSE_TIMEOUT))
-            .map_err(|e| self.err(e))?;
+            .map_err(err)?;
+        c.set_read_timeout(Some(RESPONSE_TIMEOUT)).map_err(err)?;
+        c.set_write_timeout(Some(RESPONSE_TIMEOUT)).map_err(err)?;
         if replica {
-            c.req_command(&redis::cmd("READONLY"))
-                .map_err(|e| self.err(e))?;
+            c.req_command(&redis::cmd("READONLY")).map_err(err)?;
         }
         Ok(c)
     }
@@ -259,18 +280,14 @@ impl Store {
     }
 
     fn run_once(&self, batch: &Batch) -> Result<Vec<Value>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
+        let Partial { replies, error } = self.run_partial(batch);
+        if let Some(e) = error {
+            return Err(e);
         }
-        let values = match (&self.single, &self.cluster) {
-            (Some(node), _) => {
-                let mut out = vec![Value::Nil; batch.len()];
-                self.pipelines(&[(node.clone(), false, Group::All)], batch, &mut out)?;
-                out
-            }
-            (None, Some(cluster)) => self.run_cluster(cluster, batch)?,
-            (None, None) => unreachable!("a store is a server or a cluster"),
-        };
+        let values: Vec<Value> = replies
+            .into_iter()
+            .map(|v| v.expect("every reply came back"))
+            .collect();
         for v in &values {
             if let Value::ServerError(e) = v {
                 return Err(self.err(e.clone().into()));
@@ -279,13 +296,37 @@ impl Store {
         Ok(values)
     }
 
+    /// Runs the commands of `batch` once (pipelined per node) and returns
+    /// every reply that came back, with the first failure: when one node
+    /// fails, the replies of the others (and those it sent before failing)
+    /// are still there. Error replies are replies (`Value::ServerError`).
+    /// Nothing is sent again, so each command ran at most once.
+    pub(crate) fn run_partial(&self, batch: &Batch) -> Partial {
+        let mut replies = vec![None; batch.len()];
+        if batch.is_empty() {
+            return Partial {
+                replies,
+                error: None,
+            };
+        }
+        let error = match (&self.single, &self.cluster) {
+            (Some(node), _) => self
+                .pipelines(&[(node.clone(), false, Group::All)], batch, &mut replies)
+                .err(),
+            (None, Some(cluster)) => self.run_cluster(cluster, batch, &mut replies).err(),
+            (None, None) => unreachable!("a store is a server or a cluster"),
+        };
+        Partial { replies, error }
+    }
+
     /// Sends one pipeline per `(node, replica, commands)`, all before
-    /// reading any reply, and stores the replies in `out`.
+    /// reading any reply, and stores the replies in `out` (those that came
+    /// back, when a node fails).
     fn pipelines(
         &self,
         groups: &[(Node, bool, Group)],
         batch: &Batch,
-        out: &mut [Value],
+        out: &mut [Option<Value>],
     ) -> Result<()> {
         let mut open = Vec::with_capacity(groups.len());
         let mut first_err = None;
@@ -302,7 +343,8 @@ impl Store {
                 }
             };
             match self.take(node, *replica).and_then(|mut c| {
-                c.send_packed_command(bytes).map_err(|e| self.err(e))?;
+                c.send_packed_command(bytes)
+                    .map_err(|e| self.node_err(node, e))?;
                 Ok(c)
             }) {
                 Ok(c) => open.push((node, *replica, group, c)),
@@ -316,12 +358,12 @@ impl Store {
             let mut ok = true;
             for i in group.indexes(batch.len()) {
                 match c.recv_response() {
-                    Ok(v) => out[i] = v,
+                    Ok(v) => out[i] = Some(v),
                     Err(e) => {
                         // The node's other idle connections most likely
                         // died with this one (a restart, a failover).
                         self.drop_pool(node, replica);
-                        first_err.get_or_insert(self.err(e));
+                        first_err.get_or_insert(self.node_err(node, e));
                         ok = false;
                         break;
                     }
@@ -337,7 +379,12 @@ impl Store {
         }
     }
 
-    fn run_cluster(&self, cluster: &Cluster, batch: &Batch) -> Result<Vec<Value>> {
+    fn run_cluster(
+        &self,
+        cluster: &Cluster,
+        batch: &Batch,
+        out: &mut [Option<Value>],
+    ) -> Result<()> {
         let map = self.slot_map(cluster)?;
         let read_only = cluster.read_from_replicas && batch.all(REPLICA_OK);
 
@@ -363,8 +410,7 @@ impl Store {
             .into_iter()
             .map(|((n, r), idx)| (map.nodes[n as usize].clone(), r, Group::Some(idx)))
             .collect();
-        let mut out = vec![Value::Nil; batch.len()];
-        if let Err(e) = self.pipelines(&groups, batch, &mut out) {
+        if let Err(e) = self.pipelines(&groups, batch, out) {
             // The node may have failed over: read the map again next time.
             self.forget_map(cluster);
             return Err(e);
@@ -372,13 +418,15 @@ impl Store {
         // Redirected (not run) commands, and those of slots no node served
         // a moment ago, go through the cluster client one by one.
         let mut again = unmapped;
-        for (i, v) in out.iter().enumerate() {
-            if let Value::ServerError(e) = v {
+        for (i, v) in out.iter_mut().enumerate() {
+            if let Some(Value::ServerError(e)) = v {
                 if matches!(
                     e.code(),
                     "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING"
                 ) {
                     again.push(i);
+                    // Not run: no reply until the resend answers.
+                    *v = None;
                 }
             }
         }
@@ -396,7 +444,7 @@ impl Store {
             let conn = guard.as_mut().expect("connected");
             for i in again {
                 match conn.req_packed_command(batch.bytes(i)) {
-                    Ok(v) => out[i] = v,
+                    Ok(v) => out[i] = Some(v),
                     Err(e) => {
                         *guard = None;
                         return Err(self.err(e));
@@ -404,7 +452,7 @@ impl Store {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn forget_map(&self, cluster: &Cluster) {
@@ -503,6 +551,83 @@ impl Store {
     /// Runs one command.
     pub(crate) fn one(&self, cmd: Cmd) -> Result<Value> {
         Ok(self.run(&[cmd])?.pop().expect("one reply"))
+    }
+
+    /// Runs one command on one node (not routed by key: `CONFIG GET`).
+    pub(crate) fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value> {
+        let mut c = self.take(node, false)?;
+        match c.req_command(cmd) {
+            Ok(v) => {
+                self.give_back(node, false, c);
+                Ok(v)
+            }
+            Err(e) => Err(self.node_err(node, e)),
+        }
+    }
+
+    /// Which masters may evict a filter's keys: one warning per master
+    /// whose `maxmemory-policy` is `allkeys-*` (Redis may then evict shard
+    /// keys when it reaches `maxmemory`, and a filter missing a shard
+    /// cannot answer until it is pushed again), or whose policy could not
+    /// be read (`CONFIG` refused, as managed services do, or the node
+    /// unreachable). `volatile-*` policies evict only keys with a time to
+    /// live, which bloomgate never sets.
+    pub fn eviction_warnings(&self) -> Vec<String> {
+        let masters = match self.masters_by_slot() {
+            Ok((nodes, master_of)) => {
+                let mut idx: Vec<u32> = master_of.into_iter().filter(|&m| m != u32::MAX).collect();
+                idx.sort_unstable();
+                idx.dedup();
+                idx.into_iter()
+                    .map(|i| nodes[i as usize].clone())
+                    .collect::<Vec<_>>()
+            }
+            Err(e) => return vec![format!("could not check the maxmemory-policy: {e}")],
+        };
+        let mut out = Vec::new();
+        for node in masters {
+            let reply = self.on_node(
+                &node,
+                redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"),
+            );
+            let policy = match reply {
+                Ok(Value::Array(kv)) => match kv.get(1) {
+                    Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                    _ => None,
+                },
+                Ok(Value::Map(kv)) => match kv.first() {
+                    Some((_, Value::BulkString(b))) => {
+                        Some(String::from_utf8_lossy(b).into_owned())
+                    }
+                    _ => None,
+                },
+                Ok(_) => None,
+                Err(e) => {
+                    out.push(format!(
+                        "{}:{}: could not check the maxmemory-policy ({e}); make sure it is noeviction (or volatile-*): a policy that evicts a shard key makes the filter unusable until pushed again",
+                        node.0, node.1
+                    ));
+                    continue;
+                }
+            };
+            match policy {
+                Some(p) if p.starts_with("allkeys-") => out.push(format!(
+                    "{}:{}: maxmemory-policy is {p}: when Redis reaches maxmemory it may evict shard keys, and a filter missing a shard cannot answer until pushed again; set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf), so that Redis refuses writes instead",
+                    node.0, node.1
+                )),
+                Some(_) => {}
+                None => out.push(format!(
+                    "{}:{}: could not check the maxmemory-policy (unexpected reply); make sure it is noeviction",
+                    node.0, node.1
+                )),
+            }
+        }
+        out
+    }
+
+    /// The error of an error reply.
+    pub(crate) fn refused(&self, e: redis::ServerError) -> Error {
+        self.err(e.into())
     }
 
     /// A [`Error::Protocol`] for this store.

@@ -82,6 +82,25 @@ pub enum Error {
         /// What was unexpected.
         problem: String,
     },
+    /// A shard key of a filter whose metadata exists is missing or not of
+    /// its length. A push writes every shard whole and nothing in this
+    /// crate deletes one under its metadata, so this is lost data: a key
+    /// evicted by Redis (`maxmemory` with an `allkeys-*` policy), deleted
+    /// or overwritten by hand. Its bits are unknown, so lookups and adds
+    /// that need it are errors, never "absent"; push the filter again.
+    #[error("{server}: shard {shard} of filter {name:?} ({key}) is {problem}: the filter is damaged (a key evicted by Redis's maxmemory policy, or deleted); lookups in it cannot be answered — push the filter again (and set maxmemory-policy noeviction)")]
+    Damaged {
+        /// The server or cluster node.
+        server: String,
+        /// The filter's name.
+        name: String,
+        /// The shard's index.
+        shard: u64,
+        /// The shard's key.
+        key: String,
+        /// What is wrong: "missing", or "N bytes long instead of M".
+        problem: String,
+    },
     /// An entry is not valid for the filter's key kind.
     #[error("{item:?}: invalid {kind} item: {reason}")]
     InvalidItem {

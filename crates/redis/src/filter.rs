@@ -7,26 +7,37 @@
 //! An item's `k` bits are in one 64-byte block, and a block in one shard
 //! (see [`layout`]): a lookup is one `GETRANGE` of those 64
 //! bytes, probed here with the engine's mask of the item's bits. A batch is
-//! one pipeline (per node, in a cluster). A missing shard key reads as
-//! zeros: shards are created whole by a push, and an empty one may be
-//! absent. Any error — a node down, a timeout, a cluster failing over — is
-//! an error of the whole batch ([`Error::Unavailable`]), never "absent": a
-//! down node must not create false negatives.
+//! one pipeline (per node, in a cluster). Shards are created whole by a
+//! push, so the reply is exactly 64 bytes; a shorter one (`""`: the key is
+//! missing, evicted or deleted) is [`Error::Damaged`], never zeros. Any
+//! error — a node down, a timeout, a cluster failing over — is an error of
+//! the whole batch ([`Error::Unavailable`]), never "absent": a down node
+//! must not create false negatives.
 //!
 //! # Adds
 //!
 //! An add is one `BITFIELD key SET u1 OFFSET 1 …` with one `SET` per bit
-//! of the item (at most `k`). Redis runs it atomically and returns the old
-//! bits, so an item was new — not (probably) present before — exactly when
-//! some old bit was 0. Among writers racing on one item, the first to run
+//! of the item (at most `k`), run by a short Lua script
+//! ([`layout::ADD_SCRIPT`]) that first checks the shard's length with
+//! `STRLEN`, so that an add never recreates an evicted shard as zeros
+//! (measured cost in `docs/redis-layout.md`). Redis runs it atomically and
+//! the old bits say whether the item was new — not (probably) present
+//! before — exactly when some old bit was 0. Among writers racing on one item, the first to run
 //! sets that bit and is told "new"; the others see it set: add-if-absent in
 //! one round trip, which is what a fleet of crawlers needs to fetch each
 //! URL once. (No one is told "new" for an item whose bits were all set
 //! already: a false positive, at the filter's rate.) Each batch then adds
 //! its new items to the metadata's count (`HINCRBY items`); the count is
-//! statistics, the bits are the truth. A batch that fails part way may
-//! have set the bits of some of its items without telling anyone they
-//! were new; retrying it reports them as present.
+//! statistics, the bits are the truth.
+//!
+//! A batch that fails part way (a node down) may have set the bits of
+//! items whose replies never came back; retrying it would report them as
+//! present, so nobody would be told they were new. [`RedisFilter::add_keys`]
+//! therefore reports each item's [`Added`] outcome: the replies that came
+//! back are honoured (per node, even when another node failed), and an
+//! item sent without a reply is [`Added::Unknown`] — its claim must be
+//! treated as new by whoever sent it, so that no item is claimed by
+//! nobody (a duplicate claim is the price).
 //!
 //! # Handles
 //!
@@ -87,6 +98,10 @@ pub struct RedisFilter {
     lanes: usize,
 }
 
+/// What one lane of an add did: `(index, outcome)` per item sent, and the
+/// failure that ended it.
+type LaneResult = (Vec<(usize, Added)>, Option<Error>);
+
 /// Shard key names kept (26,224 for a 10¹⁰-item filter at 10⁻⁴).
 const MAX_CACHED_KEYS: u64 = 1 << 16;
 
@@ -99,6 +114,9 @@ pub struct Info {
     pub shards: u64,
     /// Shard keys that exist (all of them after a push).
     pub shards_present: u64,
+    /// Shards missing or of the wrong length, with what is wrong: lost data
+    /// (see [`Error::Damaged`]). Empty for a sound filter.
+    pub damaged: Vec<(u64, String)>,
     /// Bytes of data (as in a `.bgf` file).
     pub data_bytes: u64,
     /// Keys in the whitelist.
@@ -111,6 +129,39 @@ impl Info {
     /// Bits set / bits.
     pub fn fill_ratio(&self) -> f64 {
         self.ones as f64 / (self.data_bytes * 8).max(1) as f64
+    }
+}
+
+/// What an add did to one item ([`RedisFilter::add_keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// The item was new: this add set one of its bits.
+    New,
+    /// Every bit of the item was set already.
+    Present,
+    /// The add was sent but no reply came back (its node failed): it may
+    /// have run. Treat the item as new — its claim may be nobody else's.
+    Unknown,
+    /// The add did not run: it was not sent (an earlier batch failed), or
+    /// Redis refused it before running it (a damaged shard).
+    NotAdded,
+}
+
+/// The outcome of an add batch: one [`Added`] per key, and the first
+/// failure, if any (then some items are [`Added::Unknown`] or
+/// [`Added::NotAdded`]).
+#[derive(Debug)]
+pub struct AddReport {
+    /// Per key, in order.
+    pub outcomes: Vec<Added>,
+    /// The first failure.
+    pub error: Option<Error>,
+}
+
+impl AddReport {
+    /// How many keys had outcome `what`.
+    pub fn count(&self, what: Added) -> u64 {
+        self.outcomes.iter().filter(|&&o| o == what).count() as u64
     }
 }
 
@@ -315,6 +366,17 @@ impl RedisFilter {
             }
             for (place, reply) in places.iter().zip(self.store.run_batch(&cmds)?) {
                 let block = bytes(&self.store, reply)?;
+                if block.len() as u64 != BLOCK_BYTES {
+                    // A block of a whole shard is 64 bytes: the key is
+                    // missing (`""`) or was overwritten shorter.
+                    return Err(self.damaged(
+                        place.shard,
+                        match block.len() {
+                            0 => "missing".to_string(),
+                            n => format!("too short ({n} bytes at offset {})", place.offset),
+                        },
+                    ));
+                }
                 out.push(place.found_in(&block));
             }
         }
@@ -343,16 +405,36 @@ impl RedisFilter {
     /// Adds normalized keys; returns, per key, whether it was new (not
     /// (probably) present before this add — among racing writers exactly
     /// one is told so; of equal keys in one call, the first). Adds the
-    /// new ones to the item count.
+    /// new ones to the item count. Any failure is an error of the whole
+    /// call: a caller that must not lose claims uses
+    /// [`RedisFilter::add_keys`].
     pub fn insert_keys<T: AsRef<[u8]>>(&self, keys: &[T]) -> Result<Vec<bool>> {
+        let report = self.add_keys(keys);
+        if let Some(e) = report.error {
+            return Err(e);
+        }
+        Ok(report.outcomes.iter().map(|&o| o == Added::New).collect())
+    }
+
+    /// Adds normalized keys and reports each one's outcome ([`Added`]),
+    /// also when the call fails part way: the replies that came back are
+    /// honoured (per node), items sent without a reply are
+    /// [`Added::Unknown`], and items not sent are [`Added::NotAdded`].
+    /// Adds the new ones to the item count.
+    pub fn add_keys<T: AsRef<[u8]>>(&self, keys: &[T]) -> AddReport {
         let places: Vec<ItemPlace> = keys.iter().map(|k| self.meta.place(k.as_ref())).collect();
         let lanes = self.lanes_for(keys.len());
-        let mut out = vec![false; keys.len()];
+        let mut report = AddReport {
+            outcomes: vec![Added::NotAdded; keys.len()],
+            error: None,
+        };
         if lanes == 1 {
             let all: Vec<usize> = (0..keys.len()).collect();
-            for (i, new) in self.insert_lane(&places, &all)? {
-                out[i] = new;
+            let (done, error) = self.insert_lane(&places, &all);
+            for (i, o) in done {
+                report.outcomes[i] = o;
             }
+            report.error = error;
         } else {
             // Keys are dealt to lanes by block: items of different blocks
             // share no bit, so the answers are those of running the adds
@@ -362,7 +444,7 @@ impl RedisFilter {
                 let block = p.shard.wrapping_mul(self.meta.shard_blocks) + p.offset / BLOCK_BYTES;
                 dealt[(block % lanes as u64) as usize].push(i);
             }
-            let parts: Vec<Result<Vec<(usize, bool)>>> = std::thread::scope(|scope| {
+            let parts: Vec<LaneResult> = std::thread::scope(|scope| {
                 let workers: Vec<_> = dealt
                     .iter()
                     .map(|idx| {
@@ -375,29 +457,23 @@ impl RedisFilter {
                     .map(|w| w.join().expect("an add thread panicked"))
                     .collect()
             });
-            let mut first_err = None;
-            for part in parts {
-                match part {
-                    Ok(done) => {
-                        for (i, new) in done {
-                            out[i] = new;
-                        }
-                    }
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
+            for (done, error) in parts {
+                for (i, o) in done {
+                    report.outcomes[i] = o;
+                }
+                if let Some(e) = error {
+                    report.error.get_or_insert(e);
                 }
             }
-            if let Some(e) = first_err {
-                return Err(e);
-            }
         }
-        Ok(out)
+        report
     }
 
     /// Adds the items `idx` (indexes into `places`, in order) on one
-    /// connection per node, one `BITFIELD` per item; returns `(index, was
-    /// new)` for each, and adds the new ones to the metadata's count.
+    /// connection per node, one [`layout::ADD_SCRIPT`] per item; returns
+    /// `(index, outcome)` for each item sent, and adds the new ones to the
+    /// metadata's count. The first batch that fails ends the lane (its
+    /// later items are not sent), with its error.
     ///
     /// Rejected: several items of one shard in one `BITFIELD` (their
     /// `SET`s one after the other, which answers the same). Redis's time
@@ -405,58 +481,98 @@ impl RedisFilter {
     /// and allocating, parsing and freeing them is about half of its
     /// profile (`perf`: jemalloc 30 %, `processMultibulkBuffer` 6 %) — not
     /// to the commands: measured 3.29 µs of Redis CPU per add with one item
-    /// per command, 3.61 with 32.
-    fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> Result<Vec<(usize, bool)>> {
+    /// per command, 3.61 with 32. (The script takes the bit numbers alone,
+    /// 4 + k arguments.)
+    fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> LaneResult {
         let mut done = Vec::with_capacity(idx.len());
         let mut cmds = Batch::new();
         for batch in idx.chunks(PIPELINE) {
             cmds.clear();
             for &i in batch {
                 let p = &places[i];
-                let bits = p.bit_count();
-                cmds.start(
-                    2 + 4 * bits,
-                    b"BITFIELD",
+                let r = self.meta.shard_bytes(p.shard);
+                cmds.start_script(
+                    5 + p.bit_count(),
+                    layout::ADD_SCRIPT.as_bytes(),
                     self.shard_key(p.shard).as_bytes(),
                 );
+                cmds.arg_u64(r.end - r.start);
                 for b in p.redis_bits() {
-                    cmds.arg(b"SET");
-                    cmds.arg(b"u1");
                     cmds.arg_u64(b);
-                    cmds.arg(b"1");
                 }
                 cmds.end(0);
             }
+            let partial = self.store.run_partial(&cmds);
+            let mut error = partial.error;
             let mut new = 0u64;
-            for (reply, &i) in self.store.run_batch(&cmds)?.into_iter().zip(batch) {
-                let Value::Array(old) = reply else {
-                    return Err(self.store.protocol("expected an array reply to BITFIELD"));
+            for (reply, &i) in partial.replies.into_iter().zip(batch) {
+                let outcome = match reply {
+                    None => Added::Unknown,
+                    Some(Value::Int(1)) => Added::New,
+                    Some(Value::Int(0)) => Added::Present,
+                    Some(Value::Int(n)) if n < 0 => {
+                        let len = -(n + 1);
+                        error.get_or_insert_with(|| {
+                            self.damaged(
+                                places[i].shard,
+                                match len {
+                                    0 => "missing".to_string(),
+                                    len => format!(
+                                        "{len} bytes long instead of {}",
+                                        self.meta.shard_bytes(places[i].shard).end
+                                            - self.meta.shard_bytes(places[i].shard).start
+                                    ),
+                                },
+                            )
+                        });
+                        Added::NotAdded
+                    }
+                    Some(Value::ServerError(e)) => {
+                        // Redis refuses a command before running it (OOM,
+                        // READONLY, …), but a script could fail after its
+                        // write: the outcome is not known.
+                        error.get_or_insert_with(|| self.store.refused(e));
+                        Added::Unknown
+                    }
+                    Some(other) => {
+                        error.get_or_insert_with(|| {
+                            self.store
+                                .protocol(format!("unexpected reply to an add: {other:?}"))
+                        });
+                        Added::Unknown
+                    }
                 };
-                if old.len() != places[i].bit_count() {
-                    return Err(self.store.protocol(format!(
-                        "BITFIELD answered {} values for {} operations",
-                        old.len(),
-                        places[i].bit_count()
-                    )));
-                }
-                let mut was_new = false;
-                for bit in &old {
-                    was_new |= int(&self.store, bit)? == 0;
-                }
-                new += was_new as u64;
-                done.push((i, was_new));
+                new += (outcome == Added::New) as u64;
+                done.push((i, outcome));
             }
             if new > 0 {
-                self.store.one(
+                // Statistics: counted even when the batch failed part way.
+                if let Err(e) = self.store.one(
                     redis::cmd("HINCRBY")
                         .arg(layout::meta_key(&self.address.name))
                         .arg("items")
                         .arg(new)
                         .clone(),
-                )?;
+                ) {
+                    error.get_or_insert(e);
+                }
+            }
+            if error.is_some() {
+                return (done, error);
             }
         }
-        Ok(done)
+        (done, None)
+    }
+
+    /// An [`Error::Damaged`] for shard `shard`.
+    fn damaged(&self, shard: u64, problem: String) -> Error {
+        Error::Damaged {
+            server: self.store.server().to_string(),
+            name: self.address.name.clone(),
+            shard,
+            key: self.shard_key(shard).into_owned(),
+            problem,
+        }
     }
 
     /// Normalizes one entry as the filter's key kind requires.
@@ -517,23 +633,36 @@ impl RedisFilter {
         }
     }
 
-    /// Statistics: the item count, how many shard keys exist, and how many
-    /// bits are set (`EXISTS` and `BITCOUNT` of every shard, pipelined: a
+    /// Statistics: the item count, how many shard keys exist and which
+    /// are missing or of the wrong length ([`Info::damaged`]), and how many
+    /// bits are set (`STRLEN` and `BITCOUNT` of every shard, pipelined: a
     /// `BITCOUNT` of a 1 MB shard takes Redis about 0.1 ms).
     pub fn info(&self) -> Result<Info> {
         let shards = self.meta.shards();
-        let (mut present, mut ones) = (0, 0);
+        let (mut present, mut ones, mut damaged) = (0, 0, Vec::new());
         let all: Vec<u64> = (0..shards).collect();
         for batch in all.chunks(PIPELINE / 2) {
             let mut cmds = Batch::new();
             for &i in batch {
                 let key = self.shard_key(i);
-                cmds.push(redis::cmd("EXISTS").arg(key.as_ref()));
+                cmds.push(redis::cmd("STRLEN").arg(key.as_ref()));
                 cmds.push(redis::cmd("BITCOUNT").arg(key.as_ref()));
             }
             let replies = self.store.run_batch(&cmds)?;
-            for pair in replies.chunks(2) {
-                present += int(&self.store, &pair[0])? as u64;
+            for (pair, &i) in replies.chunks(2).zip(batch) {
+                let len = int(&self.store, &pair[0])?.max(0) as u64;
+                let r = self.meta.shard_bytes(i);
+                if len > 0 {
+                    present += 1;
+                }
+                if len == 0 {
+                    damaged.push((i, "missing".to_string()));
+                } else if len != r.end - r.start {
+                    damaged.push((
+                        i,
+                        format!("{len} bytes long instead of {}", r.end - r.start),
+                    ));
+                }
                 ones += int(&self.store, &pair[1])? as u64;
             }
         }
@@ -549,6 +678,7 @@ impl RedisFilter {
             items: self.items()?,
             shards,
             shards_present: present,
+            damaged,
             data_bytes: self.meta.data_len(),
             whitelist,
             ones,

@@ -44,9 +44,19 @@
 //! its first byte and grown to its full length by later ones measured
 //! 1,310,768 bytes (sds growth rounds up), against 1,048,624 when its last
 //! byte was written first. Shards are therefore always created whole (a
-//! push writes every shard, zeros included) and never grown. A missing
-//! shard still reads as zeros (an empty shard may be absent), and a short
-//! one is padded with zeros.
+//! push writes every shard, zeros included) and never grown.
+//!
+//! # Missing shards are damage
+//!
+//! Since every shard is written whole before the metadata, a shard key
+//! that is missing (or of another length) under existing metadata is lost
+//! data — evicted by a `maxmemory` policy, deleted or overwritten — never
+//! an empty shard. Every path says so ([`Error::Damaged`]) instead of
+//! reading zeros: a lookup's `GETRANGE` of a block of a whole shard
+//! returns exactly 64 bytes, so a shorter reply (`""` for a missing key)
+//! is the check, at no extra cost; an add is [`ADD_SCRIPT`], which
+//! refuses a shard of the wrong length instead of letting `BITFIELD`
+//! create it anew as zeros.
 //!
 //! # Hash tags
 //!
@@ -87,13 +97,41 @@ pub const SHARD_BLOCKS: u64 = 16_383;
 /// Redis Cluster's slots.
 pub const SLOTS: u16 = 16_384;
 
-/// Slot distance of consecutive shards: 16384/φ = 10125.9, rounded to the
-/// nearest odd number (odd: coprime to 16384, so a full cycle visits every slot).
+/// Slot distance of consecutive shards: an odd number (coprime to 16384,
+/// so a full cycle visits every slot) close to 16384/φ = 10125.87. The
+/// nearest odd number is 10125; 10127, two more, was chosen when the
+/// layout was made and stays: it is part of every stored filter's key
+/// names. Its continued fraction spreads shards as evenly (any range of
+/// slots holds its share to within a few, checked by the tests).
 pub const STRIDE: u16 = 10_127;
 
 /// Version of this layout, stored in the metadata (`format`). Readers
 /// refuse versions they do not know.
 pub const FORMAT: u32 = 1;
+
+/// The Lua script of an add (`EVAL ADD_SCRIPT 1 SHARD_KEY LEN BIT…`): if
+/// the shard is `LEN` bytes long, sets its Redis bits `BIT…` with one
+/// `BITFIELD … SET u1 BIT 1 …` and returns 1 if some old bit was 0 (the
+/// item was new), else 0; a shard of another length (0: missing) is left
+/// alone and its length `L` returned as `-1 − L`. Atomic like the
+/// `BITFIELD` alone, one round trip; `STRLEN` and the script call are the
+/// cost of never recreating an evicted shard as zeros.
+pub const ADD_SCRIPT: &str = "local n=redis.call('STRLEN',KEYS[1]) \
+if n~=tonumber(ARGV[1]) then return -1-n end \
+local a={} for i=2,#ARGV do local j=4*i-8 a[j+1]='SET' a[j+2]='u1' a[j+3]=ARGV[i] a[j+4]='1' end \
+for _,v in ipairs(redis.call('BITFIELD',KEYS[1],unpack(a))) do if v==0 then return 1 end end \
+return 0";
+
+/// [`ADD_SCRIPT`] as a command: sets `bits` (Redis bit numbers) of the
+/// shard `key` whose length must be `len`.
+pub fn add_cmd(key: &str, len: u64, bits: impl IntoIterator<Item = u64>) -> redis::Cmd {
+    let mut c = redis::cmd("EVAL");
+    c.arg(ADD_SCRIPT).arg(1).arg(key).arg(len);
+    for b in bits {
+        c.arg(b);
+    }
+    c
+}
 
 /// CRC16 as Redis Cluster defines it (XMODEM: polynomial 0x1021, initial
 /// value 0, no reflection); `crc16(b"123456789") == 0x31C3`.

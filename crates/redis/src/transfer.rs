@@ -198,6 +198,7 @@ pub fn push(
         hset.arg(k).arg(v);
     }
     store.one(hset)?;
+    verify_shards(&store, name, &meta)?;
     Ok(Transferred {
         shards: meta.shards(),
         bytes: meta.data_len(),
@@ -205,6 +206,39 @@ pub fn push(
         items: meta.items,
         data_checksum: header.data_checksum,
     })
+}
+
+/// Checks that every shard of a filter just pushed is there, whole
+/// (`STRLEN` of each, pipelined): a Redis that evicts keys (`allkeys-*`
+/// at `maxmemory`) may drop shards during the push itself.
+fn verify_shards(store: &Store, name: &str, meta: &Meta) -> Result<()> {
+    let all: Vec<u64> = (0..meta.shards()).collect();
+    for batch in all.chunks(1024) {
+        let cmds: Vec<redis::Cmd> = batch
+            .iter()
+            .map(|&i| redis::cmd("STRLEN").arg(layout::shard_key(name, i)).clone())
+            .collect();
+        for (reply, &i) in store.run(&cmds)?.iter().zip(batch) {
+            let len = crate::filter::int(store, reply)?;
+            let r = meta.shard_bytes(i);
+            if len != (r.end - r.start) as i64 {
+                return Err(Error::Damaged {
+                    server: store.server().to_string(),
+                    name: name.to_string(),
+                    shard: i,
+                    key: layout::shard_key(name, i),
+                    problem: match len {
+                        0 => "missing right after the push (evicted during it?)".to_string(),
+                        n => format!(
+                            "{n} bytes long right after the push instead of {}",
+                            r.end - r.start
+                        ),
+                    },
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The page checksum of data written in pieces of any length: whole pages
@@ -319,16 +353,21 @@ pub fn pull(
         for (i, reply) in (first..last).zip(store.run(&cmds)?) {
             let r = meta.shard_bytes(i);
             let len = (r.end - r.start) as usize;
-            let mut shard = bytes(&store, reply)?;
-            if shard.len() > len {
-                return Err(store.protocol(format!(
-                    "{} holds {} bytes, more than the shard's {len}",
-                    layout::shard_key(name, i),
-                    shard.len()
-                )));
+            let shard = bytes(&store, reply)?;
+            if shard.len() != len {
+                // Shards are written whole: a missing or short one is lost
+                // data, which a file must not silently fill with zeros.
+                return Err(Error::Damaged {
+                    server: store.server().to_string(),
+                    name: name.clone(),
+                    shard: i,
+                    key: layout::shard_key(name, i),
+                    problem: match shard.len() {
+                        0 => "missing".to_string(),
+                        n => format!("{n} bytes long instead of {len}"),
+                    },
+                });
             }
-            // A missing or short shard holds zeros where it has no bytes.
-            shard.resize(len, 0);
             sum.add(&shard);
             out.write_all(&shard).map_err(io(&tmp, "write"))?;
             written += len as u64;

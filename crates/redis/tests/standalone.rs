@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bloomgate_engine::{plan, Access, Filter, Layout, Params};
 use bloomgate_redis::layout::{self, BLOCK_BYTES};
-use bloomgate_redis::{pull, push, Address, Error, RedisFilter};
+use bloomgate_redis::{pull, push, Added, Address, Error, RedisFilter};
 use servers::{redis_missing, RedisServer};
 
 /// A blocked raw-key filter file holding `item-0..n`: planned for 2·10⁶
@@ -105,7 +105,7 @@ fn shards_are_the_files_bytes_and_lookups_agree() {
 }
 
 #[test]
-fn adds_say_new_once_and_missing_shards_read_as_zeros() {
+fn adds_say_new_once_and_missing_shards_are_errors() {
     if redis_missing() {
         return;
     }
@@ -145,12 +145,114 @@ fn adds_say_new_once_and_missing_shards_read_as_zeros() {
     pulled.verify().unwrap();
     assert!(pulled.as_bytes() == mem.as_bytes());
 
-    // A shard that is missing reads as zeros: nothing found there, and no
-    // error (an empty shard may be absent).
+    // A shard that is missing (evicted, deleted) is lost data, never
+    // zeros: every path that needs it is an error naming it.
     let place = rf.meta().place(b"new-0");
     let skey = layout::shard_key("e", place.shard);
+    let other = keys
+        .iter()
+        .find(|k| rf.meta().place(k.as_bytes()).shard != place.shard)
+        .unwrap();
     server.cli(&["DEL", &skey]);
-    assert_eq!(rf.contains_keys(&["new-0"]).unwrap(), vec![false]);
+    let damaged = |e: Error| match e {
+        Error::Damaged {
+            shard,
+            key,
+            problem,
+            ..
+        } => {
+            assert_eq!((shard, key.as_str()), (place.shard, skey.as_str()));
+            assert_eq!(problem, "missing");
+        }
+        e => panic!("{e}"),
+    };
+    damaged(rf.contains_keys(&["new-0"]).unwrap_err());
+    // In a batch with keys of sound shards too, and on parallel lanes.
+    damaged(rf.contains_keys(&keys).unwrap_err());
+    assert_eq!(rf.contains_keys(&[other]).unwrap(), vec![true]);
+    // An add does not recreate the shard as zeros.
+    let report = rf.add_keys(&["new-0", other.as_str()]);
+    damaged(report.error.unwrap());
+    assert_eq!(report.outcomes, vec![Added::NotAdded, Added::Present]);
+    damaged(rf.insert_keys(&keys).unwrap_err());
+    assert_eq!(server.cli(&["EXISTS", &skey]).trim(), "(integer) 0");
+    let info = rf.info().unwrap();
+    assert_eq!(info.damaged, vec![(place.shard, "missing".to_string())]);
+    assert_eq!(info.shards_present, info.shards - 1);
+    damaged(pull(&addr, &dir.path().join("lost.bgf"), false, &|_| {}).unwrap_err());
+    assert!(!dir.path().join("lost.bgf").exists());
+    // Another shard overwritten shorter: lookups past its end and adds fail too.
+    let last = (place.shard + 1) % rf.meta().shards();
+    let lkey = layout::shard_key("e", last);
+    server.cli(&["SET", &lkey, "short"]);
+    let in_last: Vec<&String> = keys
+        .iter()
+        .filter(|k| rf.meta().place(k.as_bytes()).shard == last)
+        .take(50)
+        .collect();
+    assert!(!in_last.is_empty());
+    assert!(matches!(
+        rf.contains_keys(&in_last).unwrap_err(),
+        Error::Damaged { shard, .. } if shard == last
+    ));
+    match rf.add_keys(&in_last).error.unwrap() {
+        Error::Damaged { shard, problem, .. } => {
+            assert_eq!(shard, last);
+            assert!(problem.starts_with("5 bytes long instead of"), "{problem}");
+        }
+        e => panic!("{e}"),
+    }
+    assert_eq!(server.cli(&["STRLEN", &lkey]).trim(), "(integer) 5");
+    assert_eq!(rf.info().unwrap().damaged.len(), 2);
+}
+
+#[test]
+fn a_push_verifies_its_shards_and_warns_of_eviction() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let safe = RedisServer::start(dir.path(), &[]);
+    let lru = RedisServer::start(
+        dir.path(),
+        &["--maxmemory", "80mb", "--maxmemory-policy", "allkeys-lru"],
+    );
+    let store = |s: &RedisServer| bloomgate_redis::Store::new(&address(s, "x")).unwrap();
+    assert_eq!(store(&safe).eviction_warnings(), Vec::<String>::new());
+    let w = store(&lru).eviction_warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains(&lru.addr())
+            && w[0].contains("allkeys-lru")
+            && w[0].contains("maxmemory-policy noeviction"),
+        "{w:?}"
+    );
+    // volatile-* evicts only keys with a time to live, which bloomgate
+    // never sets.
+    lru.cli(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    assert_eq!(store(&lru).eviction_warnings(), Vec::<String>::new());
+    // CONFIG refused (as managed services do): a warning that it could
+    // not be checked.
+    lru.cli(&["ACL", "SETUSER", "default", "-config"]);
+    let w = store(&lru).eviction_warnings();
+    assert!(w.len() == 1 && w[0].contains("could not check"), "{w:?}");
+
+    // A push into a Redis too small for the filter, which evicts: shards
+    // pushed first are evicted by the later ones, and the push says so.
+    let tiny = RedisServer::start(
+        dir.path(),
+        &["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"],
+    );
+    let path = dir.path().join("big.bgf");
+    build_file(&path, 100);
+    match push(&path, &address(&tiny, "big"), false, &|_| {}) {
+        Err(Error::Damaged { problem, key, .. }) => {
+            assert!(problem.contains("right after the push"), "{problem}");
+            assert!(key.contains(":big:"), "{key}");
+        }
+        other => panic!("{other:?}"),
+    }
+    push(&path, &address(&safe, "big"), false, &|_| {}).unwrap();
 }
 
 #[test]

@@ -230,8 +230,31 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
 /// Always 200 while the server answers (reads work); `status` is
 /// `read_only`, with the reason, while writes are refused (a full disk),
 /// and `degraded`, with `damaged` listing them, while filters are damaged
-/// (their files failed to load; the others are served).
+/// (their files failed to load; the others are served). With a remote
+/// store (Redis), its state too: 503 `store_unavailable` while a master
+/// does not answer `PING`.
 async fn healthz(State(app): St) -> Response {
+    if app.store.is_remote() {
+        let store = app.store.clone();
+        let Ok(Some(h)) = blocking(move || store.remote_health()).await else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let state = json!({
+            "reachable": h.reachable,
+            "error": h.error,
+            "last_error": h.last_error,
+            "unavailable_answers": h.unavailable_answers,
+        });
+        return if h.reachable {
+            Json(json!({"status": "ok", "writable": true, "store": state})).into_response()
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "store_unavailable", "writable": false, "store": state})),
+            )
+                .into_response()
+        };
+    }
     let mut v = match app.store.write_failure() {
         None => json!({"status": "ok", "writable": true}),
         Some(e) => json!({

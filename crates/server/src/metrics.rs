@@ -323,6 +323,11 @@ pub fn render_filters(store: &Store, out: &mut String) {
             label(&d.name)
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP bloomgate_store_unavailable_total Requests answered unavailable (HTTP 503, RESP -TRYAGAIN) because the remote store (Redis) could not answer.\n# TYPE bloomgate_store_unavailable_total counter\nbloomgate_store_unavailable_total {}",
+        store.unavailable_answers()
+    );
     // A filter whose information cannot be read now (a remote store) is
     // left out of this scrape.
     let infos: Vec<(Info, (u64, u64))> = all

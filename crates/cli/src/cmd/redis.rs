@@ -72,6 +72,7 @@ pub fn push(a: PushArgs) -> Result<i32> {
     let size = std::fs::metadata(&a.file)
         .with_context(|| a.file.clone())?
         .len();
+    warn_eviction(&addr);
     let progress = Progress::default();
     let bar = report::progress_bar(Some(size), &progress, Some("push".into()));
     let result = bloomgate_redis::push(Path::new(&a.file), &addr, a.force, &|n| {
@@ -91,6 +92,19 @@ pub fn push(a: PushArgs) -> Result<i32> {
         bytes((t.bytes as f64 / secs.max(1e-9)) as u64)
     );
     Ok(0)
+}
+
+/// Warns when the target's masters may evict shard keys
+/// (`maxmemory-policy allkeys-*`), or when that could not be checked.
+fn warn_eviction(addr: &Address) {
+    match bloomgate_redis::Store::new(addr) {
+        Ok(store) => {
+            for w in store.eviction_warnings() {
+                eprintln!("bloomgate: warning: {w}");
+            }
+        }
+        Err(e) => eprintln!("bloomgate: warning: could not check the maxmemory-policy: {e}"),
+    }
 }
 
 /// Runs `bloomgate pull`.
@@ -124,13 +138,28 @@ pub fn pull(a: PullArgs) -> Result<i32> {
 struct AddOut {
     lines: u64,
     new: u64,
+    /// Entries sent whose reply never came back (they may have been added).
+    unknown: u64,
+    /// Valid entries not added (not sent after a failure, or refused).
+    not_added: u64,
     invalid: Vec<(u64, String)>,
-    /// With --print-new: the new entries' lines, each ending in a newline.
+    /// With --print-new: the new entries' lines and those of unknown
+    /// outcome, each ending in a newline.
     new_lines: Vec<u8>,
+    /// The failure that stopped the chunk's adds.
+    error: Option<bloomgate_redis::Error>,
 }
 
-/// Runs `bloomgate add` on a Redis filter: every line's key gets one
-/// `BITFIELD`; the new ones are counted (and printed with --print-new).
+/// Runs `bloomgate add` on a Redis filter: every line's key gets one add
+/// (`BITFIELD` in a script); the new ones are counted (and printed with
+/// --print-new).
+///
+/// A claim is never lost: when a node fails, the replies that came back
+/// are still honoured (their new entries printed), and entries sent
+/// without a reply — which may have been added, so that a later run would
+/// call them present — are printed too and counted as "outcome unknown".
+/// After a failure no further chunk is sent; the run exits 1 with what
+/// happened: new, unknown, and not added (run again for those).
 pub fn add(a: AddArgs) -> Result<i32> {
     let started = Instant::now();
     let filter = open(&a.filter, &a.redis)?;
@@ -149,6 +178,10 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
     let (mut lines, mut new, mut invalid) = (0u64, 0u64, 0u64);
+    let (mut unknown, mut not_added) = (0u64, 0u64);
+    let mut failure: Option<bloomgate_redis::Error> = None;
+    // Set at the first failure: chunks that start after it send nothing.
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let names = a.inputs.clone();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -159,8 +192,11 @@ pub fn add(a: AddArgs) -> Result<i32> {
             let mut o = AddOut {
                 lines: 0,
                 new: 0,
+                unknown: 0,
+                not_added: 0,
                 invalid: Vec::new(),
                 new_lines: Vec::new(),
+                error: None,
             };
             let mut keys = Vec::new();
             let mut entries = Vec::new();
@@ -178,21 +214,50 @@ pub fn add(a: AddArgs) -> Result<i32> {
             if a.strict && !o.invalid.is_empty() {
                 return Ok(o);
             }
-            let was_new = filter.insert_keys(&keys)?;
-            for (entry, n) in entries.iter().zip(&was_new) {
-                o.new += *n as u64;
-                if *n && a.print_new {
+            if failed.load(Ordering::Relaxed) {
+                o.not_added = keys.len() as u64;
+                return Ok(o);
+            }
+            let report = filter.add_keys(&keys);
+            for (entry, outcome) in entries.iter().zip(&report.outcomes) {
+                use bloomgate_redis::Added;
+                let print = match outcome {
+                    Added::New => {
+                        o.new += 1;
+                        true
+                    }
+                    Added::Unknown => {
+                        o.unknown += 1;
+                        true
+                    }
+                    Added::NotAdded => {
+                        o.not_added += 1;
+                        false
+                    }
+                    Added::Present => false,
+                };
+                if print && a.print_new {
                     o.new_lines.extend_from_slice(entry);
                     o.new_lines.push(b'\n');
                 }
             }
+            if report.error.is_some() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            o.error = report.error;
             Ok(o)
         },
         |chunk, o| {
             let o = o?;
             lines += o.lines;
             new += o.new;
+            unknown += o.unknown;
+            not_added += o.not_added;
+            // Printed even after a failure: these are claims.
             out.write_all(&o.new_lines)?;
+            if let Some(e) = o.error {
+                failure.get_or_insert(e);
+            }
             for (line, reason) in o.invalid {
                 invalid += 1;
                 let msg = format!(
@@ -211,13 +276,28 @@ pub fn add(a: AddArgs) -> Result<i32> {
     );
     report::finish(bar);
     out.flush()?;
-    result.with_context(|| {
+    let counts = || {
         format!(
-            "adding to {}: {} new items were added before the failure",
-            filter.address().display(),
-            thousands(new)
+            "{} new items were added{}, {} items may or may not have been added (sent, no reply{}), {} valid items were not added (run again to add them)",
+            thousands(new),
+            if a.print_new { " and printed" } else { "" },
+            thousands(unknown),
+            if a.print_new {
+                "; printed with the new ones: treat them as new"
+            } else {
+                ""
+            },
+            thousands(not_added)
         )
-    })?;
+    };
+    result.with_context(|| format!("adding to {}: {}", filter.address().display(), counts()))?;
+    if let Some(e) = failure {
+        return Err(anyhow::Error::new(e).context(format!(
+            "adding to {}: {}",
+            filter.address().display(),
+            counts()
+        )));
+    }
     if invalid > SHOW_INVALID {
         eprintln!(
             "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
@@ -299,10 +379,15 @@ pub fn info(a: InfoArgs) -> Result<i32> {
             "shard_blocks": m.shard_blocks,
             "shards": i.shards,
             "shards_present": i.shards_present,
+            "shards_damaged": i.damaged.iter().map(|(shard, problem)| json!({
+                "shard": shard,
+                "key": bloomgate_redis::layout::shard_key(&filter.address().name, *shard),
+                "problem": problem,
+            })).collect::<Vec<_>>(),
             "whitelist_items": i.whitelist,
         });
         writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(0);
+        return Ok(report_damage(&filter, &i));
     }
     writeln!(o, "redis           {}", filter.address().display())?;
     writeln!(o, "format          redis layout version {}", m.format)?;
@@ -355,7 +440,44 @@ pub fn info(a: InfoArgs) -> Result<i32> {
         p.target_fp
     )?;
     writeln!(o, "whitelist       {} items", i.whitelist)?;
-    Ok(0)
+    if !i.damaged.is_empty() {
+        writeln!(
+            o,
+            "damaged         {} shards missing or of the wrong length",
+            thousands(i.damaged.len() as u64)
+        )?;
+    }
+    Ok(report_damage(&filter, &i))
+}
+
+/// How many damaged shards are named one by one.
+const SHOW_DAMAGED: usize = 10;
+
+/// Names the damaged shards on stderr; the exit code: 1 if there are any.
+fn report_damage(filter: &RedisFilter, i: &bloomgate_redis::Info) -> i32 {
+    if i.damaged.is_empty() {
+        return 0;
+    }
+    let name = &filter.address().name;
+    eprintln!(
+        "bloomgate: {}: the filter is damaged: {} of {} shards are missing or of the wrong length (evicted by Redis's maxmemory policy, or deleted); lookups that need them fail — push the filter again, and set maxmemory-policy noeviction",
+        filter.address().display(),
+        thousands(i.damaged.len() as u64),
+        thousands(i.shards)
+    );
+    for (shard, problem) in i.damaged.iter().take(SHOW_DAMAGED) {
+        eprintln!(
+            "bloomgate: shard {shard} ({}): {problem}",
+            bloomgate_redis::layout::shard_key(name, *shard)
+        );
+    }
+    if i.damaged.len() > SHOW_DAMAGED {
+        eprintln!(
+            "bloomgate: ... and {} more",
+            thousands((i.damaged.len() - SHOW_DAMAGED) as u64)
+        );
+    }
+    1
 }
 
 /// Runs `bloomgate whitelist …` on a Redis filter.

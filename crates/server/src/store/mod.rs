@@ -77,7 +77,7 @@ pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
 pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
-pub use redis::{worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore};
+pub use redis::{worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth};
 
 /// The filters the server serves (see the [module doc](self)).
 pub enum Store {
@@ -369,6 +369,25 @@ impl Store {
         match self {
             Store::Local(s) => s.write_failure().map(StoreError::Wal),
             Store::Redis(_) => None,
+        }
+    }
+
+    /// The state of a remote store (Redis: whether every master answers
+    /// now, the unavailable answers so far); `None` for a data directory.
+    /// Blocking (one `PING` per master).
+    pub fn remote_health(&self) -> Option<StoreHealth> {
+        match self {
+            Store::Local(_) => None,
+            Store::Redis(s) => Some(s.health()),
+        }
+    }
+
+    /// Requests answered unavailable because the remote store could not
+    /// answer (0 for a data directory).
+    pub fn unavailable_answers(&self) -> u64 {
+        match self {
+            Store::Local(_) => 0,
+            Store::Redis(s) => s.unavailable_answers(),
         }
     }
 

@@ -14,7 +14,18 @@
 //!   some of its old bits were 0, so among servers racing on one item
 //!   exactly one answers "new". An add is acknowledged when Redis has run
 //!   it; with [`RedisOptions::wait_replicas`] only once `WAIT` reports that
-//!   many replicas have it (see [`RedisStore`]).
+//!   many replicas have it (see [`RedisStore`]). An add that fails is
+//!   [`StoreError::Unavailable`] whose outcome is unknown: some of its
+//!   items may have been added (their bits set), so a retry may answer
+//!   "exists" for them; the message says so, and the client must treat
+//!   every item of a failed add as new.
+//! * **Damaged filters.** A shard key missing under existing metadata
+//!   (evicted by an `allkeys-*` `maxmemory-policy`, deleted) is
+//!   [`StoreError::Unavailable`] naming the shard, never "absent"; the
+//!   server warns at startup when a master's policy may evict keys.
+//! * **Redis down at startup** is not fatal: the server starts, answers
+//!   unavailable, and finds the filters when Redis answers
+//!   ([`RedisStore::health`] for `/healthz`).
 //! * **Several servers share one filter.** Each server keeps a handle per
 //!   filter with the metadata and whitelist it read when it opened it, and
 //!   re-validates it before a request at most every [`REVALIDATE_EVERY`]
@@ -100,6 +111,42 @@ pub struct RedisStore {
     limits: Limits,
     /// Connections for `WAIT`, per node.
     waiters: Mutex<BTreeMap<(String, u16), redis::Connection>>,
+    /// Unavailable answers and the last error, shared with every filter.
+    health: Arc<Health>,
+    /// When the filter names were last looked for (`SCAN`), and whether
+    /// that succeeded: a server started while Redis was down looks again.
+    scanned: Mutex<(Option<std::time::Instant>, bool)>,
+}
+
+/// Unavailable answers of the store, for `/healthz` and `/metrics`.
+#[derive(Default)]
+struct Health {
+    unavailable: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Health {
+    /// Counts an unavailable answer (and keeps its reason).
+    fn note<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Unavailable(why)) = &r {
+            self.unavailable.fetch_add(1, Relaxed);
+            *lock(&self.last_error) = Some(why.clone());
+        }
+        r
+    }
+}
+
+/// The state of the Redis deployment, as `/healthz` reports it.
+#[derive(Clone, Debug)]
+pub struct StoreHealth {
+    /// Every master answered `PING` just now.
+    pub reachable: bool,
+    /// Why not, when not.
+    pub error: Option<String>,
+    /// The reason of the last unavailable answer, if any.
+    pub last_error: Option<String>,
+    /// Requests answered unavailable (HTTP 503, RESP `-TRYAGAIN`) so far.
+    pub unavailable_answers: u64,
 }
 
 /// One filter of the [`RedisStore`].
@@ -111,6 +158,7 @@ pub struct RedisNamed {
     filter: Result<RwLock<RedisFilter>, Broken>,
     /// When the handle was last checked against the metadata.
     checked: Mutex<std::time::Instant>,
+    health: Arc<Health>,
     checks: AtomicU64,
     hits: AtomicU64,
     /// The queues of its lookups and adds (see `coalesce`).
@@ -186,14 +234,84 @@ impl RedisStore {
             generation: AtomicU64::new(0),
             limits,
             waiters: Mutex::new(BTreeMap::new()),
+            health: Arc::new(Health::default()),
+            scanned: Mutex::new((None, false)),
         };
-        for name in store.scan_names()? {
-            match store.open_named(&name) {
+        match store.rescan(true) {
+            // Redis down: serve anyway (every request answers unavailable
+            // until it is back); refused credentials stop the start.
+            Ok(()) | Err(StoreError::Unavailable(_)) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(store)
+    }
+
+    /// Looks for the filters (`SCAN`) and opens them, unless a scan
+    /// succeeded already, or was tried less than [`REVALIDATE_EVERY`] ago
+    /// (unless `now`). Warns about eviction policies after each scan that
+    /// succeeds.
+    fn rescan(&self, now: bool) -> Result<(), StoreError> {
+        {
+            let mut s = lock(&self.scanned);
+            if s.1 || (!now && s.0.is_some_and(|t| t.elapsed() < REVALIDATE_EVERY)) {
+                return Ok(());
+            }
+            s.0 = Some(std::time::Instant::now());
+        }
+        let names = match self.scan_names() {
+            Ok(n) => n,
+            Err(e) => {
+                if now {
+                    tracing::warn!(
+                        "bloomgate serve: {}: {e}; serving anyway: requests answer unavailable until Redis answers",
+                        self.describe()
+                    );
+                }
+                return self.health.note(Err(e));
+            }
+        };
+        lock(&self.scanned).1 = true;
+        if let Ok(store) = bloomgate_redis::Store::new(&self.base) {
+            for w in store.eviction_warnings() {
+                tracing::warn!("bloomgate serve: warning: {w}");
+            }
+        }
+        for name in names {
+            match self.open_named(&name) {
                 Ok(Some(_)) | Ok(None) => {}
                 Err(e) => tracing::warn!("bloomgate serve: filter {name:?} not served: {e}"),
             }
         }
-        Ok(store)
+        Ok(())
+    }
+
+    /// Whether every master answers now (`PING`), and the unavailable
+    /// answers so far.
+    pub fn health(&self) -> StoreHealth {
+        let error = self
+            .masters()
+            .and_then(|masters| {
+                for node in masters {
+                    let mut c = self.connect(&node)?;
+                    redis::cmd("PING").query::<String>(&mut c).map_err(|e| {
+                        StoreError::Unavailable(format!("{}:{}: {e}", node.0, node.1))
+                    })?;
+                }
+                Ok(())
+            })
+            .err()
+            .map(|e| e.to_string());
+        StoreHealth {
+            reachable: error.is_none(),
+            error,
+            last_error: lock(&self.health.last_error).clone(),
+            unavailable_answers: self.health.unavailable.load(Relaxed),
+        }
+    }
+
+    /// Requests answered unavailable so far.
+    pub fn unavailable_answers(&self) -> u64 {
+        self.health.unavailable.load(Relaxed)
     }
 
     /// The address of filter `name`: the deployment's address with the
@@ -322,7 +440,7 @@ impl RedisStore {
             Err(bloomgate_redis::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(store_err(e)),
         };
-        let named = RedisNamed::new(name, Ok(RwLock::new(f)), &self.limits);
+        let named = RedisNamed::new(name, Ok(RwLock::new(f)), &self.limits, self.health.clone());
         let mut m = self.filters.write().unwrap_or_else(|p| p.into_inner());
         let named = m.entry(name.to_string()).or_insert(named).clone();
         self.generation.fetch_add(1, Relaxed);
@@ -372,7 +490,12 @@ impl RedisStore {
             Err(StoreError::Invalid(why)) => Broken::Refused(why),
             Err(_) => return None,
         };
-        Some(RedisNamed::new(name, Err(broken), &self.limits))
+        Some(RedisNamed::new(
+            name,
+            Err(broken),
+            &self.limits,
+            self.health.clone(),
+        ))
     }
 
     /// Changes when a filter is opened, created or deleted.
@@ -382,6 +505,8 @@ impl RedisStore {
 
     /// The filters served, sorted by name.
     pub fn all(&self) -> Vec<Arc<RedisNamed>> {
+        // Started while Redis was down: look for the filters again.
+        let _ = self.rescan(false);
         self.filters
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -455,7 +580,28 @@ impl RedisStore {
     }
 
     /// Adds entries (one outcome each), then waits for replicas if asked.
+    ///
+    /// An error here means the outcome is unknown: some items may have
+    /// been added (their bits set on a master, the reply or the replicas'
+    /// acknowledgement lost), so a retry may answer "exists" for them. The
+    /// error says so; a client must treat every item of a failed add as
+    /// new.
     pub fn add(
+        &self,
+        named: &RedisNamed,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<(), StoreError> {
+        let r = self.add_inner(named, entries, out).map_err(|e| match e {
+            StoreError::Unavailable(why) => StoreError::Unavailable(format!(
+                "{why} (add outcome unknown: items may have been added, and a retry may answer that they exist; treat every item of this add as new)"
+            )),
+            e => e,
+        });
+        self.health.note(r)
+    }
+
+    fn add_inner(
         &self,
         named: &RedisNamed,
         entries: &[&[u8]],
@@ -523,13 +669,15 @@ impl RedisStore {
                 Some(c) => c,
                 None => self.connect(&node)?,
             };
+            // The add script, not a bare BITFIELD: it never recreates a
+            // shard evicted since the batch as zeros.
+            let r = f.meta().shard_bytes(shard);
             let reply: redis::RedisResult<(Value, i64)> = redis::pipe()
-                .cmd("BITFIELD")
-                .arg(layout::shard_key(name, shard))
-                .arg("SET")
-                .arg("u1")
-                .arg(bit)
-                .arg(1)
+                .add_command(layout::add_cmd(
+                    &layout::shard_key(name, shard),
+                    r.end - r.start,
+                    [bit],
+                ))
                 .cmd("WAIT")
                 .arg(want)
                 .arg(self.opts.wait_timeout.as_millis() as u64)
@@ -558,8 +706,10 @@ impl RedisStore {
         items: &[&[u8]],
         add: bool,
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
-        let lock = named.filter.as_ref().map_err(Broken::error)?;
-        named.revalidate_if_due(lock)?;
+        let lock = self
+            .health
+            .note(named.filter.as_ref().map_err(Broken::error))?;
+        self.health.note(named.revalidate_if_due(lock))?;
         let mut f = lock.write().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::with_capacity(items.len());
         for item in items {
@@ -583,11 +733,13 @@ impl RedisNamed {
         name: &str,
         filter: Result<RwLock<RedisFilter>, Broken>,
         limits: &Limits,
+        health: Arc<Health>,
     ) -> Arc<RedisNamed> {
         Arc::new_cyclic(|me| RedisNamed {
             name: name.to_string(),
             filter,
             checked: Mutex::new(std::time::Instant::now()),
+            health,
             checks: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             batches: coalesce::Coalescer::new(me.clone(), limits.max_item_bytes),
@@ -667,7 +819,7 @@ impl RedisNamed {
         queries: &[&[u8]],
         mut each: impl FnMut(Result<Verdict, KeyError>),
     ) -> Result<(), StoreError> {
-        for v in self.wait(self.check_later(queries))? {
+        for v in self.health.note(self.wait(self.check_later(queries)))? {
             each(v);
         }
         Ok(())
@@ -686,8 +838,21 @@ impl RedisNamed {
 
     /// Information (the item count and whitelist size read from Redis now).
     pub fn info(&self) -> Result<Info, StoreError> {
+        self.health.note(self.info_inner())
+    }
+
+    fn info_inner(&self) -> Result<Info, StoreError> {
         let f = self.read()?;
         let i = f.info().map_err(store_err)?;
+        if let Some((shard, problem)) = i.damaged.first() {
+            return Err(StoreError::Unavailable(format!(
+                "{}: the filter is damaged: {} of {} shards are missing or of the wrong length, first shard {shard} ({}): {problem} (evicted by Redis's maxmemory policy, or deleted); push it again",
+                self.name,
+                i.damaged.len(),
+                i.shards,
+                layout::shard_key(&self.name, *shard)
+            )));
+        }
         let p = &f.meta().params;
         Ok(Info {
             name: self.name.clone(),
