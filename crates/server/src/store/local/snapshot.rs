@@ -95,8 +95,11 @@ impl LocalStore {
             .collect();
         let mut out: HashMap<String, Vec<u8>> = HashMap::new();
         let mut records = 0u64;
+        // A segment or journal that cannot be read whole stops the trim:
+        // the segments stay until it is repaired.
+        let mut failure = None;
         for seg in segments {
-            wal::read_segment(seg, |rec| {
+            let rep = wal::read_segment(seg, |rec| {
                 let Record::Add { name, seed, key } = rec else {
                     return;
                 };
@@ -108,9 +111,13 @@ impl LocalStore {
                     if !jpath.exists() {
                         return Vec::new();
                     }
-                    journal::load(&jpath, &self.metrics)
-                        .map(|c| c.lineage.iter().map(|l| l.seed).collect())
-                        .unwrap_or_default()
+                    match journal::load(&jpath, &self.metrics) {
+                        Ok(c) => c.lineage.iter().map(|l| l.seed).collect(),
+                        Err(e) => {
+                            failure = Some(e);
+                            Vec::new()
+                        }
+                    }
                 });
                 if mine.contains(&seed) {
                     wal::encode_add(out.entry(name.clone()).or_default(), &name, seed, &key);
@@ -118,6 +125,10 @@ impl LocalStore {
                 }
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
+            rep.check(seg).map_err(|e| StoreError::Files(e.into()))?;
+        }
+        if let Some(e) = failure {
+            return Err(e);
         }
         for (name, buf) in &out {
             let jpath = journal::path(&self.dir, name);
