@@ -41,6 +41,7 @@ pub mod datadir;
 pub mod journal;
 pub mod layers;
 pub mod log;
+pub mod repair;
 pub mod whitelist;
 
 /// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
