@@ -834,7 +834,11 @@ mod tests {
     fn records() -> impl proptest::strategy::Strategy<Value = Vec<(u8, u8, Vec<u8>)>> {
         use proptest::prelude::*;
         proptest::collection::vec(
-            (any::<u8>(), 0u8..4, proptest::collection::vec(any::<u8>(), 0..40)),
+            (
+                any::<u8>(),
+                0u8..4,
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ),
             1..30,
         )
     }
@@ -893,10 +897,18 @@ mod tests {
         bad[ranges[0].start + 20] ^= 1;
         let rep = read_bytes_all(&bad, |_| {});
         let f = rep.fault.clone().unwrap();
-        assert_eq!((f.kind, f.offset), (FaultKind::Damaged, ranges[0].start as u64));
-        let e = rep.check(Path::new("/d/.bloomgate-wal/wal-00000001.log")).unwrap_err();
+        assert_eq!(
+            (f.kind, f.offset),
+            (FaultKind::Damaged, ranges[0].start as u64)
+        );
+        let e = rep
+            .check(Path::new("/d/.bloomgate-wal/wal-00000001.log"))
+            .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("wal-00000001.log") && msg.contains("byte 8"), "{msg}");
+        assert!(
+            msg.contains("wal-00000001.log") && msg.contains("byte 8"),
+            "{msg}"
+        );
         assert!(msg.contains("bloomgate repair /d"), "{msg}");
         assert_eq!(resync(&bad, ranges[0].start), Some(ranges[1].start));
         let s = salvage(&bad);

@@ -238,7 +238,10 @@ fn flipped_byte_in_journal_refuses_reload_and_start() {
     server.kill9();
 
     let err = serve_refuses(&data);
-    assert!(err.contains("fx.live") && err.contains("damaged at byte"), "{err}");
+    assert!(
+        err.contains("fx.live") && err.contains("damaged at byte"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&jpath).unwrap(), bytes, "the journal changed");
 
     let out = ok(&bg(&["repair", p(&data)]));
@@ -257,7 +260,11 @@ fn misnamed_segment_is_reported() {
     madd(&server, "f", &items("m", 50));
     server.kill9();
     let seg = full_segments(dir.path()).pop().unwrap();
-    let name = seg.file_name().unwrap().to_string_lossy().replace("wal-", "wal-x");
+    let name = seg
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace("wal-", "wal-x");
     std::fs::rename(&seg, seg.with_file_name(&name)).unwrap();
     let err = serve_refuses(dir.path());
     assert!(err.contains(&name), "{err}");

@@ -31,7 +31,11 @@ pub fn run(a: RepairArgs) -> Result<i32> {
             f.records,
             f.kept_bytes,
             f.len,
-            if f.damaged() { "" } else { " (a torn tail only)" }
+            if f.damaged() {
+                ""
+            } else {
+                " (a torn tail only)"
+            }
         )?;
         for l in &f.lost {
             writeln!(
