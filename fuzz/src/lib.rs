@@ -107,10 +107,55 @@ pub fn log(data: &[u8]) {
     seg.extend_from_slice(data);
     let rep = bloomgate_blacklist::log::read_bytes(&seg, |_| {});
     assert!(rep.lost_bytes <= data.len() as u64);
+    salvage(data);
+    salvage(&seg);
 }
 
-/// A `NAME.live` journal on disk, read by its owner (which cuts a damaged
-/// tail off the file) and then appended to: the append must be readable.
+/// The resynchronising reader of `bloomgate repair` agrees with the plain
+/// reader: the same intact prefix; records after the fault exactly when the
+/// fault is damage rather than a torn tail; kept and lost stretches tile the
+/// file; the repaired copy reads whole, with every kept record.
+fn salvage(bytes: &[u8]) {
+    use bloomgate_blacklist::log::{self, FaultKind};
+    let rep = log::read_bytes_all(bytes, |_| {});
+    let s = log::salvage(bytes);
+    let mut at = log::MAGIC.len().min(bytes.len());
+    let mut spans: Vec<(usize, usize)> = s.kept.iter().map(|r| (r.start, r.end)).collect();
+    spans.extend(
+        s.lost
+            .iter()
+            .map(|l| (l.offset as usize, (l.offset + l.len) as usize)),
+    );
+    spans.sort();
+    if s.lost.first().is_some_and(|l| l.offset == 0) {
+        at = 0;
+    }
+    for (a, b) in spans {
+        assert_eq!(a, at);
+        at = b;
+    }
+    assert_eq!(at, bytes.len());
+    match &rep.fault {
+        None => assert!(s.lost.is_empty() && s.kept.len() as u64 == rep.records),
+        Some(f) => {
+            let after = s.kept.iter().filter(|r| r.start as u64 > f.offset).count();
+            match f.kind {
+                FaultKind::TornTail => {
+                    assert_eq!(after, 0);
+                    assert!(!s.damaged());
+                }
+                FaultKind::Damaged => assert!(after > 0 || f.offset == 0),
+            }
+        }
+    }
+    let repaired = s.repaired(bytes);
+    let again = log::read_bytes_all(&repaired, |_| {});
+    assert_eq!((again.records, again.fault), (s.kept.len() as u64, None));
+}
+
+/// A `NAME.live` journal on disk, read by its owner (which cuts a torn tail
+/// off the file, and leaves any other damage as it is) and then appended
+/// to: the append must be readable.
 pub fn journal(data: &[u8]) {
     use bloomgate_blacklist::journal;
     let dir = std::env::temp_dir().join(format!("bloomgate-fuzz-journal-{}", std::process::id()));
@@ -120,6 +165,14 @@ pub fn journal(data: &[u8]) {
     bytes.extend_from_slice(data);
     std::fs::write(&path, &bytes).expect("write journal");
     let before = journal::load(&path, journal::Repair::Truncate).expect("load");
+    if before.report.damage().is_some() {
+        // Damage other than a torn tail: left exactly as it was, and
+        // compaction refuses to rewrite it.
+        assert_eq!(std::fs::read(&path).expect("read journal"), bytes);
+        assert!(journal::compact(&path, "f").is_err());
+        assert_eq!(std::fs::read(&path).expect("read journal"), bytes);
+        return;
+    }
     let mut rec = Vec::new();
     bloomgate_blacklist::log::encode_add(&mut rec, "f", 7, b"after");
     journal::append(&path, &rec).expect("append");

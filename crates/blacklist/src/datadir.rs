@@ -133,7 +133,7 @@ pub struct Pending {
     pub chunks: Vec<(u32, u64, Vec<u8>)>,
     /// Log records read (of all filters).
     pub log_records: u64,
-    /// Damaged journal or log tails that were skipped (one line each).
+    /// Torn journal or log tails that were skipped (one line each).
     pub damaged: Vec<String>,
     fingerprint: Fingerprint,
 }
@@ -190,9 +190,10 @@ pub fn read_pending(dir: &Path, name: &str, current: Lineage) -> Result<Pending,
         },
         ..Pending::default()
     };
-    if let Some(problem) = &loaded.report.problem {
+    loaded.report.check(&jpath)?;
+    if let Some(fault) = &loaded.report.fault {
         p.damaged.push(format!(
-            "{}: {problem}: {} byte(s) of damaged tail skipped",
+            "{}: {fault}: {} byte(s) of torn tail skipped",
             jpath.display(),
             loaded.report.lost_bytes
         ));
@@ -245,9 +246,10 @@ pub fn read_pending(dir: &Path, name: &str, current: Lineage) -> Result<Pending,
                 })
             }
         };
-        if let Some(problem) = &rep.problem {
+        rep.check(seg)?;
+        if let Some(fault) = &rep.fault {
             p.damaged.push(format!(
-                "{}: {problem}: {} byte(s) of damaged tail skipped",
+                "{}: {fault}: {} byte(s) of torn tail skipped",
                 seg.display(),
                 rep.lost_bytes
             ));

@@ -24,11 +24,15 @@
 //!   the seed it was added under (whose marker gives its key kind and mode).
 //!
 //! Appending a record twice (a crash between journaling and trimming the
-//! log) is harmless: insertion is idempotent. A damaged tail (torn write,
-//! corruption) is cut off when the journal is read by its owner (the
-//! server, [`Repair::Truncate`]): the intact prefix is kept and the loss is
-//! reported ([`Loaded::report`]). Read-only readers ([`Repair::No`]) leave
-//! the file as it is.
+//! log) is harmless: insertion is idempotent. A torn tail (a crash during
+//! an append, see [`crate::log`]) is cut off when the journal is read by its
+//! owner (the server, [`Repair::Truncate`]): the intact prefix is kept and
+//! the loss is reported ([`Loaded::report`]). Read-only readers
+//! ([`Repair::No`]) leave the file as it is. Damage anywhere else (intact
+//! records follow it, or the magic is wrong) is never cut off or rewritten
+//! by anyone but `bloomgate repair`: [`load`] reports it
+//! ([`SegmentReport::damage`]) and leaves the file alone, [`compact`]
+//! refuses, and the server stops with [`crate::log::DamagedFile`].
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -36,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use bloomgate_engine::atomic::sync_parent;
 
-use crate::log::{self as wal, Record, SegmentReport, MAGIC};
+use crate::log::{self as wal, FaultKind, Record, SegmentReport, MAGIC};
 
 /// One lineage marker: a layer-0 seed and the key rules of that file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,9 +88,11 @@ pub struct Loaded {
     pub len: u64,
 }
 
-/// Reads a journal (a missing one is empty). A damaged tail is skipped and
-/// reported in [`Loaded::report`]; with [`Repair::Truncate`] it is also cut
-/// off the file.
+/// Reads a journal (a missing one is empty). Reading stops at the first
+/// record that is not intact, and [`Loaded::report`] says why; with
+/// [`Repair::Truncate`] a torn tail is also cut off the file. Damage with
+/// intact records after it is left in place (check
+/// [`SegmentReport::damage`]: the contents are then only a prefix).
 pub fn load(path: &Path, repair: Repair) -> std::io::Result<Loaded> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -108,7 +114,11 @@ pub fn load(path: &Path, repair: Repair) -> std::io::Result<Loaded> {
         }),
         Record::Chunk { .. } => {}
     });
-    if rep.lost_bytes > 0 && repair == Repair::Truncate {
+    let torn = rep
+        .fault
+        .as_ref()
+        .is_some_and(|f| f.kind == FaultKind::TornTail);
+    if torn && repair == Repair::Truncate {
         let keep = bytes.len() as u64 - rep.lost_bytes;
         if keep < MAGIC.len() as u64 {
             // Not even the magic is intact: nothing was kept; start over.
@@ -171,11 +181,16 @@ pub struct Compacted {
 /// the same and was normalized under the same key rules (the markers of the
 /// seeds they were added under), as replaying either inserts the same key.
 /// Replaying the compacted journal therefore inserts exactly what replaying
-/// the original did. A damaged tail is left out (as every reader does).
+/// the original did. A torn tail is left out (as every reader does); a
+/// journal damaged elsewhere is refused (an [`std::io::ErrorKind::InvalidData`]
+/// error naming file and offset) and left as it is.
 /// `name` is the filter's, written into the records.
 pub fn compact(path: &Path, name: &str) -> std::io::Result<Compacted> {
     use std::collections::HashSet;
     let loaded = load(path, Repair::No)?;
+    if let Err(e) = loaded.report.check(path) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+    }
     let c = &loaded.contents;
     let mut out = Vec::with_capacity(loaded.len as usize);
     let mut markers = HashSet::new();
@@ -258,7 +273,7 @@ mod tests {
         std::fs::write(&p, &full[..full.len() - 2]).unwrap();
         let (a, rep) = adds(&p, Repair::No);
         assert_eq!(a, vec![(7, b"one".to_vec())]);
-        assert!(rep.problem.is_some());
+        assert_eq!(rep.fault.unwrap().kind, FaultKind::TornTail);
         assert_eq!(std::fs::read(&p).unwrap().len(), full.len() - 2);
         let (a, rep) = adds(&p, Repair::Truncate);
         assert_eq!(a, vec![(7, b"one".to_vec())]);
@@ -268,12 +283,19 @@ mod tests {
         append(&p, &b).unwrap();
         let (a, rep) = adds(&p, Repair::Truncate);
         assert_eq!(a.len(), 2);
-        assert_eq!(rep.problem, None);
-        // Garbage magic: everything is lost, reported, and the file restarts.
+        assert_eq!(rep.fault, None);
+        // Garbage magic is damage, not a torn tail: reported, and the file
+        // is left exactly as it is, even by its owner.
         std::fs::write(&p, b"garbage!garbage").unwrap();
         let (a, rep) = adds(&p, Repair::Truncate);
         assert!(a.is_empty());
-        assert!(rep.problem.is_some());
+        assert_eq!(rep.damage().unwrap().offset, 0);
+        assert_eq!(std::fs::read(&p).unwrap(), b"garbage!garbage");
+        // A strict prefix of the magic is a torn start: repaired.
+        std::fs::write(&p, &MAGIC[..5]).unwrap();
+        let (a, rep) = adds(&p, Repair::Truncate);
+        assert!(a.is_empty());
+        assert_eq!(rep.fault.unwrap().kind, FaultKind::TornTail);
         append(&p, &b).unwrap();
         assert_eq!(adds(&p, Repair::Truncate).0.len(), 1);
         reset(&p, &[]).unwrap();

@@ -41,6 +41,7 @@ pub mod datadir;
 pub mod journal;
 pub mod layers;
 pub mod log;
+pub mod repair;
 pub mod whitelist;
 
 /// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
@@ -113,6 +114,10 @@ pub enum Error {
         "{0}: the write-ahead log holds BF.LOADCHUNK data not yet in the filter files; start bloomgate serve on this directory once (it folds the log in at startup), then retry"
     )]
     PendingChunks(PathBuf),
+    /// A write-ahead log segment or a journal is damaged other than at its
+    /// tail (see [`log`]).
+    #[error(transparent)]
+    DamagedLog(#[from] log::DamagedFile),
     /// A file of the data directory failed.
     #[error("{path}: {source}")]
     Io {

@@ -55,12 +55,43 @@
 //! [`crate::journal`]): records made before a reload still apply after it,
 //! records of a filter that was since deleted or recreated do not.
 //!
-//! A record whose length is impossible, whose bytes end early or whose
-//! checksum does not match ends its segment: the intact prefix is kept and
-//! the loss is reported ([`SegmentReport`]).
+//! # Damage: a torn tail, or damage in the middle
+//!
+//! Records have no per-record magic: a record is *intact* when its length
+//! is possible, its bytes are all there, its checksum matches and its
+//! payload decodes. Reading stops at the first record that is not intact,
+//! and what follows is classified ([`Fault`]):
+//!
+//! * a **torn tail** ([`FaultKind::TornTail`]) when no intact record starts
+//!   anywhere after the damaged one (or the file is a strict prefix of the
+//!   magic): what a crash during an append, or a segment abandoned after a
+//!   failed write, leaves behind. Nothing in it was acknowledged (every
+//!   acknowledged record was synced whole before its acknowledgement, and
+//!   the writer never appends after an unsynced one), so it may be cut off.
+//! * **damage** ([`FaultKind::Damaged`]) otherwise: a wrong magic, or any
+//!   damaged record after which an intact one can be found. Records after
+//!   the damage were acknowledged, and the damaged stretch may hold more,
+//!   of any filter (its name is among the damaged bytes). Readers never cut
+//!   such a file short silently: the server refuses to start on it, naming
+//!   file and offset ([`DamagedFile`]), and keeps it byte for byte;
+//!   [`salvage`] (used by `bloomgate repair`) recovers every intact record
+//!   before and after it and says what was lost.
+//!
+//! Finding the next intact record (*resynchronising*, [`resync`]) first
+//! tries where the damaged record's own length says the next one starts
+//! (a flipped payload byte leaves the framing intact), then every later
+//! byte offset. A candidate must pass cheap checks (a known kind, a
+//! filter-name-like name of 1–200 printable ASCII bytes) before its
+//! checksum is computed, so scanning garbage costs about one hash per
+//! 10⁵ offsets. The classification errs towards damage: a torn tail whose
+//! garbage happens to contain an intact record (a chunk's data may embed
+//! one) is reported as damage, never the other way round. A single damaged
+//! byte in the *last* record of a file, with nothing after it, cannot be
+//! told from a torn write and counts as a torn tail.
 
 use std::fs::File;
 use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -263,10 +294,96 @@ fn decode_payload(p: &[u8]) -> Option<AnyRecord> {
 pub struct SegmentReport {
     /// Intact records.
     pub records: u64,
-    /// Bytes after the intact prefix that were discarded.
+    /// Bytes after the intact prefix that were not read.
     pub lost_bytes: u64,
     /// Why reading stopped early, if it did.
-    pub problem: Option<String>,
+    pub fault: Option<Fault>,
+}
+
+impl SegmentReport {
+    /// The fault, if it is damage rather than a torn tail.
+    pub fn damage(&self) -> Option<&Fault> {
+        self.fault.as_ref().filter(|f| f.kind == FaultKind::Damaged)
+    }
+
+    /// [`SegmentReport::damage`] as an error naming the file `path`.
+    pub fn check(&self, path: &Path) -> Result<(), DamagedFile> {
+        match self.damage() {
+            Some(f) => Err(DamagedFile::new(path, f)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Where and why reading a segment stopped early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// Byte offset of the first record (or magic) that is not intact.
+    pub offset: u64,
+    /// A torn tail, or damage with intact records after it.
+    pub kind: FaultKind,
+    /// What is wrong with the record at `offset`.
+    pub problem: String,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            FaultKind::TornTail => write!(f, "torn tail at byte {}: {}", self.offset, self.problem),
+            FaultKind::Damaged => write!(
+                f,
+                "damaged at byte {}: {}, and intact records follow",
+                self.offset, self.problem
+            ),
+        }
+    }
+}
+
+/// The two kinds of [`Fault`] (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// An incomplete last record (or magic) with nothing intact after it.
+    TornTail,
+    /// Damage after which intact records follow, or a wrong magic.
+    Damaged,
+}
+
+/// A log segment or journal that is damaged other than at its tail: the
+/// error that stops whatever reads it (nothing of it is cut or removed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {fault}; the file is kept as it is, and records in and after the damage may belong to any filter. Stop the server and run `bloomgate repair {}` to salvage every intact record (it reports what is lost and keeps the original)", path.display(), data_dir_of(path).display())]
+pub struct DamagedFile {
+    /// The segment or journal.
+    pub path: PathBuf,
+    /// Where and what.
+    pub fault: Fault,
+}
+
+impl DamagedFile {
+    /// The damage `fault` of the file `path`.
+    pub fn new(path: &Path, fault: &Fault) -> DamagedFile {
+        DamagedFile {
+            path: path.to_path_buf(),
+            fault: fault.clone(),
+        }
+    }
+}
+
+/// The data directory a segment (`DIR/.bloomgate-wal/wal-N.log`) or a
+/// journal (`DIR/NAME.live`) belongs to.
+pub fn data_dir_of(path: &Path) -> PathBuf {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if parent.file_name().is_some_and(|n| n == WAL_DIR) {
+        match parent.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    } else {
+        parent.to_path_buf()
+    }
 }
 
 /// Reads a segment's Bloom filter records (stepping over cuckoo filter
@@ -296,37 +413,102 @@ pub fn read_bytes(bytes: &[u8], mut f: impl FnMut(Record)) -> SegmentReport {
     })
 }
 
+/// The record at `pos`, and its length with its header, if it is intact.
+fn record_at(bytes: &[u8], pos: usize) -> Result<(AnyRecord, usize), &'static str> {
+    let head = bytes
+        .get(pos..pos.saturating_add(12))
+        .ok_or("truncated record header")?;
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    if len > MAX_RECORD {
+        return Err("impossible record length");
+    }
+    let sum = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
+    let payload = bytes
+        .get(pos + 12..pos + 12 + len)
+        .ok_or("truncated record")?;
+    if xxh3_64(payload) != sum {
+        return Err("record checksum mismatch");
+    }
+    let rec = decode_payload(payload).ok_or("undecodable record")?;
+    Ok((rec, 12 + len))
+}
+
+/// Whether an intact record starts at `pos`; cheap checks of the kind and
+/// the name come before the checksum, so that scanning garbage is fast.
+/// Every record the server writes passes them (filter names are 1–200
+/// bytes of `A-Z a-z 0-9 _ - . :`).
+fn intact_at(bytes: &[u8], pos: usize) -> bool {
+    let Some(head) = bytes.get(pos..pos.saturating_add(15)) else {
+        return false;
+    };
+    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+    let kind = head[12];
+    let nlen = u16::from_le_bytes([head[13], head[14]]) as usize;
+    if len > MAX_RECORD
+        || !(KIND_ADD..=KIND_CUCKOO).contains(&kind)
+        || !(1..=200).contains(&nlen)
+        || len < 3 + nlen + 8
+        || bytes.len() - pos - 12 < len
+    {
+        return false;
+    }
+    let name = &bytes[pos + 15..pos + 15 + nlen];
+    if !name.iter().all(|b| (0x21..0x7f).contains(b)) {
+        return false;
+    }
+    record_at(bytes, pos).is_ok()
+}
+
+/// The offset of the first intact record after a damaged one at `damaged`
+/// (see the module docs), if there is one.
+pub fn resync(bytes: &[u8], damaged: usize) -> Option<usize> {
+    // Where the damaged record's length says the next one starts.
+    if let Some(head) = bytes.get(damaged..damaged.saturating_add(4)) {
+        let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+        let next = damaged + 12 + len.min(MAX_RECORD);
+        if len <= MAX_RECORD && next < bytes.len() && intact_at(bytes, next) {
+            return Some(next);
+        }
+    }
+    (damaged + 1..bytes.len()).find(|&p| intact_at(bytes, p))
+}
+
+/// Checks the magic: `Ok` if present, else the fault at offset 0.
+fn check_magic(bytes: &[u8]) -> Result<(), Fault> {
+    if bytes.len() >= MAGIC.len() && &bytes[..MAGIC.len()] == MAGIC {
+        return Ok(());
+    }
+    if bytes.len() < MAGIC.len() && MAGIC.starts_with(bytes) {
+        // A crash while the file was being started.
+        return Err(Fault {
+            offset: 0,
+            kind: FaultKind::TornTail,
+            problem: "incomplete segment magic".into(),
+        });
+    }
+    Err(Fault {
+        offset: 0,
+        kind: FaultKind::Damaged,
+        problem: "bad segment magic".into(),
+    })
+}
+
 /// Reads the records of every kind of a segment's contents. Stops at the
 /// first damaged record; the intact prefix is `bytes.len() - lost_bytes`
-/// long.
+/// long, and [`SegmentReport::fault`] says whether the rest is a torn tail.
 pub fn read_bytes_all(bytes: &[u8], mut f: impl FnMut(AnyRecord)) -> SegmentReport {
     let mut rep = SegmentReport::default();
-    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+    if bytes.is_empty() {
+        return rep;
+    }
+    if let Err(fault) = check_magic(bytes) {
         rep.lost_bytes = bytes.len() as u64;
-        if !bytes.is_empty() {
-            rep.problem = Some("bad segment magic".into());
-        }
+        rep.fault = Some(fault);
         return rep;
     }
     let mut pos = MAGIC.len();
     while pos < bytes.len() {
-        let problem = (|| {
-            let head = bytes.get(pos..pos + 12).ok_or("truncated record header")?;
-            let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-            if len > MAX_RECORD {
-                return Err("impossible record length");
-            }
-            let sum = u64::from_le_bytes(head[4..12].try_into().expect("8 bytes"));
-            let payload = bytes
-                .get(pos + 12..pos + 12 + len)
-                .ok_or("truncated record")?;
-            if xxh3_64(payload) != sum {
-                return Err("record checksum mismatch");
-            }
-            let rec = decode_payload(payload).ok_or("undecodable record")?;
-            Ok((rec, 12 + len))
-        })();
-        match problem {
+        match record_at(bytes, pos) {
             Ok((rec, n)) => {
                 f(rec);
                 rep.records += 1;
@@ -334,12 +516,124 @@ pub fn read_bytes_all(bytes: &[u8], mut f: impl FnMut(AnyRecord)) -> SegmentRepo
             }
             Err(why) => {
                 rep.lost_bytes = (bytes.len() - pos) as u64;
-                rep.problem = Some(format!("{why} at byte {pos}"));
+                let kind = if resync(bytes, pos).is_some() {
+                    FaultKind::Damaged
+                } else {
+                    FaultKind::TornTail
+                };
+                rep.fault = Some(Fault {
+                    offset: pos as u64,
+                    kind,
+                    problem: why.into(),
+                });
                 break;
             }
         }
     }
     rep
+}
+
+/// What [`salvage`] found in a segment or journal.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Salvage {
+    /// The byte ranges of the intact records, in file order.
+    pub kept: Vec<Range<usize>>,
+    /// The stretches that are not intact records, in file order.
+    pub lost: Vec<Lost>,
+}
+
+/// One stretch of a file that [`salvage`] could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    /// Where it starts.
+    pub offset: u64,
+    /// How long it is.
+    pub len: u64,
+    /// What was wrong at its start.
+    pub problem: String,
+    /// Whether it is the file's torn tail (no intact record after it).
+    pub tail: bool,
+}
+
+impl Salvage {
+    /// Bytes kept (the records, without the magic).
+    pub fn kept_bytes(&self) -> u64 {
+        self.kept.iter().map(|r| r.len() as u64).sum()
+    }
+
+    /// Bytes lost.
+    pub fn lost_bytes(&self) -> u64 {
+        self.lost.iter().map(|l| l.len).sum()
+    }
+
+    /// Whether anything but a torn tail was lost.
+    pub fn damaged(&self) -> bool {
+        self.lost.iter().any(|l| !l.tail)
+    }
+
+    /// The repaired file: the magic, then every intact record as it was.
+    pub fn repaired(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(MAGIC.len() + self.kept_bytes() as usize);
+        out.extend_from_slice(MAGIC);
+        for r in &self.kept {
+            out.extend_from_slice(&bytes[r.clone()]);
+        }
+        out
+    }
+}
+
+/// Finds every intact record of a segment's or journal's contents, also
+/// after damage (resynchronising, see the module docs), and every stretch
+/// that is not one.
+pub fn salvage(bytes: &[u8]) -> Salvage {
+    let mut s = Salvage::default();
+    if bytes.is_empty() {
+        return s;
+    }
+    let mut pos = match check_magic(bytes) {
+        Ok(()) => MAGIC.len(),
+        Err(fault) => {
+            // Records may follow a damaged magic.
+            let next = if fault.kind == FaultKind::Damaged {
+                (0..bytes.len()).find(|&p| intact_at(bytes, p))
+            } else {
+                None
+            };
+            let end = next.unwrap_or(bytes.len());
+            s.lost.push(Lost {
+                offset: 0,
+                len: end as u64,
+                problem: fault.problem,
+                tail: fault.kind == FaultKind::TornTail,
+            });
+            end
+        }
+    };
+    while pos < bytes.len() {
+        match record_at(bytes, pos) {
+            Ok((_, n)) => {
+                s.kept.push(pos..pos + n);
+                pos += n;
+            }
+            Err(why) => {
+                let next = resync(bytes, pos);
+                let end = next.unwrap_or(bytes.len());
+                s.lost.push(Lost {
+                    offset: pos as u64,
+                    len: (end - pos) as u64,
+                    problem: why.into(),
+                    tail: next.is_none(),
+                });
+                pos = end;
+            }
+        }
+    }
+    s
+}
+
+/// Decodes one intact record's bytes (a range from [`Salvage::kept`]).
+pub fn decode_record(bytes: &[u8]) -> Option<AnyRecord> {
+    record_at(bytes, 0).ok().map(|(r, _)| r)
 }
 
 /// Segment paths in `dir`, sorted by number.
@@ -349,12 +643,51 @@ pub fn segments(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
         let e = e?;
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(n) = name
-            .strip_prefix("wal-")
-            .and_then(|s| s.strip_suffix(".log"))
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        if let Some(n) = segment_number(name) {
             out.push((n, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The number of a segment file called `name` (`wal-N.log`), if it is one.
+fn segment_number(name: &str) -> Option<u64> {
+    name.strip_prefix("wal-")
+        .and_then(|s| s.strip_suffix(".log"))
+        .and_then(|s| s.parse::<u64>().ok())
+}
+
+/// Files in the log directory `dir` that look like log segments but are
+/// not named like one (`wal-N.log`), so that no reader reads their records:
+/// a name starting with `wal-` or ending in `.log`, or contents starting
+/// with the segment magic. Not counted: the lock file, a segment that
+/// `bloomgate repair` kept aside (`….damaged-TIME`) and an atomic write's
+/// temporary (`….tmp-PID`).
+pub fn strays(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let path = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if segment_number(&name).is_some()
+            || name == crate::datadir::LOCK_FILE
+            || name.contains(".damaged-")
+            || name.contains(".tmp-")
+            || !path.is_file()
+        {
+            continue;
+        }
+        let looks = name.starts_with("wal-") || name.ends_with(".log") || {
+            let mut head = [0u8; 8];
+            File::open(&path)
+                .and_then(|mut f| f.read_exact(&mut head))
+                .is_ok()
+                && &head == MAGIC
+        };
+        if looks {
+            out.push(path);
         }
     }
     out.sort();
@@ -408,7 +741,7 @@ mod tests {
         );
         let mut bloom = Vec::new();
         let rep = read_bytes(&b, |r| bloom.push(r));
-        assert_eq!((rep.records, rep.lost_bytes, rep.problem), (4, 0, None));
+        assert_eq!((rep.records, rep.lost_bytes, rep.fault), (4, 0, None));
         assert_eq!(bloom.len(), 2);
         assert!(matches!(&bloom[1], Record::Add { key, .. } if key == b"k2"));
         // An unknown operation code is damage, not a silently skipped record.
@@ -421,6 +754,201 @@ mod tests {
         bad[MAGIC.len() + 4..payload_at].copy_from_slice(&sum.to_le_bytes());
         let rep = read_bytes_all(&bad, |_| {});
         assert_eq!(rep.records, 0);
-        assert!(rep.problem.unwrap().contains("undecodable"));
+        assert!(rep.fault.unwrap().problem.contains("undecodable"));
+    }
+
+    /// A stream of records of every kind, and each record's byte range.
+    fn stream(recs: &[(u8, u8, Vec<u8>)]) -> (Vec<u8>, Vec<Range<usize>>) {
+        let mut b = MAGIC.to_vec();
+        let mut ranges = Vec::new();
+        for (kind, name, data) in recs {
+            let start = b.len();
+            let name = format!("f{name}");
+            match kind % 4 {
+                0 => encode_add(&mut b, &name, 7, data),
+                1 => encode_chunk(&mut b, &name, 7, 1, 64, data),
+                2 => encode_lineage(&mut b, &name, 7, 0, 1),
+                _ => encode_cuckoo(&mut b, &name, 9, 3, CuckooOp::Delete, data),
+            }
+            ranges.push(start..b.len());
+        }
+        (b, ranges)
+    }
+
+    /// Checks what `salvage` and `read_bytes_all` make of `bad`, a copy of
+    /// the record stream with `ranges` damaged in `hit` (a byte range).
+    fn check_damage(bad: &[u8], ranges: &[Range<usize>], hit: Range<usize>) {
+        let touched = |r: &Range<usize>| r.start < hit.end && hit.start < r.end;
+        let s = salvage(bad);
+        // Every record the damage did not touch is recovered, exactly, and
+        // nothing else is.
+        let want: Vec<Range<usize>> = ranges
+            .iter()
+            .filter(|r| !touched(r) && r.end <= bad.len())
+            .cloned()
+            .collect();
+        assert_eq!(s.kept, want);
+        // Kept and lost stretches tile the file after the magic.
+        let mut spans: Vec<(usize, usize)> = s.kept.iter().map(|r| (r.start, r.end)).collect();
+        spans.extend(
+            s.lost
+                .iter()
+                .map(|l| (l.offset as usize, (l.offset + l.len) as usize)),
+        );
+        spans.sort();
+        let mut at = MAGIC.len().min(bad.len());
+        for (a, b) in spans {
+            assert_eq!(a, at);
+            at = b;
+        }
+        assert_eq!(at, bad.len());
+        // The repaired file reads whole, with the same records.
+        let repaired = s.repaired(bad);
+        let rep = read_bytes_all(&repaired, |_| {});
+        assert_eq!((rep.records, rep.fault), (want.len() as u64, None));
+        // A reader stops at the first touched record; it is damage exactly
+        // when an untouched record follows it.
+        let rep = read_bytes_all(bad, |_| {});
+        let first = ranges
+            .iter()
+            .position(|r| r.start < bad.len() && (touched(r) || r.end > bad.len()));
+        match first {
+            None => assert_eq!(rep.fault, None),
+            Some(i) => {
+                let fault = rep.fault.expect("a fault");
+                assert_eq!(fault.offset, ranges[i].start as u64);
+                let after = ranges[i + 1..]
+                    .iter()
+                    .any(|r| !touched(r) && r.end <= bad.len());
+                let kind = if after {
+                    FaultKind::Damaged
+                } else {
+                    FaultKind::TornTail
+                };
+                assert_eq!(fault.kind, kind);
+                assert_eq!(rep.records, i as u64);
+            }
+        }
+    }
+
+    fn records() -> impl proptest::strategy::Strategy<Value = Vec<(u8, u8, Vec<u8>)>> {
+        use proptest::prelude::*;
+        proptest::collection::vec(
+            (
+                any::<u8>(),
+                0u8..4,
+                proptest::collection::vec(any::<u8>(), 0..40),
+            ),
+            1..30,
+        )
+    }
+
+    proptest::proptest! {
+        /// One flipped byte anywhere after the magic.
+        #[test]
+        fn salvage_after_a_flipped_byte(
+            recs in records(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            bits in 1u8..=255,
+        ) {
+            let (mut b, ranges) = stream(&recs);
+            let i = MAGIC.len() + at.index(b.len() - MAGIC.len());
+            b[i] ^= bits;
+            check_damage(&b, &ranges, i..i + 1);
+        }
+
+        /// A stretch overwritten with garbage, then perhaps a truncation.
+        #[test]
+        fn salvage_after_garbage_and_truncation(
+            recs in records(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            garbage in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..50),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+            truncate in proptest::prelude::any::<bool>(),
+        ) {
+            let (mut b, ranges) = stream(&recs);
+            let i = MAGIC.len() + at.index(b.len() - MAGIC.len());
+            let end = (i + garbage.len()).min(b.len());
+            let mut changed: Option<Range<usize>> = None;
+            for (j, g) in (i..end).zip(&garbage) {
+                if b[j] != *g {
+                    b[j] = *g;
+                    changed = Some(changed.map_or(j..j + 1, |c| c.start..j + 1));
+                }
+            }
+            let mut hit = changed.unwrap_or(i..i);
+            if truncate {
+                let len = MAGIC.len() + cut.index(b.len() - MAGIC.len() + 1);
+                b.truncate(len);
+                hit = hit.start.min(len)..hit.end.min(len);
+            }
+            check_damage(&b, &ranges, hit);
+        }
+    }
+
+    /// Damage in the middle is told from a torn tail, and the framing of the
+    /// damaged record is used to resynchronise.
+    #[test]
+    fn torn_tail_and_damage_are_told_apart() {
+        let recs: Vec<(u8, u8, Vec<u8>)> = (0..5).map(|i| (0, i, vec![b'k'; 20])).collect();
+        let (b, ranges) = stream(&recs);
+        // A flipped payload byte in the first record: damage at its start.
+        let mut bad = b.clone();
+        bad[ranges[0].start + 20] ^= 1;
+        let rep = read_bytes_all(&bad, |_| {});
+        let f = rep.fault.clone().unwrap();
+        assert_eq!(
+            (f.kind, f.offset),
+            (FaultKind::Damaged, ranges[0].start as u64)
+        );
+        let e = rep
+            .check(Path::new("/d/.bloomgate-wal/wal-00000001.log"))
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("wal-00000001.log") && msg.contains("byte 8"),
+            "{msg}"
+        );
+        assert!(msg.contains("bloomgate repair /d"), "{msg}");
+        assert_eq!(resync(&bad, ranges[0].start), Some(ranges[1].start));
+        let s = salvage(&bad);
+        assert_eq!(s.kept, ranges[1..].to_vec());
+        assert!(s.damaged());
+        // Cut inside the last record: a torn tail.
+        let rep = read_bytes_all(&b[..b.len() - 3], |_| {});
+        assert_eq!(rep.fault.unwrap().kind, FaultKind::TornTail);
+        assert!(!salvage(&b[..b.len() - 3]).damaged());
+        // A wrong magic is damage; the records after it are salvaged.
+        let mut bad = b.clone();
+        bad[0] = b'X';
+        assert_eq!(read_bytes_all(&bad, |_| {}).damage().unwrap().offset, 0);
+        assert_eq!(salvage(&bad).kept, ranges);
+        assert_eq!(data_dir_of(Path::new("x.live")), PathBuf::from("."));
+        assert_eq!(data_dir_of(Path::new("/a/b.live")), PathBuf::from("/a"));
+    }
+
+    /// Files that look like segments but are not named like one.
+    #[test]
+    fn strays_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for n in [
+            "wal-00000001.log",
+            "lock",
+            "wal-00000001.log.damaged-20260101T000000Z",
+            "notes.txt",
+        ] {
+            std::fs::write(d.join(n), MAGIC).unwrap();
+        }
+        std::fs::write(d.join("notes.txt"), b"hello").unwrap();
+        std::fs::write(d.join("wal-x1.log"), b"").unwrap();
+        std::fs::write(d.join("copy.bin"), MAGIC).unwrap();
+        std::fs::write(d.join("old.log"), b"").unwrap();
+        let got: Vec<String> = strays(d)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(got, ["copy.bin", "old.log", "wal-x1.log"]);
     }
 }

@@ -74,6 +74,25 @@ pub enum Command {
     /// "have I fetched this URL?"), remembering entries in a filter that
     /// persists between runs (`--state FILE`).
     Dedup(DedupArgs),
+    /// Salvage a served data directory's damaged write-ahead log segments
+    /// and live-add journals (`NAME.live`), with the server stopped.
+    ///
+    /// Every intact record, before and after the damage, is kept; each
+    /// damaged file is replaced by its repaired copy and the original kept
+    /// aside as `FILE.damaged-UNIXTIME`. Prints, per file, what was kept and
+    /// what was lost (bytes, offsets). Refuses while a server runs on the
+    /// directory. See docs/http-api.md, "Damaged log or journal".
+    Repair(RepairArgs),
+}
+
+/// `bloomgate repair`.
+#[derive(Args, Debug)]
+pub struct RepairArgs {
+    /// The data directory (the `--data-dir` of bloomgate serve).
+    pub dir: std::path::PathBuf,
+    /// Report what would be kept and lost; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// What a mutable filter does when it is full (`--policy` and its settings).

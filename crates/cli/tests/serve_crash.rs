@@ -166,7 +166,7 @@ fn torn_log_tail_is_detected_and_prefix_kept() {
     assert!(server.term().success());
     let err = server.stderr();
     assert!(
-        err.contains("discarded") && err.contains("damaged tail"),
+        err.contains("discarded") && err.contains("torn tail"),
         "{err}"
     );
 }

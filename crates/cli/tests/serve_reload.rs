@@ -377,7 +377,7 @@ fn sigkill_around_snapshot_and_reload_loses_nothing() {
     assert!(s.term().success());
     let err = s.stderr();
     assert!(
-        err.contains("live-add journal") && err.contains("damaged tail"),
+        err.contains("live-add journal") && err.contains("torn tail"),
         "{err}"
     );
 }

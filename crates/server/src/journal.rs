@@ -10,22 +10,29 @@ pub use bloomgate_blacklist::journal::{
 };
 
 use crate::metrics::Metrics;
+use crate::store::StoreError;
 
-/// Reads a journal as its owner: a damaged tail is cut off the file and
+/// Reads a journal as its owner: a torn tail is cut off the file and
 /// reported as a `tracing` warning and in `bloomgate_journal_damaged_total` /
-/// `bloomgate_journal_lost_bytes_total`.
-pub fn load(path: &Path, metrics: &Metrics) -> std::io::Result<Contents> {
+/// `bloomgate_journal_lost_bytes_total`. A journal damaged anywhere else is
+/// an error naming file and offset ([`bloomgate_blacklist::log::DamagedFile`]),
+/// and the file is left exactly as it is.
+pub fn load(path: &Path, metrics: &Metrics) -> Result<Contents, StoreError> {
     let Loaded {
         contents, report, ..
-    } = bloomgate_blacklist::journal::load(path, Repair::Truncate)?;
-    if let Some(problem) = &report.problem {
+    } = bloomgate_blacklist::journal::load(path, Repair::Truncate)
+        .map_err(|e| StoreError::io(path.display(), e))?;
+    if let Some(fault) = &report.fault {
+        metrics.journal_damaged.fetch_add(1, Relaxed);
+        report
+            .check(path)
+            .map_err(|e| StoreError::Files(e.into()))?;
         tracing::warn!(
-            "bloomgate serve: live-add journal {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
+            "bloomgate serve: live-add journal {}: {fault}: kept {} record(s), cut off {} byte(s) of torn tail",
             path.display(),
             report.records,
             report.lost_bytes
         );
-        metrics.journal_damaged.fetch_add(1, Relaxed);
         metrics
             .journal_lost_bytes
             .fetch_add(report.lost_bytes, Relaxed);

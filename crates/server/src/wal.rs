@@ -51,9 +51,22 @@
 //! `store/local/cuckoo.rs`).
 //!
 //! At startup all segments are read in order. A record whose length is
-//! impossible, whose bytes end early or whose checksum does not match ends
-//! that segment: the intact prefix is kept and the loss (records/bytes) is
-//! reported in the log (a `tracing` warning) and in the metrics.
+//! impossible, whose bytes end early or whose checksum does not match is
+//! either a *torn tail* (no intact record follows it: a crash during an
+//! append, or a segment abandoned after a failed write) or *damage* (see
+//! [`bloomgate_blacklist::log`] for the rule). A torn tail is repaired: the
+//! intact prefix is replayed, the loss (records/bytes) is reported in the
+//! log (a `tracing` warning) and in the metrics, and the segment is trimmed
+//! by the start-up snapshot like any other. Damage stops the start before
+//! anything is replayed, saved or trimmed, with an error naming the segment
+//! and the byte offset ([`DamagedFile`]); the segment stays byte for byte
+//! until `bloomgate repair` salvages it. The shared log cannot tell which
+//! filter a damaged record belonged to (its name is among the damaged
+//! bytes), so no filter can be trusted and the whole server stops. So does
+//! a file in the log directory that looks like a segment but is not named
+//! like one ([`strays`]): its records would otherwise be skipped.
+//! A segment found damaged while the server runs (by a reload or a
+//! snapshot) fails that operation, and the snapshot then trims nothing.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -64,8 +77,8 @@ use std::time::{Duration, Instant};
 
 pub use bloomgate_blacklist::log::{
     encode_add, encode_chunk, encode_cuckoo, encode_lineage, read_bytes, read_segment,
-    read_segment_all, segment_path, segments, AnyRecord, CuckooOp, CuckooRecord, Record,
-    SegmentReport, MAGIC, MAX_RECORD,
+    read_segment_all, segment_path, segments, strays, AnyRecord, CuckooOp, CuckooRecord,
+    DamagedFile, Fault, FaultKind, Record, SegmentReport, MAGIC, MAX_RECORD,
 };
 
 use crate::metrics::Metrics;
@@ -488,13 +501,17 @@ mod tests {
         let rep = read_segment(&path, |_| {}).unwrap();
         assert_eq!(rep.records, 2);
         assert!(rep.lost_bytes > 0);
+        assert_eq!(rep.fault.unwrap().kind, FaultKind::TornTail);
         // Corrupt a byte in the second record.
         let mut bad = buf.clone();
         bad[MAGIC.len() + 12 + 20] ^= 0xff;
         std::fs::write(&path, &bad).unwrap();
         let rep = read_segment(&path, |_| {}).unwrap();
         assert_eq!(rep.records, 1);
-        assert!(rep.problem.unwrap().contains("checksum"));
+        let fault = rep.fault.unwrap();
+        assert!(fault.problem.contains("checksum"));
+        // The third record is intact: this is damage, not a torn tail.
+        assert_eq!(fault.kind, FaultKind::Damaged);
         // A 4 GB length is refused, not allocated.
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
@@ -502,7 +519,7 @@ mod tests {
         std::fs::write(&path, &huge).unwrap();
         let rep = read_segment(&path, |_| {}).unwrap();
         assert_eq!(rep.records, 0);
-        assert!(rep.problem.unwrap().contains("impossible"));
+        assert!(rep.fault.unwrap().problem.contains("impossible"));
     }
 
     #[test]

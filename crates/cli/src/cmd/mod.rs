@@ -9,6 +9,7 @@ mod info;
 mod plan;
 pub mod redis;
 mod remove;
+mod repair;
 mod serve;
 mod spill;
 mod union;
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Push(a) => redis::push(a),
         Command::Pull(a) => redis::pull(a),
         Command::Dedup(a) => dedup::run(a),
+        Command::Repair(a) => repair::run(a),
     }
 }
 

@@ -253,8 +253,7 @@ impl LocalStore {
         // server was down, or a crash followed a reload).
         for n in filters.values() {
             let jpath = journal::path(dir, &n.name);
-            let c =
-                journal::load(&jpath, &metrics).map_err(|e| StoreError::io(jpath.display(), e))?;
+            let c = journal::load(&jpath, &metrics)?;
             let current = n.state.load().lineage();
             let mut lineage = c.lineage;
             if !lineage.iter().any(|l| l.seed == current.seed) {
@@ -316,8 +315,30 @@ impl LocalStore {
         }
         let wal_dir = dir.join(".bloomgate-wal");
         std::fs::create_dir_all(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
-        // Replay.
+        // Replay. A file that looks like a segment but is not named like one
+        // would be skipped with its records: refuse to start instead.
+        let strays = wal::strays(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
+        if let Some(stray) = strays.first() {
+            return Err(StoreError::Invalid(format!(
+                "{}: looks like a write-ahead log segment but is not named like one (wal-NNNNNNNN.log), so its records would not be replayed{}; rename it to the next free segment number, or move it out of {} if it holds nothing needed",
+                stray.display(),
+                if strays.len() > 1 {
+                    format!(" (and {} more such file(s))", strays.len() - 1)
+                } else {
+                    String::new()
+                },
+                wal_dir.display()
+            )));
+        }
         let old = wal::segments(&wal_dir).map_err(|e| StoreError::io(wal_dir.display(), e))?;
+        // Every segment is checked before any record is applied: damage in
+        // the middle of one stops the start, and nothing has changed then.
+        for (_, seg) in &old {
+            wal::read_segment_all(seg, |_| {})
+                .map_err(|e| StoreError::io(seg.display(), e))?
+                .check(seg)
+                .map_err(|e| StoreError::Files(e.into()))?;
+        }
         let mut replayed = 0u64;
         for (_, seg) in &old {
             let rep = wal::read_segment_all(seg, |rec| {
@@ -328,9 +349,10 @@ impl LocalStore {
                 }
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
-            if let Some(problem) = &rep.problem {
+            rep.check(seg).map_err(|e| StoreError::Files(e.into()))?;
+            if let Some(fault) = &rep.fault {
                 tracing::warn!(
-                    "bloomgate serve: write-ahead log {}: {problem}: kept {} record(s), discarded {} byte(s) of damaged tail",
+                    "bloomgate serve: write-ahead log {}: {fault}: kept {} record(s), discarded {} byte(s) of torn tail",
                     seg.display(),
                     rep.records,
                     rep.lost_bytes

@@ -62,6 +62,10 @@ impl LocalStore {
         let probe = Filter::open(src, Access::ReadOnly)?;
         probe.verify()?;
         drop(probe);
+        if !drop_live_adds {
+            // A damaged journal stops the reload before anything changes.
+            journal::load(&journal::path(&self.dir, name), &self.metrics)?;
+        }
         if let Some(src) = source {
             let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
             if !same {
@@ -104,7 +108,7 @@ impl LocalStore {
             vec![new_lin]
         } else {
             let segments = self.wal.rotate()?;
-            let c = journal::load(&jpath, &self.metrics).map_err(jerr)?;
+            let c = journal::load(&jpath, &self.metrics)?;
             let mut lineage = c.lineage;
             if let Some(n) = &current {
                 for l in lock(&n.lineage).iter() {
@@ -122,7 +126,7 @@ impl LocalStore {
                 }
             }
             for seg in &segments {
-                wal::read_segment(seg, |rec| {
+                let rep = wal::read_segment(seg, |rec| {
                     if let Record::Add {
                         name: n, seed, key, ..
                     } = rec
@@ -137,6 +141,7 @@ impl LocalStore {
                     }
                 })
                 .map_err(|e| StoreError::io(seg.display(), e))?;
+                rep.check(seg).map_err(|e| StoreError::Files(e.into()))?;
             }
             if let Some(e) = failure {
                 return Err(e);

@@ -131,9 +131,12 @@ impl LocalStore {
         // Per damaged filter, whether its journal loads (its seeds are then
         // in `seeds`).
         let mut damaged_journal: HashMap<String, bool> = HashMap::new();
+        // A segment or journal that cannot be read whole stops the trim:
+        // the segments stay until it is repaired.
+        let mut failure = None;
         for seg in segments {
             let mut keep = false;
-            wal::read_segment_all(seg, |rec| {
+            let rep = wal::read_segment_all(seg, |rec| {
                 let (name, seed, key) = match rec {
                     wal::AnyRecord::Bloom(Record::Add { name, seed, key }) => (name, seed, key),
                     wal::AnyRecord::Bloom(Record::Chunk { name, .. })
@@ -164,9 +167,13 @@ impl LocalStore {
                     if !jpath.exists() {
                         return Vec::new();
                     }
-                    journal::load(&jpath, &self.metrics)
-                        .map(|c| c.lineage.iter().map(|l| l.seed).collect())
-                        .unwrap_or_default()
+                    match journal::load(&jpath, &self.metrics) {
+                        Ok(c) => c.lineage.iter().map(|l| l.seed).collect(),
+                        Err(e) => {
+                            failure = Some(e);
+                            Vec::new()
+                        }
+                    }
                 });
                 if mine.contains(&seed) {
                     wal::encode_add(out.entry(name.clone()).or_default(), &name, seed, &key);
@@ -174,9 +181,13 @@ impl LocalStore {
                 }
             })
             .map_err(|e| StoreError::io(seg.display(), e))?;
+            rep.check(seg).map_err(|e| StoreError::Files(e.into()))?;
             if keep {
                 hold.push(seg.clone());
             }
+        }
+        if let Some(e) = failure {
+            return Err(e);
         }
         for (name, buf) in &out {
             let jpath = journal::path(&self.dir, name);
