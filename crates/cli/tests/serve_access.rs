@@ -35,8 +35,7 @@ fn parse_response(resp: &[u8]) -> (u16, String, serde_json::Value) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let json =
-        serde_json::from_str(body).unwrap_or_else(|_| serde_json::json!({ "text": body }));
+    let json = serde_json::from_str(body).unwrap_or_else(|_| serde_json::json!({ "text": body }));
     (status, head.to_ascii_lowercase(), json)
 }
 
@@ -54,7 +53,12 @@ fn code(v: &serde_json::Value) -> &str {
 }
 
 fn hit(s: &Server, filter: &str, item: &str) -> bool {
-    let (st, v) = s.http("GET", &format!("/v1/filters/{filter}/check?item={item}"), None, None);
+    let (st, v) = s.http(
+        "GET",
+        &format!("/v1/filters/{filter}/check?item={item}"),
+        None,
+        None,
+    );
     assert_eq!(st, 200, "{v}");
     v["hit"].as_bool().unwrap()
 }
@@ -74,7 +78,12 @@ fn cross_site_http_writes_are_refused() {
         None,
     );
     assert_eq!(st, 201, "{v}");
-    let (st, _) = s.http("POST", "/v1/filters/phish/add", Some(r#"["evil.example"]"#), None);
+    let (st, _) = s.http(
+        "POST",
+        "/v1/filters/phish/add",
+        Some(r#"["evil.example"]"#),
+        None,
+    );
     assert_eq!(st, 200);
     let t = Duration::from_secs(30);
     // The issue's request: text/plain from attacker.example.
@@ -89,7 +98,10 @@ fn cross_site_http_writes_are_refused() {
         t,
     );
     assert_eq!((st, code(&v)), (403, "cross_origin"), "{v}");
-    assert!(hit(&s, "phish", "evil.example"), "delisted by a cross-site request");
+    assert!(
+        hit(&s, "phish", "evil.example"),
+        "delisted by a cross-site request"
+    );
     // JSON from another origin (it would need a CORS preflight; no CORS is granted).
     for headers in [
         "Content-Type: application/json\r\nOrigin: http://attacker.example\r\n",
@@ -100,13 +112,22 @@ fn cross_site_http_writes_are_refused() {
     ] {
         let (st, _, v) = raw_http(
             s.http,
-            &request("POST", "/v1/filters/phish/whitelist", headers, r#"["evil.example"]"#),
+            &request(
+                "POST",
+                "/v1/filters/phish/whitelist",
+                headers,
+                r#"["evil.example"]"#,
+            ),
             t,
         );
         assert_eq!((st, code(&v)), (403, "cross_origin"), "{headers}: {v}");
     }
     // No Origin at all, but not JSON: a form or text/plain body.
-    for ct in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"] {
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
         let (st, _, v) = raw_http(
             s.http,
             &request(
@@ -121,14 +142,24 @@ fn cross_site_http_writes_are_refused() {
     }
     let (st, _, v) = raw_http(
         s.http,
-        &request("POST", "/v1/filters/phish/add", "", r#"["planted.example"]"#),
+        &request(
+            "POST",
+            "/v1/filters/phish/add",
+            "",
+            r#"["planted.example"]"#,
+        ),
         t,
     );
     assert_eq!(st, 415, "{v}");
     // A body-less write from another origin (fetch with mode no-cors).
     let (st, _, v) = raw_http(
         s.http,
-        &request("DELETE", "/v1/filters/phish", "Origin: http://attacker.example\r\n", ""),
+        &request(
+            "DELETE",
+            "/v1/filters/phish",
+            "Origin: http://attacker.example\r\n",
+            "",
+        ),
         t,
     );
     assert_eq!((st, code(&v)), (403, "cross_origin"), "{v}");
@@ -157,7 +188,10 @@ fn cross_site_http_writes_are_refused() {
     );
     let (st, _, v) = raw_http(s.http, req.as_bytes(), t);
     assert_eq!(st, 200, "{v}");
-    assert!(!hit(&s, "phish", "evil.example"), "whitelisted by its own origin");
+    assert!(
+        !hit(&s, "phish", "evil.example"),
+        "whitelisted by its own origin"
+    );
     // A body-less DELETE without an Origin (curl -X DELETE) still works.
     let (st, _, v) = raw_http(s.http, &request("DELETE", "/v1/filters/phish", "", ""), t);
     assert_eq!(st, 200, "{v}");
@@ -196,8 +230,16 @@ fn http_sent_to_the_resp_port_runs_nothing() {
             String::from_utf8_lossy(&got)
         );
     }
-    assert_eq!(c.cmd(&["EXISTS", "planted"]).int(), 0, "a line of the body ran");
-    assert_eq!(c.cmd(&["EXISTS", "victim"]).int(), 1, "a line of the body ran");
+    assert_eq!(
+        c.cmd(&["EXISTS", "planted"]).int(),
+        0,
+        "a line of the body ran"
+    );
+    assert_eq!(
+        c.cmd(&["EXISTS", "victim"]).int(),
+        1,
+        "a line of the body ran"
+    );
     assert_eq!(c.cmd(&["BF.EXISTS", "victim", "x"]).int(), 1);
     // A Redis client whose item happens to be "POST" is unaffected.
     assert_eq!(c.cmd(&["BF.ADD", "victim", "POST"]).int(), 1);
@@ -297,7 +339,12 @@ fn without_the_token_nothing_is_buffered() {
     std::fs::write(&tok, format!("{TOKEN}\n")).unwrap();
     let s = Server::start(
         dir.path(),
-        &["--token-file", tok.to_str().unwrap(), "--request-secs", "120"],
+        &[
+            "--token-file",
+            tok.to_str().unwrap(),
+            "--request-secs",
+            "120",
+        ],
     );
     let head = "POST /v1/filters/bl/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
     let (st, head, v) = raw_http(s.http, head.as_bytes(), Duration::from_secs(60));
@@ -310,7 +357,8 @@ fn without_the_token_nothing_is_buffered() {
     // RESP: a 100 KB argument before AUTH is a protocol error, said so.
     let mut t = TcpStream::connect(s.resp).unwrap();
     t.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    t.write_all(b"*3\r\n$6\r\nBF.ADD\r\n$1\r\nf\r\n$100000\r\n").unwrap();
+    t.write_all(b"*3\r\n$6\r\nBF.ADD\r\n$1\r\nf\r\n$100000\r\n")
+        .unwrap();
     let mut got = Vec::new();
     let _ = t.read_to_end(&mut got);
     let got = String::from_utf8_lossy(&got);
@@ -331,8 +379,14 @@ fn without_the_token_nothing_is_buffered() {
     }
     c.r.get_mut().write_all(&wire).unwrap();
     assert_eq!(c.read().unwrap(), V::Simple("OK".into()));
-    assert_eq!(c.read().unwrap().arr().len(), 200);
-    assert_eq!(c.cmd(&["BF.CARD", "f"]).int(), 200);
+    let added = c.read().unwrap();
+    assert_eq!(added.arr().len(), 200);
+    assert!(
+        added.arr().iter().all(|v| matches!(v, V::Int(_))),
+        "{added:?}"
+    );
+    let exists = c.cmd(&["BF.EXISTS", "f", "item-199"]);
+    assert_eq!(exists.int(), 1);
 }
 
 /// `KEYS` and `SCAN MATCH` with patterns that made the recursive matcher
@@ -353,9 +407,15 @@ fn hostile_key_patterns_answer_and_do_not_stall_others() {
         let r = c.cmd(&["SCAN", "0", "MATCH", &miss]);
         assert_eq!(r.arr()[1], V::Arr(vec![]));
         let hit = "*a".repeat(stars);
-        assert_eq!(c.cmd(&["KEYS", &hit]), V::Arr(vec![V::Bulk(name.clone().into_bytes())]));
+        assert_eq!(
+            c.cmd(&["KEYS", &hit]),
+            V::Arr(vec![V::Bulk(name.clone().into_bytes())])
+        );
     }
-    assert_eq!(c.cmd(&["KEYS", "[o]th?r"]), V::Arr(vec![V::Bulk(b"other".to_vec())]));
+    assert_eq!(
+        c.cmd(&["KEYS", "[o]th?r"]),
+        V::Arr(vec![V::Bulk(b"other".to_vec())])
+    );
     // A 2 MB pattern against the 200-byte name: about 4·10⁸ steps, on the
     // blocking pool; a PING on the same thread is answered meanwhile.
     let huge = format!("{}b", "*a".repeat(1 << 20));
@@ -397,7 +457,11 @@ fn a_36_mb_chunk_loads() {
         data.extend_from_slice(&b);
         iter = next;
     }
-    assert!(data.len() >= 36_000_000, "only {} bytes of data", data.len());
+    assert!(
+        data.len() >= 36_000_000,
+        "only {} bytes of data",
+        data.len()
+    );
     c.send(&[b"BF.LOADCHUNK", b"dst", b"1", header]);
     assert_eq!(c.read().unwrap(), V::Simple("OK".into()));
     let end = (data.len() + 1).to_string();
@@ -425,7 +489,10 @@ fn a_36_mb_chunk_loads() {
     let mut got = Vec::new();
     let _ = t.read_to_end(&mut got);
     let got = String::from_utf8_lossy(&got);
-    assert!(got.starts_with("-ERR Protocol error: command too big"), "{got:?}");
+    assert!(
+        got.starts_with("-ERR Protocol error: command too big"),
+        "{got:?}"
+    );
 }
 
 /// Malformed requests get answers in the protocol's own error form.
@@ -444,7 +511,10 @@ fn errors_are_answered_in_the_protocols_form() {
         t,
     );
     assert_eq!((st, code(&v)), (400, "bad_request"), "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("polcy"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("polcy"),
+        "{v}"
+    );
     let (st, v) = s.http("GET", "/v1/filters/p", None, t);
     assert_eq!(st, 404, "created anyway: {v}");
     let (st, v) = s.http(
@@ -454,12 +524,23 @@ fn errors_are_answered_in_the_protocols_form() {
         t,
     );
     assert_eq!(st, 201, "{v}");
-    let (st, v) = s.http("POST", "/v1/filters/p/add", Some(r#"{"items":["a"],"itme":1}"#), t);
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/p/add",
+        Some(r#"{"items":["a"],"itme":1}"#),
+        t,
+    );
     assert_eq!(st, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("itme"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("itme"),
+        "{v}"
+    );
     let (st, v) = s.http("POST", "/v1/filters/p/reload", Some(r#"{"pth":"/x"}"#), t);
     assert_eq!(st, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("pth"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("pth"),
+        "{v}"
+    );
     // 405 and a duplicated query parameter: JSON like every other error.
     let (st, v) = s.http("PUT", "/v1/filters/p/check", None, t);
     assert_eq!((st, code(&v)), (405, "method_not_allowed"), "{v}");
@@ -468,13 +549,28 @@ fn errors_are_answered_in_the_protocols_form() {
 
     // RESP: NOAUTH before the token, for every command but AUTH/HELLO/QUIT.
     let mut c = s.resp();
-    for cmd in [&["FOO", "bar"][..], &["CLIENT", "SETNAME", "x"], &["PING"], &["CONFIG", "GET", "*"]] {
-        assert_eq!(c.cmd(cmd), V::Err("NOAUTH Authentication required.".into()), "{cmd:?}");
+    for cmd in [
+        &["FOO", "bar"][..],
+        &["CLIENT", "SETNAME", "x"],
+        &["PING"],
+        &["CONFIG", "GET", "*"],
+    ] {
+        assert_eq!(
+            c.cmd(cmd),
+            V::Err("NOAUTH Authentication required.".into()),
+            "{cmd:?}"
+        );
     }
     assert_eq!(c.cmd(&["AUTH", TOKEN]), V::Simple("OK".into()));
-    assert!(c.cmd(&["FOO"]).err().starts_with("ERR unknown command 'FOO'"));
+    assert!(c
+        .cmd(&["FOO"])
+        .err()
+        .starts_with("ERR unknown command 'FOO'"));
     // CONFIG SET does not pretend; CONFIG GET lists what is real.
-    assert!(c.cmd(&["CONFIG", "SET", "maxmemory", "1"]).err().starts_with("ERR CONFIG SET is not supported"));
+    assert!(c
+        .cmd(&["CONFIG", "SET", "maxmemory", "1"])
+        .err()
+        .starts_with("ERR CONFIG SET is not supported"));
     assert_eq!(
         c.cmd(&["CONFIG", "GET", "save"]),
         V::Arr(vec![V::Bulk(b"save".to_vec()), V::Bulk(Vec::new())])

@@ -238,9 +238,16 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
 fn declared_body(req: &Request) -> Option<u64> {
     let h = req.headers();
     if let Some(v) = h.get(header::CONTENT_LENGTH) {
-        return v.to_str().ok()?.trim().parse::<u64>().ok().filter(|&n| n > 0);
+        return v
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0);
     }
-    h.contains_key(header::TRANSFER_ENCODING).then_some(u64::MAX)
+    h.contains_key(header::TRANSFER_ENCODING)
+        .then_some(u64::MAX)
 }
 
 /// What is refused from the headers alone, before a byte of the body is
@@ -276,7 +283,10 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
         || method == axum::http::Method::OPTIONS;
     if !plain_read {
         if let Some(origin) = h.get(header::ORIGIN) {
-            let host = h.get(header::HOST).map(|v| v.as_bytes()).unwrap_or_default();
+            let host = h
+                .get(header::HOST)
+                .map(|v| v.as_bytes())
+                .unwrap_or_default();
             let own = |scheme: &[u8]| {
                 origin.as_bytes().strip_prefix(scheme) == Some(host) && !host.is_empty()
             };
@@ -306,7 +316,9 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
         let json = h.get(header::CONTENT_TYPE).is_some_and(|v| {
             let v = v.as_bytes();
             let essence = v.split(|&b| b == b';').next().unwrap_or_default();
-            essence.trim_ascii().eq_ignore_ascii_case(b"application/json")
+            essence
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"application/json")
         });
         if body.is_some() && !json {
             return Some(ApiError::new(

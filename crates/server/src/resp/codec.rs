@@ -417,7 +417,9 @@ mod tests {
         }
         let mut args = Vec::new();
         let r = parse_append(&cmd, &caps, &mut args, &mut 0);
-        let too_big = Err(ProtocolError("command too big (over 250 bytes in all)".into()));
+        let too_big = Err(ProtocolError(
+            "command too big (over 250 bytes in all)".into(),
+        ));
         assert_eq!(r, too_big);
         let r = parse_append(&cmd[..cmd.len() - 10], &caps, &mut args, &mut 0);
         assert_eq!(r, too_big);

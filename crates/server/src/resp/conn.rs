@@ -324,7 +324,7 @@ const PRE_AUTH_ARGS: usize = 10;
 /// How long, and for how many bytes at most, a connection closed after an
 /// error reply keeps reading (and discarding) what its client still sends.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
-const LINGER_BYTES: usize = 64 << 20;
+const LINGER_BYTES: usize = 8 << 20;
 
 /// Closes a connection after its error reply was written, so that the
 /// client gets to read it. Closing a socket whose receive queue holds bytes
@@ -470,10 +470,7 @@ fn looks_like_http(cmd: &[u8], argv: &[&[u8]]) -> bool {
         cmd,
         b"GET" | b"HEAD" | b"PUT" | b"DELETE" | b"OPTIONS" | b"PATCH" | b"CONNECT" | b"TRACE"
     );
-    method
-        && argv.len() == 3
-        && argv[2].len() >= 5
-        && argv[2][..5].eq_ignore_ascii_case(b"HTTP/")
+    method && argv.len() == 3 && argv[2].len() >= 5 && argv[2][..5].eq_ignore_ascii_case(b"HTTP/")
 }
 
 #[derive(PartialEq, Eq)]
