@@ -452,7 +452,17 @@ fn resp_commands_and_redisbloom_shapes() {
 #[test]
 fn hostile_clients_are_cut_off_without_harming_others() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &["--request-secs", "2", "--idle-secs", "3"]);
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--request-secs",
+            "2",
+            "--idle-secs",
+            "3",
+            "--max-input-memory",
+            "16M",
+        ],
+    );
     let mut good = s.resp();
     good.cmd(&["BF.ADD", "f", "x"]);
 
@@ -469,15 +479,16 @@ fn hostile_clients_are_cut_off_without_harming_others() {
     let mut buf = String::new();
     bad.read_to_string(&mut buf).unwrap();
     assert!(buf.contains("invalid multibulk length"), "{buf}");
-    // Bulk strings each under the bulk limit (32 MiB) that add up past the
-    // command limit (64 MiB): refused at the header that crosses it (parsed
-    // once the command's smallest possible rest has arrived).
+    // Bulk strings each under the bulk limit that add up past the command
+    // limit (here the 16 MiB input budget): refused at the header that
+    // crosses it (parsed once the command's smallest possible rest has
+    // arrived).
     let mut bad = TcpStream::connect(s.resp).unwrap();
     bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let chunk = vec![b'z'; 32 << 20];
+    let chunk = vec![b'z'; 10_000_000];
     let mut sent = b"*3\r\n".to_vec();
     for _ in 0..2 {
-        sent.extend_from_slice(b"$33554432\r\n");
+        sent.extend_from_slice(b"$10000000\r\n");
         sent.extend_from_slice(&chunk);
         sent.extend_from_slice(b"\r\n");
     }

@@ -1,6 +1,6 @@
 //! One memory budget for the input every client makes the server buffer.
 //!
-//! Per-connection limits ([`crate::Limits::max_command_bytes`], 64 MiB)
+//! Per-connection limits ([`crate::Limits::max_command_bytes`])
 //! bound what one client can make the server hold, but not what many can:
 //! 60 connections each sending the first 30 MB of a huge `BF.ADD` argument
 //! hold 1.8 GB. [`InputBudget`] bounds the sum, as Redis's
@@ -15,7 +15,11 @@
 //! * every HTTP request with a body reserves its `Content-Length` (or the
 //!   largest body allowed, when it has none) while it runs
 //!   ([`InputBudget::reserve`]); a body that does not fit, even after the
-//!   largest Redis-protocol buffers are closed, is refused with 503.
+//!   largest Redis-protocol buffers are closed, is refused with 503;
+//! * clients that have not presented the token (when one is configured)
+//!   count against a second, smaller [`InputBudget`] of their own
+//!   ([`crate::App::input_unauth`]), so what they hold can never make the
+//!   server refuse or close an authenticated client.
 //!
 //! What is accounted is buffer capacity, the memory really allocated for
 //! input, not bytes received: a 30 MB argument arrives into a buffer that

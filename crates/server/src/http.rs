@@ -178,32 +178,39 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
     } else {
         Op::Other
     };
+    if let Some(refused) = refuse_early(&app, &req) {
+        app.metrics.record(Proto::Http, op, start.elapsed(), true);
+        return refused.into_response();
+    }
     // A body holds its share of the input budget while the request runs
-    // (its announced length, or the largest allowed for a chunked one).
-    let has_body = req
-        .headers()
-        .contains_key(axum::http::header::TRANSFER_ENCODING);
-    let body_bytes = req
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .map(|n| n.min(app.limits.max_body_bytes))
-        .unwrap_or(if has_body {
-            app.limits.max_body_bytes
-        } else {
-            0
-        });
+    // (its announced length, or the largest allowed for a chunked one):
+    // of the small budget of clients without the token, when one is
+    // configured and was not presented.
+    let body_bytes = declared_body(&req)
+        .map(|n| n.min(app.limits.max_body_bytes as u64) as usize)
+        .unwrap_or(0);
+    let anonymous = app.policy.has_token() && !authed(&app, req.headers());
+    let budget = if anonymous {
+        &app.input_unauth
+    } else {
+        &app.input
+    };
     let _reserved = if body_bytes > 0 {
-        match app.input.reserve(body_bytes) {
+        match budget.reserve(body_bytes) {
             Some(r) => Some(r),
             None => {
                 app.metrics.record(Proto::Http, op, start.elapsed(), true);
+                let whose = if anonymous {
+                    "clients without the token"
+                } else {
+                    "all clients"
+                };
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "input_budget",
                     format!(
-                        "all clients' buffered input is at its budget ({} MiB, --max-input-memory); retry later",
-                        app.input.limit() >> 20
+                        "the buffered input of {whose} is at its budget ({} MiB, --max-input-memory); retry later",
+                        budget.limit() >> 20
                     ),
                 )
                 .into_response();
@@ -223,8 +230,151 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
         .into_response(),
     };
     let error = resp.status().is_client_error() || resp.status().is_server_error();
+    let resp = if error { json_error(resp).await } else { resp };
     app.metrics.record(Proto::Http, op, start.elapsed(), error);
     resp
+}
+
+/// The body length a request announces: its `Content-Length`, `u64::MAX`
+/// for a chunked body (any length), `None` for no body. An unparsable
+/// `Content-Length` counts as no body here (hyper refuses the request).
+fn declared_body(req: &Request) -> Option<u64> {
+    let h = req.headers();
+    if let Some(v) = h.get(header::CONTENT_LENGTH) {
+        return v
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0);
+    }
+    h.contains_key(header::TRANSFER_ENCODING)
+        .then_some(u64::MAX)
+}
+
+/// What is refused from the headers alone, before a byte of the body is
+/// read or any of the input budget is taken:
+///
+/// * a `Content-Length` over the body limit: 413 at once (waiting for the
+///   body would hold the connection until the request timeout);
+/// * for a request that is not a plain read (any method but `GET`, `HEAD`
+///   and `OPTIONS`), what a web page on another site could make a browser
+///   send (cross-site request forgery; writes are open to anyone on the
+///   machine when no token is configured): an `Origin` other than this
+///   server's own (from its `Host`), a `Sec-Fetch-Site` other than
+///   `same-origin` or `none` (403 `cross_origin`), and a body that is not
+///   declared `application/json` (415): browsers send `text/plain`, form
+///   and multipart bodies to other sites without asking, JSON only after a
+///   CORS preflight, which this server never grants;
+/// * a body from a client without the token where reads need it (401):
+///   every endpoint refuses it anyway, so it is not read.
+fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
+    let body = declared_body(req);
+    let max = app.limits.max_body_bytes as u64;
+    if body.is_some_and(|n| n != u64::MAX && n > max) {
+        return Some(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a body of {} bytes; the limit is {max}", body.unwrap_or(0)),
+        ));
+    }
+    let h = req.headers();
+    let method = req.method();
+    let plain_read = method == axum::http::Method::GET
+        || method == axum::http::Method::HEAD
+        || method == axum::http::Method::OPTIONS;
+    if !plain_read {
+        if let Some(origin) = h.get(header::ORIGIN) {
+            let host = h
+                .get(header::HOST)
+                .map(|v| v.as_bytes())
+                .unwrap_or_default();
+            let own = |scheme: &[u8]| {
+                origin.as_bytes().strip_prefix(scheme) == Some(host) && !host.is_empty()
+            };
+            if !own(b"http://") && !own(b"https://") {
+                return Some(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "cross_origin",
+                    format!(
+                        "requests from another origin ({}) may only read: this server grants no CORS",
+                        String::from_utf8_lossy(origin.as_bytes())
+                    ),
+                ));
+            }
+        }
+        if let Some(site) = h.get("sec-fetch-site") {
+            if !matches!(site.as_bytes(), b"same-origin" | b"none") {
+                return Some(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "cross_origin",
+                    format!(
+                        "a request from another site (Sec-Fetch-Site: {}) may only read",
+                        String::from_utf8_lossy(site.as_bytes())
+                    ),
+                ));
+            }
+        }
+        let json = h.get(header::CONTENT_TYPE).is_some_and(|v| {
+            let v = v.as_bytes();
+            let essence = v.split(|&b| b == b';').next().unwrap_or_default();
+            essence
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"application/json")
+        });
+        if body.is_some() && !json {
+            return Some(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "a request body must be JSON, sent with Content-Type: application/json",
+            ));
+        }
+    }
+    if body.is_some()
+        && req.uri().path() != "/healthz"
+        && app.policy.check_read(authed(app, h)).is_err()
+    {
+        return Some(Denied::NeedToken.into());
+    }
+    None
+}
+
+/// An error answer that is not JSON yet (axum's own: 405, a bad query
+/// string or path, a body over the limit) in the API's error shape,
+/// headers (`Allow`) kept.
+async fn json_error(resp: Response) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let status = parts.status;
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "timeout",
+        s if s.is_client_error() => "bad_request",
+        _ => "internal",
+    };
+    let mut message = String::from_utf8_lossy(&text).trim().to_string();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("error").to_string();
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let mut r = ApiError::new(status, code, message).into_response();
+    for (k, v) in parts.headers.iter() {
+        r.headers_mut().entry(k).or_insert(v.clone());
+    }
+    r
 }
 
 /// Always 200 while the server answers (reads work); `status` is
@@ -419,25 +569,20 @@ async fn check_one(
     Ok(Json(v).into_response())
 }
 
-/// A batch body: a JSON array of strings, or `{"items": [...]}`.
+/// A batch body's object form, `{"items": [...]}`.
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum Items {
-    List(Vec<String>),
-    Object { items: Vec<String> },
+#[serde(deny_unknown_fields)]
+struct ItemsObject {
+    items: Vec<String>,
 }
 
-impl Items {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            Items::List(v) | Items::Object { items: v } => v,
-        }
-    }
-}
-
-/// Parses a batch body: a JSON array of strings, or `{"items": [...]}`.
+/// Parses a batch body: a JSON array of strings, or `{"items": [...]}`
+/// (and no other field: a misspelt one is an error naming it, not ignored).
 pub fn parse_item_list(body: &[u8]) -> Result<Vec<String>, serde_json::Error> {
-    serde_json::from_slice::<Items>(body).map(Items::into_vec)
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => serde_json::from_slice::<ItemsObject>(body).map(|o| o.items),
+        _ => serde_json::from_slice::<Vec<String>>(body),
+    }
 }
 
 fn parse_items(app: &App, body: &[u8]) -> Result<Vec<String>, ApiError> {
@@ -566,7 +711,10 @@ async fn whitelist_remove(
     whitelist_change(app, headers, name, body, false).await
 }
 
+/// A create request. Unknown fields are refused (a misspelt `"polcy"`
+/// would otherwise make a filter of the default policy without a word).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CreateBody {
     name: String,
     /// Items to plan for.
@@ -745,6 +893,7 @@ async fn delete(State(app): St, headers: HeaderMap, Path(name): Path<String>) ->
 }
 
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct ReloadBody {
     path: Option<String>,
     /// Discard acknowledged live adds (and reset the journal) instead of
@@ -830,10 +979,17 @@ pub async fn serve(
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout.min(idle))
                 .keep_alive(true);
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            // Bound the life of an idle keep-alive connection too: hyper's
-            // header timeout starts when a new request begins.
-            let _ = conn.await;
+            // The connection comes back when hyper is done with it, to be
+            // closed gracefully: an answer given before the body was read
+            // (413 from the headers, 401) reaches a client that is still
+            // sending it, instead of being lost to a reset.
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), svc)
+                .without_shutdown();
+            if let Ok(parts) = conn.await {
+                let mut stream = parts.io.into_inner();
+                crate::resp::close_gracefully(&mut stream).await;
+            }
             app.metrics.connections[Proto::Http as usize].fetch_sub(1, Relaxed);
             drop(permit);
         });

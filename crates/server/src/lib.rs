@@ -62,14 +62,17 @@ pub struct Limits {
     pub max_batch: usize,
     /// Longest item, in bytes.
     pub max_item_bytes: usize,
-    /// Largest RESP bulk string (bounds `BF.LOADCHUNK` chunks too).
+    /// Largest RESP bulk string (bounds `BF.LOADCHUNK` chunks too); Redis's
+    /// `proto-max-bulk-len`. A command that cannot fit the input budget
+    /// ([`Limits::max_input_bytes`]) is refused at its header whatever this
+    /// says.
     pub max_bulk_bytes: usize,
     /// Most elements in one RESP command array.
     pub max_array_len: usize,
     /// Largest RESP command in all (the sum of its bulk strings): bounds
     /// what one connection can make the server buffer, whatever the
     /// combination of array and bulk lengths (like Redis's
-    /// `client-query-buffer-limit`).
+    /// `client-query-buffer-limit`). The input budget caps it too.
     pub max_command_bytes: usize,
     /// Most simultaneous connections, per listener.
     pub max_connections: usize,
@@ -87,6 +90,12 @@ pub struct Limits {
     /// The filter memory of all filters together (`--max-memory`, see
     /// [`memory`]); shared by every copy of these limits.
     pub memory: Arc<memory::MemoryBudget>,
+    /// What clients that have not presented the token (when one is
+    /// configured) may make the server buffer, all together: a budget of
+    /// their own, so that they can never make the server refuse or close
+    /// an authenticated client ([`budget`]). 0: an eighth of
+    /// [`Limits::max_input_bytes`] (no limit if that is 0).
+    pub max_unauth_input_bytes: usize,
 }
 
 impl Default for Limits {
@@ -95,15 +104,16 @@ impl Default for Limits {
             max_body_bytes: 8 << 20,
             max_batch: 10_000,
             max_item_bytes: 64 << 10,
-            max_bulk_bytes: 32 << 20,
+            max_bulk_bytes: 512 << 20,
             max_array_len: 1 << 20,
-            max_command_bytes: 64 << 20,
+            max_command_bytes: 1 << 30,
             max_connections: 10_000,
             idle_timeout: Duration::from_secs(300),
             request_timeout: Duration::from_secs(30),
             max_filter_bytes: 8 << 30,
             max_input_bytes: 256 << 20,
             memory: Arc::new(memory::MemoryBudget::new(memory::default_limit())),
+            max_unauth_input_bytes: 0,
         }
     }
 }
@@ -251,6 +261,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         limits: config.limits.clone(),
         metrics,
         input: budget::InputBudget::new(config.limits.max_input_bytes),
+        input_unauth: budget::InputBudget::new(match config.limits.max_unauth_input_bytes {
+            0 => config.limits.max_input_bytes / 8,
+            n => n,
+        }),
     });
 
     let mut bound = BoundAddrs::default();
@@ -387,4 +401,7 @@ pub struct App {
     pub metrics: Arc<metrics::Metrics>,
     /// The memory budget of all clients' buffered input.
     pub input: Arc<budget::InputBudget>,
+    /// The separate, smaller budget of clients that have not presented
+    /// the token (when one is configured).
+    pub input_unauth: Arc<budget::InputBudget>,
 }

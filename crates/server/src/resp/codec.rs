@@ -125,7 +125,10 @@ fn parse_one(
         let len = len as usize;
         declared += len;
         if declared > caps.command {
-            return Err(ProtocolError("command too big".into()));
+            return Err(ProtocolError(format!(
+                "command too big (over {} bytes in all)",
+                caps.command
+            )));
         }
         if buf.len() < p + len + 2 {
             *need = p + len + 2 + (n - i - 1) * MIN_ELEMENT;
@@ -414,9 +417,12 @@ mod tests {
         }
         let mut args = Vec::new();
         let r = parse_append(&cmd, &caps, &mut args, &mut 0);
-        assert_eq!(r, Err(ProtocolError("command too big".into())));
+        let too_big = Err(ProtocolError(
+            "command too big (over 250 bytes in all)".into(),
+        ));
+        assert_eq!(r, too_big);
         let r = parse_append(&cmd[..cmd.len() - 10], &caps, &mut args, &mut 0);
-        assert_eq!(r, Err(ProtocolError("command too big".into())));
+        assert_eq!(r, too_big);
         // Just under the cap is fine.
         let ok = b"*2\r\n$100\r\n"
             .iter()

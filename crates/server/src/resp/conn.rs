@@ -30,6 +30,8 @@ pub(super) struct Conn {
     /// The acknowledgement of the command being executed, if it wrote.
     pub(super) ack: Option<Ack>,
     pub(super) quit: bool,
+    /// The client spoke HTTP, not RESP: close without another word.
+    pub(super) hang_up: bool,
     pub(super) name: Option<Vec<u8>>,
     pub(super) id: u64,
     /// The filter of the last lookup (see [`Lookup`]).
@@ -106,7 +108,20 @@ pub(super) struct Run {
 }
 
 pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
-    let limits = app.limits.clone();
+    // A command must fit the input budget: one whose headers say it cannot
+    // is refused at once rather than closed halfway through by the budget.
+    let mut limits = app.limits.clone();
+    limits.max_command_bytes = limits.max_command_bytes.min(app.input.limit());
+    // Until a client has presented the token that reads need, it gets
+    // Redis's caps for unauthenticated clients (since 7.0: 10 arguments,
+    // 16 KiB each), enough for `AUTH` and `HELLO 3 AUTH … SETNAME …`.
+    let gated = app.policy.check_read(false).is_err();
+    let pre_auth = crate::Limits {
+        max_bulk_bytes: PRE_AUTH_BULK,
+        max_array_len: PRE_AUTH_ARGS,
+        max_command_bytes: PRE_AUTH_BULK * PRE_AUTH_ARGS,
+        ..limits.clone()
+    };
     let now = Instant::now();
     let mut conn = Conn {
         authed: false,
@@ -115,6 +130,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         pending: Vec::new(),
         ack: None,
         quit: false,
+        hang_up: false,
         name: None,
         id,
         last: Lookup::default(),
@@ -131,13 +147,16 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         later: None,
         queued: Vec::new(),
     };
-    let mut buf = BytesMut::with_capacity(16 << 10);
+    let mut buf = BytesMut::with_capacity(INITIAL_BUF);
     let mut out = Out {
         buf: Vec::with_capacity(16 << 10),
         proto: 2,
     };
-    // This connection's share of the input budget (see crate::budget).
-    let account = conn.app.input.register();
+    // This connection's share of the input budget (see crate::budget): of
+    // the separate budget of clients without the token while it has not
+    // presented it (when one is configured).
+    let mut authed_account = !conn.anonymous();
+    let mut account = conn.budget().register();
     let mut partial_since: Option<Instant> = None;
     // One timer for the idle and request timeouts, re-armed lazily: it is
     // only moved earlier when a deadline moves earlier, and when it fires
@@ -151,7 +170,8 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         // Execute every complete command in the buffer, up to 1 MiB of replies.
         let mut more = false;
         loop {
-            let error = batch.parse(&buf, &limits);
+            let parsed_pre_auth = gated && !conn.authed;
+            let error = batch.parse(&buf, if parsed_pre_auth { &pre_auth } else { &limits });
             if !batch.cmds.is_empty() {
                 partial_since = None;
             }
@@ -198,15 +218,35 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 more = !buf.is_empty();
                 break;
             }
+            if conn.hang_up {
+                break;
+            }
             if let Some(ProtocolError(msg)) = error {
+                if parsed_pre_auth && conn.authed {
+                    // Parsed ahead under the unauthenticated caps; the
+                    // `AUTH` before it succeeded: parse it again.
+                    batch.need = 0;
+                    continue;
+                }
                 conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
-                out.error(&format!("ERR Protocol error: {msg}"));
-                let _ = flush(&mut stream, &mut conn, &mut out).await;
+                let unauthenticated = if parsed_pre_auth {
+                    " (unauthenticated clients may send up to 10 arguments of up to 16 KiB: AUTH first)"
+                } else {
+                    ""
+                };
+                out.error(&format!("ERR Protocol error: {msg}{unauthenticated}"));
+                if flush(&mut stream, &mut conn, &mut out).await.is_ok() {
+                    close_gracefully(&mut stream).await;
+                }
                 return;
             }
             if batch.cmds.len() < MAX_PARSED {
                 break;
             }
+        }
+        if conn.hang_up {
+            // Not a Redis client: nothing more is run, nothing is answered.
+            return;
         }
         let Ok(now) = flush(&mut stream, &mut conn, &mut out).await else {
             return;
@@ -222,17 +262,31 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         }
         // Keep the memory of one huge command only while it is needed.
         if buf.is_empty() && buf.capacity() > (1 << 20) {
-            buf = BytesMut::with_capacity(16 << 10);
+            buf = BytesMut::with_capacity(INITIAL_BUF);
         }
         if batch.args.capacity() > (1 << 16) {
             batch.args = Vec::new();
         }
         if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 << 10);
+            grow(&mut buf, batch.need);
+        }
+        if authed_account == conn.anonymous() {
+            // `AUTH` (or `RESET`) moved the connection between budgets.
+            authed_account = !conn.anonymous();
+            account = conn.budget().register();
         }
         // A buffer that just grew is read into only once the budget holds
-        // it (see `Account::until_released`).
-        let mut waiting = account.set(buf.capacity());
+        // it (see `Account::until_released`). A client without the token
+        // accounts only what its buffer grew past the first one: that one
+        // is part of the connection's fixed cost (bounded by the connection
+        // limit), and a client that connects to send `AUTH` while others
+        // fill the budget of such clients must not be closed for it.
+        let held = if authed_account {
+            buf.capacity()
+        } else {
+            buf.capacity().saturating_sub(INITIAL_BUF)
+        };
+        let mut waiting = account.set(held);
         let deadline = match partial_since {
             Some(t) => t + limits.request_timeout,
             None => now + limits.idle_timeout,
@@ -259,14 +313,23 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 () = account.killed() => {
                     conn.app.metrics.connections_rejected[Proto::Resp as usize]
                         .fetch_add(1, Relaxed);
-                    out.error(&format!(
-                        "ERR client input buffer budget exceeded ({} MiB for all clients, --max-input-memory): this connection held the most and is closed",
-                        conn.app.input.limit() >> 20
-                    ));
+                    out.error(&if authed_account {
+                        format!(
+                            "ERR client input buffer budget exceeded ({} MiB for all clients, --max-input-memory): this connection held the most and is closed",
+                            conn.app.input.limit() >> 20
+                        )
+                    } else {
+                        format!(
+                            "ERR client input buffer budget exceeded ({} MiB for all clients without the token): this connection held the most and is closed",
+                            conn.app.input_unauth.limit() >> 20
+                        )
+                    });
                     // The buffer goes before the reply is sent.
                     drop(std::mem::take(&mut buf));
                     account.set(0);
-                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    if flush(&mut stream, &mut conn, &mut out).await.is_ok() {
+                        close_gracefully(&mut stream).await;
+                    }
                     return;
                 }
                 () = &mut timer => {
@@ -282,13 +345,69 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                     } else {
                         "ERR idle timeout"
                     });
-                    let _ = flush(&mut stream, &mut conn, &mut out).await;
+                    if flush(&mut stream, &mut conn, &mut out).await.is_ok() {
+                        close_gracefully(&mut stream).await;
+                    }
                     return;
                 }
             }
         }
         conn.run.start = Instant::now();
     }
+}
+
+/// A connection's read buffer to begin with.
+const INITIAL_BUF: usize = 16 << 10;
+
+/// Unauthenticated clients' largest argument (Redis's, since 7.0).
+const PRE_AUTH_BULK: usize = 16 << 10;
+/// Unauthenticated clients' most arguments (Redis's, since 7.0).
+const PRE_AUTH_ARGS: usize = 10;
+
+/// How long, and for how many bytes at most, a connection closed after an
+/// error reply keeps reading (and discarding) what its client still sends.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 8 << 20;
+
+/// Closes a connection after its error reply was written, so that the
+/// client gets to read it. Closing a socket whose receive queue holds bytes
+/// not yet read (the rest of a refused command) sends a reset instead of
+/// an orderly end, and a reset makes the client's system drop the reply it
+/// has not read yet: the client saw "connection reset" instead of the
+/// error. So the write side is shut first (the client reads the reply,
+/// then the end of the stream), and what the client still sends is read
+/// and thrown away, into a small buffer, until it stops, for at most
+/// [`LINGER`] and [`LINGER_BYTES`] (a lingering close, as web servers do).
+pub(crate) async fn close_gracefully(stream: &mut TcpStream) {
+    use tokio::io::AsyncReadExt;
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + LINGER;
+    let mut sink = vec![0u8; 16 << 10];
+    let mut total = 0;
+    while total < LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => total += n,
+            _ => return,
+        }
+    }
+}
+
+/// Makes room in `buf` for the next read: doubles it (at least 16 KiB
+/// free), but never past what the incomplete command at its start needs
+/// (`need`, the parser's lower bound on its length) plus a read's worth, so
+/// that a 36 MB argument takes about 36 MB of the input budget rather than
+/// the next power of two.
+fn grow(buf: &mut BytesMut, need: usize) {
+    let mut target = buf.capacity().saturating_mul(2);
+    if need > buf.len() {
+        target = target.min(need.saturating_add(16 << 10));
+    }
+    let target = target.max(buf.len() + (16 << 10));
+    let mut grown = BytesMut::with_capacity(target);
+    grown.extend_from_slice(buf);
+    *buf = grown;
 }
 
 /// Why [`Conn::run_batch`] returned.
@@ -400,6 +519,20 @@ fn insert_replies(buf: &[u8], inserts: &[(usize, Vec<u8>)]) -> Vec<u8> {
     out
 }
 
+/// Whether a command is a line of an HTTP request: `POST` and `Host:` as
+/// Redis checks (any HTTP request has one or the other), and a request line
+/// (`GET /path HTTP/1.1`, any method) for the rest.
+fn looks_like_http(cmd: &[u8], argv: &[&[u8]]) -> bool {
+    if cmd == b"POST" || cmd == b"HOST:" {
+        return true;
+    }
+    let method = matches!(
+        cmd,
+        b"GET" | b"HEAD" | b"PUT" | b"DELETE" | b"OPTIONS" | b"PATCH" | b"CONNECT" | b"TRACE"
+    );
+    method && argv.len() == 3 && argv[2].len() >= 5 && argv[2][..5].eq_ignore_ascii_case(b"HTTP/")
+}
+
 #[derive(PartialEq, Eq)]
 pub(super) enum Class {
     Conn,
@@ -440,8 +573,26 @@ impl Conn {
             self.end_run(Instant::now());
         }
         self.run.op = op;
+        if looks_like_http(cmd, argv) {
+            // Redis does the same (since 3.2.7): a browser or proxy made to
+            // send an HTTP request here must not get its body run as
+            // commands (cross-protocol scripting).
+            tracing::warn!(
+                "bloomgate serve: Redis-protocol connection {} sent an HTTP request ('{}'): possible cross-protocol attack, closed without running anything",
+                self.id,
+                super::commands::lossy(&argv[0][..argv[0].len().min(16)])
+            );
+            self.quit = true;
+            self.hang_up = true;
+            return;
+        }
         let before = out.buf.len();
         let denied = match class {
+            // Before the token (where reads need it), every command but
+            // these answers NOAUTH, as Redis's do.
+            Class::Conn if !matches!(cmd, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") => {
+                self.app.policy.check_read(self.authed).err()
+            }
             Class::Conn => None,
             Class::Read => self.app.policy.check_read(self.authed).err(),
             Class::Write => self.app.policy.check_write(self.authed).err(),
@@ -532,6 +683,21 @@ impl Conn {
         }
     }
 
+    /// True while a token is configured and this client has not presented
+    /// it: its input is accounted in the separate budget of such clients.
+    fn anonymous(&self) -> bool {
+        self.app.policy.has_token() && !self.authed
+    }
+
+    /// The input budget this connection's buffers count against.
+    fn budget(&self) -> &Arc<crate::budget::InputBudget> {
+        if self.anonymous() {
+            &self.app.input_unauth
+        } else {
+            &self.app.input
+        }
+    }
+
     /// Executes the parsed commands from the `from`th on, in order, until
     /// the end, a `QUIT`, 1 MiB of replies, or a command that must not run
     /// on this thread ([`Conn::blocks`]). Returns the index of the first
@@ -592,7 +758,8 @@ impl Conn {
     /// True for commands that do file I/O or wait for the store's snapshot
     /// lock (which a snapshot holds while it writes filter files): creating
     /// (`BF.RESERVE`, `BF.LOADCHUNK`, an add to a missing filter) and
-    /// deleting filters, and loading chunks; and adds while a filter's write
+    /// deleting filters, and loading chunks; `KEYS` and `SCAN` (a pattern
+    /// matched against every name); and adds while a filter's write
     /// lock is taken (by a reload, say); and every `BF.*` command of a store
     /// whose calls go over the network ([`Store::is_remote`](crate::store::Store::is_remote)).
     /// They run on Tokio's blocking pool so that they cannot stall the other
@@ -604,6 +771,11 @@ impl Conn {
         let cmd = &buf[cmd.clone()];
         let is = |name: &[u8]| cmd.eq_ignore_ascii_case(name);
         if is(b"BF.RESERVE") || is(b"BF.LOADCHUNK") || is(b"DEL") || is(b"UNLINK") {
+            return true;
+        }
+        // Matching every name against a client's pattern costs
+        // names × pattern × name length: bounded, but not small.
+        if is(b"KEYS") || is(b"SCAN") {
             return true;
         }
         if self.app.store.is_remote() {

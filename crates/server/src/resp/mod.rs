@@ -31,9 +31,19 @@
 //! `max_command_bytes`, inline commands longer than 64 KiB, malformed framing,
 //! more than `max_connections` clients, silence longer than `idle_timeout`,
 //! and a command that takes longer than `request_timeout` to arrive once
-//! started (a slow drip) each get a Redis error and a closed connection. A
-//! length header is checked before anything is allocated for it, so a
-//! `$4294967296` header costs nothing.
+//! started (a slow drip) each get a Redis error and a closed connection
+//! (closed gracefully, so that the client reads the error: see
+//! `conn::close_gracefully`). A length header is checked before anything
+//! is allocated for it, so a `$4294967296` header costs nothing; a command
+//! is also capped by the input budget ([`crate::budget`]), so one that
+//! could never fit is refused at its header. Until a client has presented
+//! the token that reads need, it may send Redis's unauthenticated maximum
+//! (10 arguments of 16 KiB), its input counts against the separate budget
+//! of such clients, and every command but `AUTH`, `HELLO`, `QUIT` and
+//! `RESET` answers `NOAUTH`. A connection whose command is `POST`, `Host:`
+//! or an HTTP request line is closed without running it or anything after
+//! it, and without a reply, as Redis does: it is a browser or proxy made to
+//! talk to this port (cross-protocol scripting).
 //!
 //! A command that arrives in pieces is not parsed again from its start on
 //! every read: a failed parse records the least buffer length at which the
@@ -87,7 +97,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 pub use codec::{parse, Out, ProtocolError};
-pub use commands::glob;
+pub use commands::{glob, glob_reference};
+pub(crate) use conn::close_gracefully;
 
 use crate::metrics::Proto;
 use crate::App;
