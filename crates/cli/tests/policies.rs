@@ -226,3 +226,45 @@ fn clear_empties_the_state_at_its_threshold() {
     assert!(v["items"].as_u64().unwrap() < at, "{v}");
     assert!((v["fill_ratio"].as_f64().unwrap()) < 0.5 + 0.02, "{v}");
 }
+
+#[test]
+fn a_rotating_state_survives_a_first_run_that_moved_past_its_first_file() {
+    // G = 4, N = 1000: 5,000 new URLs leave the ring on layer files 1–4;
+    // the first-layer file must still be written, and the next run must
+    // find the state (not start a new one over its `.meta`).
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("r.bgf");
+    let args = [
+        "--policy",
+        "rotate",
+        "--generations",
+        "4",
+        "--window",
+        "1000",
+        "--state",
+        p(&state),
+    ];
+    let urls: String = (0..5000)
+        .map(|i| format!("http://site{i}.example/p\n"))
+        .collect();
+    assert_eq!(ok(&dedup(&args, &urls)).lines().count(), 5000);
+    assert!(state.exists(), "no first-layer file");
+    let v = info(&state);
+    assert_eq!(v["policy"]["name"], "rotate");
+    // The last window (1,000 new adds) is remembered by the next run.
+    let last: String = (4000..5000)
+        .map(|i| format!("http://site{i}.example/p\n"))
+        .collect();
+    assert_eq!(ok(&dedup(&["--state", p(&state)], &last)), "");
+    assert_eq!(info(&state)["policy"]["name"], "rotate");
+    // A state whose first layer is lost is refused, its `.meta` untouched.
+    let meta_before = std::fs::read(dir.path().join("r.bgf.meta")).unwrap();
+    std::fs::remove_file(&state).unwrap();
+    let o = dedup(&["--state", p(&state)], "http://a.example/\n");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("first layer is missing"));
+    assert_eq!(
+        std::fs::read(dir.path().join("r.bgf.meta")).unwrap(),
+        meta_before
+    );
+}

@@ -222,6 +222,20 @@ fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
         }
         return Ok(layers);
     }
+    if let Some(path) = a.state.as_deref() {
+        // Growth settings without their first layer: a state that lost a
+        // file. Starting afresh would write a new `.meta` over the old one
+        // and forget every entry it still names.
+        let meta = bloomgate_blacklist::layers::meta_path(path);
+        if meta.exists() {
+            bail!(
+                "{}: the state's first layer is missing but {} exists; restore it, or remove {} and its .layerN files to start a new state",
+                path.display(),
+                meta.display(),
+                meta.display()
+            );
+        }
+    }
     let kind = a.keys.map_or(KeyKind::Url, KeyKind::from);
     let policy = policy_from(&a.policy, a.capacity, PolicyArg::Grow)?;
     let plan = Layers::plan_first(&policy, a.layout.into(), a.capacity, a.error_rate)
