@@ -15,7 +15,7 @@ use super::codec::{Out, Parsed, ProtocolError, MAX_PARSED};
 use super::commands::error_reply;
 use crate::metrics::{Op, Proto};
 use crate::store::{
-    worker_gone, Ack, AddOutcome, Added, Checked, Filter, LookupScratch, StoreError,
+    add_failed, worker_gone, Ack, AddOutcome, Added, Checked, Filter, LookupScratch, StoreError,
 };
 use crate::App;
 
@@ -641,7 +641,7 @@ impl Conn {
                 }
                 Later::Add { rx, multi } => match rx.await.unwrap_or_else(|_| Err(worker_gone())) {
                     Ok(outcomes) => add_replies(&mut reply, multi, &outcomes),
-                    Err(e) => reply.error(&error_reply(&e)),
+                    Err(e) => reply.error(&error_reply(&add_failed(e))),
                 },
             }
             errors += (reply.buf.first() == Some(&b'-')) as u64;

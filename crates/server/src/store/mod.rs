@@ -77,7 +77,9 @@ pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
 pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
-pub use redis::{worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth};
+pub use redis::{
+    add_failed, worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth,
+};
 
 /// The filters the server serves (see the [module doc](self)).
 pub enum Store {
