@@ -880,6 +880,19 @@ impl RedisNamed {
     }
 }
 
+/// The error of an add that failed: an unavailable store's says that the
+/// outcome is unknown (some items may have been added, so a retry may
+/// answer that they exist) and that the client must treat every item of
+/// the add as new. Every add path (blocking or queued) answers through it.
+pub fn add_failed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(why) => StoreError::Unavailable(format!(
+            "{why} (add outcome unknown: items may have been added, and a retry may answer that they exist; treat every item of this add as new)"
+        )),
+        e => e,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -940,18 +953,5 @@ mod tests {
             problem: "odd reply".into(),
         });
         assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
-    }
-}
-
-/// The error of an add that failed: an unavailable store's says that the
-/// outcome is unknown (some items may have been added, so a retry may
-/// answer that they exist) and that the client must treat every item of
-/// the add as new. Every add path (blocking or queued) answers through it.
-pub fn add_failed(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable(why) => StoreError::Unavailable(format!(
-            "{why} (add outcome unknown: items may have been added, and a retry may answer that they exist; treat every item of this add as new)"
-        )),
-        e => e,
     }
 }
