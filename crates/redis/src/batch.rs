@@ -20,6 +20,15 @@ pub(crate) const READ: u8 = 1;
 /// The command may be answered by a replica (a read of filter data).
 pub(crate) const REPLICA_OK: u8 = 2;
 
+/// How a script is named in a command: by its text (`EVAL`, which also
+/// caches it on the server) or by the SHA1 of its text (`EVALSHA`, which
+/// a server that has not cached it refuses with `NOSCRIPT`, unrun).
+#[derive(Clone, Copy)]
+pub(crate) enum Script<'a> {
+    Eval(&'a [u8]),
+    Sha(&'a [u8]),
+}
+
 /// Commands in RESP, one buffer for the batch.
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -90,15 +99,25 @@ impl Batch {
         self.cmds.push((key_slot(key), 0, 0));
     }
 
-    /// Starts `EVAL script 1 key …`, a script of one key, of `args`
-    /// arguments in all (`EVAL`, the script, `1` and the key included);
-    /// its slot is the key's. Continue as after [`Batch::start`].
-    pub(crate) fn start_script(&mut self, args: usize, script: &[u8], key: &[u8]) {
+    /// Starts `EVAL script 1 key …` (`how` is [`Script::Eval`]) or
+    /// `EVALSHA sha 1 key …` ([`Script::Sha`]), a script of one key, of
+    /// `args` arguments in all (`EVAL`/`EVALSHA`, the script or its SHA1,
+    /// `1` and the key included); its slot is the key's. Continue as after
+    /// [`Batch::start`].
+    pub(crate) fn start_script(&mut self, args: usize, how: Script<'_>, key: &[u8]) {
         self.buf.push(b'*');
         decimal(&mut self.buf, args as u64);
         self.buf.extend_from_slice(b"\r\n");
-        self.arg(b"EVAL");
-        self.arg(script);
+        match how {
+            Script::Eval(body) => {
+                self.arg(b"EVAL");
+                self.arg(body);
+            }
+            Script::Sha(sha) => {
+                self.arg(b"EVALSHA");
+                self.arg(sha);
+            }
+        }
         self.arg(b"1");
         self.arg(key);
         self.cmds.push((key_slot(key), 0, 0));

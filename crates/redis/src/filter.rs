@@ -67,8 +67,8 @@ use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 use redis::Value;
 
 use crate::address::Address;
-use crate::batch::{Batch, READ, REPLICA_OK};
-use crate::client::Store;
+use crate::batch::{Batch, Script, READ, REPLICA_OK};
+use crate::client::{Partial, Store};
 use crate::error::{Error, Result};
 use crate::layout::{self, ItemPlace, Meta, BLOCK_BYTES};
 
@@ -486,23 +486,33 @@ impl RedisFilter {
     fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> LaneResult {
         let mut done = Vec::with_capacity(idx.len());
         let mut cmds = Batch::new();
+        let sha = layout::add_script_sha().as_bytes();
         for batch in idx.chunks(PIPELINE) {
-            cmds.clear();
-            for &i in batch {
-                let p = &places[i];
-                let r = self.meta.shard_bytes(p.shard);
-                cmds.start_script(
-                    5 + p.bit_count(),
-                    layout::ADD_SCRIPT.as_bytes(),
-                    self.shard_key(p.shard).as_bytes(),
-                );
-                cmds.arg_u64(r.end - r.start);
-                for b in p.redis_bits() {
-                    cmds.arg_u64(b);
+            let mut partial = self.send_adds(&mut cmds, places, batch, Script::Sha(sha));
+            // A node that has not cached the script (restarted, flushed,
+            // a replica promoted) refuses `EVALSHA` with NOSCRIPT before
+            // running anything: those items go again with the script's
+            // text, which caches it there. (Another client's `EVAL` may
+            // cache it part way through the pipeline; an item sent again
+            // then runs after later ones of the batch, so of two equal
+            // items the later may be the one told "new": still exactly
+            // one is.)
+            let unrun: Vec<usize> = (0..batch.len())
+                .filter(|&j| {
+                    matches!(&partial.replies[j], Some(Value::ServerError(e)) if e.code() == "NOSCRIPT")
+                })
+                .collect();
+            if !unrun.is_empty() {
+                let retry: Vec<usize> = unrun.iter().map(|&j| batch[j]).collect();
+                let script = Script::Eval(layout::ADD_SCRIPT.as_bytes());
+                let again = self.send_adds(&mut cmds, places, &retry, script);
+                for (reply, &j) in again.replies.into_iter().zip(&unrun) {
+                    partial.replies[j] = reply;
                 }
-                cmds.end(0);
+                if let Some(e) = again.error {
+                    partial.error.get_or_insert(e);
+                }
             }
-            let partial = self.store.run_partial(&cmds);
             let mut error = partial.error;
             let mut new = 0u64;
             for (reply, &i) in partial.replies.into_iter().zip(batch) {
@@ -562,6 +572,30 @@ impl RedisFilter {
             }
         }
         (done, None)
+    }
+
+    /// Sends one [`layout::ADD_SCRIPT`] per item `idx` (indexes into
+    /// `places`), named as `how` says, pipelined per node; the replies
+    /// that came back, in order, with the first failure.
+    fn send_adds(
+        &self,
+        cmds: &mut Batch,
+        places: &[ItemPlace],
+        idx: &[usize],
+        how: Script<'_>,
+    ) -> Partial {
+        cmds.clear();
+        for &i in idx {
+            let p = &places[i];
+            let r = self.meta.shard_bytes(p.shard);
+            cmds.start_script(5 + p.bit_count(), how, self.shard_key(p.shard).as_bytes());
+            cmds.arg_u64(r.end - r.start);
+            for b in p.redis_bits() {
+                cmds.arg_u64(b);
+            }
+            cmds.end(0);
+        }
+        self.store.run_partial(cmds)
     }
 
     /// An [`Error::Damaged`] for shard `shard`.

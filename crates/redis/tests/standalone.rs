@@ -404,6 +404,60 @@ fn leftovers_of_a_failed_push_do_not_count() {
 }
 
 #[test]
+fn adds_go_by_sha_and_survive_a_script_flush() {
+    // Adds name the script by its SHA1 (`EVALSHA`); a server that lost
+    // its script cache (restart, SCRIPT FLUSH, a promoted replica) answers
+    // NOSCRIPT without running anything, and the add goes again with the
+    // script's text: every item is still added and told "new" once.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("s.bgf");
+    build_file(&path, 0);
+    let addr = address(&server, "s");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    // The SHA the crate sends is the one Redis computes for the script.
+    let loaded = server.cli(&["SCRIPT", "LOAD", layout::ADD_SCRIPT]);
+    assert_eq!(loaded.trim().trim_matches('"'), layout::add_script_sha());
+    server.cli(&["SCRIPT", "FLUSH"]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+
+    let rf = RedisFilter::open(&addr).unwrap();
+    for round in 0..3 {
+        let keys: Vec<String> = (0..3000).map(|i| format!("r{round}-{i}")).collect();
+        let new = rf.insert_keys(&keys).unwrap();
+        assert!(new.iter().filter(|&&n| n).count() >= 2990, "round {round}");
+        assert!(rf.insert_keys(&keys).unwrap().iter().all(|&n| !n));
+        assert!(rf.contains_keys(&keys).unwrap().iter().all(|&f| f));
+        if round == 0 {
+            server.cli(&["SCRIPT", "FLUSH"]);
+        }
+    }
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let calls = |cmd: &str| -> u64 {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    // After each flush the first pipeline's items come back NOSCRIPT (a
+    // failed EVALSHA) and go again as EVAL, which caches the script; the
+    // rest are EVALSHA.
+    assert!(calls("eval") > 0 && calls("eval") <= 2 * 4096, "{stats}");
+    assert!(calls("evalsha") >= 6 * 3000, "{stats}");
+    assert_eq!(
+        server
+            .cli(&["SCRIPT", "EXISTS", layout::add_script_sha()])
+            .trim(),
+        "1) (integer) 1"
+    );
+}
+
+#[test]
 fn batched_adds_answer_as_one_add_after_another() {
     // Adds spread over lanes answer exactly as the
     // same adds made one by one against the file: for each key, "new"
