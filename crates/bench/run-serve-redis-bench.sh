@@ -9,6 +9,7 @@
 #
 #   crates/bench/run-serve-redis-bench.sh                  # standalone, RUNS=3
 #   CLUSTER=1 crates/bench/run-serve-redis-bench.sh        # 3 masters + 3 replicas, AOF everysec
+#   REDISBLOOM_MODULE=../shared/bench/redisbloom.so ...    # + RedisBloom's latency at the same rates
 #
 # Starts its own redis-server(s) on free ports in $WORK and kills them at the end.
 # The filter: BF.RESERVE f 0.0001 10000000 NONSCALING through the server (raw keys,
@@ -70,6 +71,16 @@ else
   start_redis "$p" --appendonly no
   STORE="redis://127.0.0.1:$p"
   TARGET="one redis-server, no persistence"
+fi
+
+# The peer for latency: RedisBloom's BF.EXISTS/BF.ADD in one redis-server (no
+# persistence) at the same paced rates, in the same run: what a pipeline's p99 is
+# on this machine when Redis alone answers it. Skipped without REDISBLOOM_MODULE.
+RB_PORT=
+if [ -n "${REDISBLOOM_MODULE:-}" ] && [ -f "$REDISBLOOM_MODULE" ]; then
+  RB_PORT=$(free_port)
+  start_redis "$RB_PORT" --appendonly no --loadmodule "$(realpath "$REDISBLOOM_MODULE")"
+  redis-cli -p "$RB_PORT" BF.RESERVE f 0.0001 10000000 NONSCALING > /dev/null
 fi
 
 RESP_PORT=$(free_port)
@@ -141,13 +152,20 @@ for run in $(seq "$RUNS"); do
   half_a=$(python3 -c "print(int(float('$a_rps') / 2))")
   read -r pe_rps pe_p50 pe_p99 < <("$PACED" --port "$RESP_PORT" --command BF.EXISTS --rate "$half_e" --seconds 10 --connections 50)
   read -r pa_rps pa_p50 pa_p99 < <("$PACED" --port "$RESP_PORT" --command BF.ADD --rate "$half_a" --seconds 10 --connections 50)
+  rb_lat="RedisBloom paced: skipped (no REDISBLOOM_MODULE)"; rbe_p99=nan; rba_p99=nan
+  if [ -n "$RB_PORT" ]; then
+    read -r _ rbe_p50 rbe_p99 < <("$PACED" --port "$RB_PORT" --command BF.EXISTS --rate "$half_e" --seconds 10 --connections 50)
+    read -r _ rba_p50 rba_p99 < <("$PACED" --port "$RB_PORT" --command BF.ADD --rate "$half_a" --seconds 10 --connections 50)
+    rb_lat="RedisBloom paced at the same rates: BF.EXISTS p50 $rbe_p50 p99 $rbe_p99 ms, BF.ADD p50 $rba_p50 p99 $rba_p99 ms"
+  fi
   echo "run $run: server BF.EXISTS $e_rps/s (p50 $e_p50 p99 $e_p99 ms), CLI check $cli_check/s;" \
     "server BF.ADD $a_rps/s (p50 $a_p50 p99 $a_p99 ms), CLI add $cli_add/s;" \
     "paced BF.EXISTS $pe_rps/s p50 $pe_p50 p99 $pe_p99 ms; paced BF.ADD $pa_rps/s p50 $pa_p50 p99 $pa_p99 ms;" \
     "Redis CPU per add: server $cpu_server_add us, CLI $cpu_cli_add us;" \
-    "through the server, CPU per request: server $srv_exists us + Redis $redis_exists us per BF.EXISTS, server $srv_add us per BF.ADD" \
+    "through the server, CPU per request: server $srv_exists us + Redis $redis_exists us per BF.EXISTS, server $srv_add us per BF.ADD;" \
+    "$rb_lat" \
     | tee -a "$WORK/runs.txt"
-  echo "$e_rps $cli_check $a_rps $cli_add $e_p99 $a_p99 $pe_rps $pe_p99 $pa_rps $pa_p99 $cpu_server_add $cpu_cli_add" >> "$WORK/nums.txt"
+  echo "$e_rps $cli_check $a_rps $cli_add $e_p99 $a_p99 $pe_rps $pe_p99 $pa_rps $pa_p99 $cpu_server_add $cpu_cli_add $rbe_p99 $rba_p99" >> "$WORK/nums.txt"
 done
 python3 - "$WORK/nums.txt" <<'EOF'
 import statistics, sys
@@ -156,7 +174,8 @@ m = [statistics.median(c) for c in zip(*rows)]
 print(f"medians of {len(rows)}: server BF.EXISTS {m[0]:,.0f}/s, CLI check {m[1]:,.0f}/s, ratio {m[0]/m[1]:.2f}; "
       f"server BF.ADD {m[2]:,.0f}/s, CLI add {m[3]:,.0f}/s, ratio {m[2]/m[3]:.2f}; "
       f"p99 -P 16: EXISTS {m[4]} ms, ADD {m[5]} ms; at half load: EXISTS {m[6]:,.0f}/s p99 {m[7]} ms, ADD {m[8]:,.0f}/s p99 {m[9]} ms; "
-      f"Redis CPU per add (all nodes): server {m[10]} us, CLI {m[11]} us")
+      f"Redis CPU per add (all nodes): server {m[10]} us, CLI {m[11]} us; "
+      f"RedisBloom at the same half loads: EXISTS p99 {m[12]} ms, ADD p99 {m[13]} ms")
 EOF
 echo "# Redis CPU per add of the last run's CLI add, per node (us):"
 paste "$WORK/nodes-before" "$WORK/nodes-after" |

@@ -94,6 +94,15 @@ pub const BLOCK_BYTES: u64 = BLOCK_BITS / 8;
 /// measurement): 1,048,512 bytes, one block short of a power of two.
 pub const SHARD_BLOCKS: u64 = 16_383;
 
+/// The most blocks a shard may hold: a Redis string is at most 512 MiB.
+/// Metadata that says more is refused before any range is computed from it.
+pub const MAX_SHARD_BLOCKS: u64 = (512 << 20) / BLOCK_BYTES;
+
+/// The most shards a filter may have: 2²⁰, a 1 TiB filter at
+/// [`SHARD_BLOCKS`] (a stored filter is refused past this before anything
+/// loops over its shards).
+pub const MAX_SHARDS: u64 = 1 << 20;
+
 /// Redis Cluster's slots.
 pub const SLOTS: u16 = 16_384;
 
@@ -437,10 +446,12 @@ impl Meta {
         };
         params.validate().map_err(|e| e.to_string())?;
         let shard_blocks: u64 = num("shard_blocks", get("shard_blocks")?)?;
-        if shard_blocks == 0 {
-            return Err("metadata field \"shard_blocks\" is 0".into());
+        if !(1..=MAX_SHARD_BLOCKS).contains(&shard_blocks) {
+            return Err(format!(
+                "metadata field \"shard_blocks\" is {shard_blocks}, not in 1..={MAX_SHARD_BLOCKS} (a Redis string holds at most 512 MiB)"
+            ));
         }
-        Ok(Meta {
+        let meta = Meta {
             params,
             hash_id: num("hash", get("hash")?)?,
             shard_blocks,
@@ -448,7 +459,15 @@ impl Meta {
             format,
             generation: optional("generation")?,
             whitelist_changes: optional("whitelist_changes")?,
-        })
+        };
+        if meta.shards() > MAX_SHARDS {
+            return Err(format!(
+                "{} shards of {shard_blocks} blocks, more than {MAX_SHARDS}",
+                meta.shards()
+            ));
+        }
+        bloomgate_engine::format::check_items(meta.items, meta.params.bits)?;
+        Ok(meta)
     }
 }
 
@@ -599,6 +618,26 @@ mod tests {
         assert!(Meta::from_fields(&future)
             .unwrap_err()
             .contains("version 2"));
+        // Numbers from the store are range-checked before any shard range
+        // or loop is computed from them.
+        let with = |name: &str, v: &str| -> Vec<(String, String)> {
+            let mut f = without(name);
+            f.push((name.to_string(), v.to_string()));
+            f
+        };
+        for bad in ["0", "8388609", &u64::MAX.to_string()] {
+            let e = Meta::from_fields(&with("shard_blocks", bad)).unwrap_err();
+            assert!(e.contains("shard_blocks") && e.contains("512 MiB"), "{e}");
+        }
+        assert!(Meta::from_fields(&with("shard_blocks", "8388608")).is_ok());
+        let over = (meta.params.bits + 1).to_string();
+        let e = Meta::from_fields(&with("items", &over)).unwrap_err();
+        assert!(e.contains(&format!("item count {over}")), "{e}");
+        let mut huge = with("bits", &(1u64 << 62).to_string());
+        huge.retain(|(k, _)| k != "shard_blocks");
+        huge.push(("shard_blocks".into(), "1".into()));
+        let e = Meta::from_fields(&huge).unwrap_err();
+        assert!(e.contains("shards"), "{e}");
         let classic = Params::from_plan(&plan(Layout::Classic, 1000, 1e-3).unwrap(), 1);
         let e = Meta::new(classic, 1, 0).unwrap_err();
         assert!(matches!(e, Error::WrongLayout(_)));
