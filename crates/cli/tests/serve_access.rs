@@ -199,6 +199,83 @@ fn cross_site_http_writes_are_refused() {
 
 /// An HTTP request sent to the Redis-protocol port (a browser made to
 /// POST there, its body being Redis commands) runs nothing and is closed.
+/// DNS rebinding: a page on attacker.example makes its own name resolve
+/// to 127.0.0.1, so its requests reach a loopback server as same-origin
+/// ones (`Origin` equals `Host`). Without a token such a server answers
+/// only loopback names; a token holder may use any name.
+#[test]
+fn rebound_names_reach_nothing_on_an_open_loopback_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters",
+        Some(r#"{"name":"bl","items":1000,"fp":0.01}"#),
+        None,
+    );
+    assert_eq!(st, 201, "{v}");
+    let t = Duration::from_secs(30);
+    let port = s.http.port();
+    let with_host = |method: &str, path: &str, host: &str, body: &str| {
+        let headers = if body.is_empty() {
+            format!("Origin: http://{host}\r\n")
+        } else {
+            format!("Content-Type: application/json\r\nOrigin: http://{host}\r\nSec-Fetch-Site: same-origin\r\n")
+        };
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        raw_http(s.http, req.as_bytes(), t)
+    };
+    let rebound = format!("attacker.example:{port}");
+    let (st, _, v) = with_host(
+        "POST",
+        "/v1/filters/bl/add",
+        &rebound,
+        r#"["planted.example"]"#,
+    );
+    assert_eq!((st, code(&v)), (403, "foreign_host"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("attacker.example"),
+        "{v}"
+    );
+    let (st, _, v) = with_host("GET", "/v1/filters", &rebound, "");
+    assert_eq!((st, code(&v)), (403, "foreign_host"), "{v}");
+    let (st, _, v) = with_host(
+        "GET",
+        "/v1/filters/bl/check?item=planted.example",
+        &rebound,
+        "",
+    );
+    assert_eq!((st, code(&v)), (403, "foreign_host"), "{v}");
+    assert!(!hit(&s, "bl", "planted.example"));
+    // The machine's own names work, for reads and writes.
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let (st, _, v) = with_host("POST", "/v1/filters/bl/add", &host, r#"["ok.example"]"#);
+        assert_eq!(st, 200, "{host}: {v}");
+        let (st, _, v) = with_host("GET", "/v1/filters/bl/check?item=ok.example", &host, "");
+        assert_eq!((st, v["hit"].as_bool()), (200, Some(true)), "{host}: {v}");
+    }
+
+    // With a token, the token decides: any Host may be used by its holder.
+    let tdir = tempfile::tempdir().unwrap();
+    let token_file = tdir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let data = tdir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let s2 = Server::start(&data, &["--token-file", token_file.to_str().unwrap()]);
+    let req = format!(
+        "GET /v1/filters HTTP/1.1\r\nHost: bloomgate.internal:{}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n",
+        s2.http.port()
+    );
+    let (st, _, v) = raw_http(s2.http, req.as_bytes(), t);
+    assert_eq!(st, 200, "{v}");
+}
+
 #[test]
 fn http_sent_to_the_resp_port_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();

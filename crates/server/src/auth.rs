@@ -15,6 +15,12 @@
 //! The last row is the safe default: without a token, a server bound to
 //! `127.0.0.1`/`::1` is as private as the machine, but one bound to a public
 //! address would let anyone rewrite the blacklist, so it serves reads only.
+//! "As private as the machine" includes its browser: a web page cannot
+//! write across sites (`Origin`, `Sec-Fetch-Site` and JSON-only bodies,
+//! see `http`), nor reach the server through DNS rebinding (its own name
+//! made to resolve to 127.0.0.1, so that its requests are same-origin):
+//! such a server answers HTTP only to a loopback `Host` (`localhost`,
+//! `*.localhost`, a loopback address).
 //!
 //! Writes are: adds, whitelist changes, create, reload, delete, snapshot,
 //! `BF.RESERVE`, `BF.ADD`/`MADD`/`INSERT`, `BF.LOADCHUNK`, `DEL`.
@@ -83,6 +89,13 @@ impl Policy {
             open_reads,
             loopback_only,
         }
+    }
+
+    /// True if requests need no token because every listener is on
+    /// loopback ("as private as the machine"). Such a server answers HTTP
+    /// only to the loopback names (see `http`: DNS rebinding).
+    pub fn open_on_loopback(&self) -> bool {
+        self.token.is_none() && self.loopback_only
     }
 
     /// True if a token is configured.

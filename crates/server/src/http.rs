@@ -253,9 +253,39 @@ fn declared_body(req: &Request) -> Option<u64> {
         .then_some(u64::MAX)
 }
 
+/// True if a `Host` header names this machine's loopback: `localhost` or
+/// a name under `.localhost` (which resolve to loopback by definition,
+/// RFC 6761), or a loopback IPv4/IPv6 address; with or without a port.
+fn loopback_host(host: &[u8]) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let host = host.trim();
+    if let Some(rest) = host.strip_prefix('[') {
+        // [IPv6]:port
+        return rest
+            .split_once(']')
+            .and_then(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().ok())
+            .is_some_and(|ip| ip.is_loopback());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
+        return ip.is_loopback();
+    }
+    name == "localhost" || name.ends_with(".localhost")
+}
+
 /// What is refused from the headers alone, before a byte of the body is
 /// read or any of the input budget is taken:
 ///
+/// * on a server open to the machine (no token, loopback listeners), a
+///   `Host` that is not a loopback name (403 `foreign_host`): DNS
+///   rebinding makes a web page's own name resolve to 127.0.0.1, and its
+///   requests would then be same-origin;
 /// * a `Content-Length` over the body limit: 413 at once (waiting for the
 ///   body would hold the connection until the request timeout);
 /// * for a request that is not a plain read (any method but `GET`, `HEAD`
@@ -280,6 +310,20 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
         ));
     }
     let h = req.headers();
+    if app.policy.open_on_loopback() {
+        if let Some(host) = h.get(header::HOST) {
+            if !loopback_host(host.as_bytes()) {
+                return Some(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "foreign_host",
+                    format!(
+                        "Host {:?} is not a loopback name: without --token-file this server answers only requests to localhost or a loopback address (a page whose own name resolves to 127.0.0.1 must not reach it)",
+                        String::from_utf8_lossy(host.as_bytes())
+                    ),
+                ));
+            }
+        }
+    }
     let method = req.method();
     let plain_read = method == axum::http::Method::GET
         || method == axum::http::Method::HEAD
@@ -1004,6 +1048,37 @@ pub fn empty() -> Body {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts_are_the_machine_s_own_names() {
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST.",
+            "app.localhost:1",
+            "127.0.0.1",
+            "127.0.0.1:8080",
+            "127.9.9.9",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(loopback_host(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "attacker.example",
+            "attacker.example:8080",
+            "127.0.0.1.attacker.example",
+            "localhost.attacker.example",
+            "10.0.0.1:8080",
+            "[::2]:8080",
+            "[::1",
+            "localhost:80x",
+            "",
+            "\u{ff}",
+        ] {
+            assert!(!loopback_host(bad.as_bytes()), "{bad}");
+        }
+    }
 
     #[test]
     fn store_errors_become_http_errors() {
