@@ -3,19 +3,17 @@
 //! persists between runs, and runs that fail or are killed leaving the
 //! previous state as it was.
 
-mod common;
-
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bg, ok, p, write_lines};
+use testkit::{bg, ok, p, write_lines};
 
 /// Runs `bloomgate dedup ARGS` with `input` on standard input.
 fn dedup_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .arg("dedup")
         .args(args)
         .stdin(Stdio::piped())
@@ -202,7 +200,7 @@ fn a_failed_or_killed_run_keeps_the_previous_state() {
 
     // A run killed while it reads: the state on disk is untouched and
     // usable, and everything the first run saw is still seen.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .args(["dedup", "--state", p(&state), "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -247,7 +245,7 @@ fn a_failed_or_killed_run_keeps_the_previous_state() {
 fn two_runs_on_one_state_at_once_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("seen.bgf");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .args(["dedup", "--state", p(&state), "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -285,7 +283,7 @@ fn a_closed_stdout_is_a_quiet_success() {
         &input,
         (0..200_000).map(|i| format!("http://x.example/{i}")),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .args(["dedup", p(&input)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

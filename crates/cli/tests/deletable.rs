@@ -701,7 +701,7 @@ fn damaged_files_give_clear_errors() {
 /// input, which stays open (returned): the process has read them all and
 /// waits for more when this returns.
 fn add_from_stdin(f: &Path, lines: usize) -> (std::process::Child, std::process::ChildStdin) {
-    let mut child = StdCommand::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = StdCommand::new(testkit::bin())
         .args(["add", s(f), "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -822,7 +822,7 @@ fn concurrent_adds_wait_for_each_other_and_lose_nothing() {
     let (first, mut stdin) = add_from_stdin(&f, 1000);
     std::thread::sleep(Duration::from_millis(300));
     let second_list = d.lines("second.txt", &urls(5000..6000));
-    let mut second = StdCommand::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut second = StdCommand::new(testkit::bin())
         .args(["add", s(&f), s(&second_list)])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -2,15 +2,13 @@
 //! capacity, `dedup --policy rotate|clear`, what `info` reports, and the
 //! forgetting policies refused for url and host blacklists.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::{bg, ok, p, write_lines};
+use testkit::{bg, ok, p, write_lines};
 
 fn dedup(args: &[&str], input: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .arg("dedup")
         .args(args)
         .stdin(Stdio::piped())

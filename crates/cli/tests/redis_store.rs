@@ -4,18 +4,14 @@
 //! file. Covers concurrent writers, a reshard during adds, and a master
 //! killed with SIGKILL until its replica takes over.
 
-mod common;
-#[path = "../../redis/tests/servers/mod.rs"]
-mod servers;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomgate_redis::layout;
-use common::{bg, ok, p, write_lines};
-use servers::{redis_missing, Cluster, RedisServer};
+use testkit::redis::{redis_missing, Cluster, RedisServer};
+use testkit::{bg, ok, p, write_lines};
 
 /// `check` on the file and on its Redis copy print the same, exit the same.
 fn same_check(file: &Path, addr: &str, queries: &Path, extra: &[&str]) -> String {
@@ -391,7 +387,7 @@ fn cluster_shards_writers_reshard_and_failover() {
         }
         write_lines(&input, lines);
         children.push(
-            Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+            Command::new(testkit::bin())
                 .args(["add", &addr, p(&input), "--print-new"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -437,7 +433,7 @@ fn cluster_shards_writers_reshard_and_failover() {
         &stream,
         (0..150_000).map(|i| format!("http://stream{i}.example/x")),
     );
-    let adder = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let adder = Command::new(testkit::bin())
         .args(["add", &addr, p(&stream)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -718,7 +714,7 @@ fn evicted_shards_are_errors_never_absent() {
     assert_eq!(server.cli(&["EXISTS", &key]).trim(), "(integer) 0");
 
     // The server: an error, never 0.
-    let s = common::Server::start_args(d, &["--store", &format!("redis://{}", server.addr())]);
+    let s = testkit::Server::start_args(d, &["--store", &format!("redis://{}", server.addr())]);
     let v = s.resp().cmd(&["BF.EXISTS", "cache", in_gone]);
     assert!(
         v.err().starts_with("TRYAGAIN") && v.err().contains("missing"),
@@ -800,7 +796,7 @@ fn a_fleet_loses_no_claim_when_a_master_fails() {
         let children: Vec<_> = inputs
             .iter()
             .map(|f| {
-                Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+                Command::new(testkit::bin())
                     .args(["add", "--print-new", addr, p(f)])
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())

@@ -9,8 +9,8 @@ use std::process::{Command, Output, Stdio};
 
 const HEADER: usize = 4096;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_bloomgate")
+fn bin() -> &'static std::path::Path {
+    testkit::bin()
 }
 
 fn run(args: &[&str]) -> Output {

@@ -1,15 +1,13 @@
 //! The Redis filter store against a real standalone redis-server: the
 //! stored bytes, lookups and adds compared with the same filter in a file.
 
-mod servers;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bloomgate_engine::{plan, Access, Filter, Layout, Params};
 use bloomgate_redis::layout::{self, BLOCK_BYTES};
 use bloomgate_redis::{pull, push, Added, Address, Error, RedisFilter};
-use servers::{redis_missing, RedisServer};
+use testkit::redis::{redis_missing, RedisServer};
 
 /// A blocked raw-key filter file holding `item-0..n`: planned for 2·10⁶
 /// items at 10⁻³, 3.6 MB of data, so four shards of 16,383 blocks (the

@@ -46,9 +46,6 @@ use bloomgate_engine::{
 };
 use scalable_cuckoo_filter::ScalableCuckooFilter;
 
-#[path = "../../../redis/tests/servers/mod.rs"]
-mod servers;
-
 const SEED: u64 = 0x5EED_DE1E;
 /// Commands per pipeline for RedisBloom.
 const PIPE: usize = 1000;
@@ -268,7 +265,7 @@ fn redisbloom(a: &Args, hits: &[&[u8]], misses: &[&[u8]], module: &std::path::Pa
         .prefix("deletable-bench-")
         .tempdir()?;
     let module = module.display().to_string();
-    let server = servers::RedisServer::start(dir.path(), &["--loadmodule", &module]);
+    let server = testkit::redis::RedisServer::start(dir.path(), &["--loadmodule", &module]);
     let client = redis::Client::open(format!("redis://{}", server.addr()))?;
     let mut c = client.get_connection()?;
     let (mut add, mut hit, mut miss, mut del) = (vec![], vec![], vec![], vec![]);
@@ -485,7 +482,7 @@ fn main() -> Result<()> {
     match (a.redis, module_path()) {
         (false, _) => notes.push("RedisBloom: skipped (--no-redis)".to_string()),
         (true, None) => notes.push("RedisBloom: skipped, no module (set REDISBLOOM_MODULE)".into()),
-        (true, Some(_)) if !servers::have("redis-server") => {
+        (true, Some(_)) if !testkit::have("redis-server") => {
             notes.push("RedisBloom: skipped, redis-server is not installed".into())
         }
         (true, Some(m)) => rows.push(redisbloom(&a, &hits, &misses, &m)?),

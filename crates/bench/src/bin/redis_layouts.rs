@@ -30,9 +30,6 @@
 //! cargo run --release -p bloomgate-bench --bin redis_layouts -- --items 500000
 //! ```
 
-#[path = "../../../redis/tests/servers/mod.rs"]
-mod servers;
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,7 +38,7 @@ use clap::Parser;
 
 use bloomgate_engine::{plan, Filter, Layout, Params};
 use bloomgate_redis::{layout::key_slot, Address, RedisFilter};
-use servers::{Cluster, RedisServer};
+use testkit::redis::{Cluster, RedisServer};
 
 #[derive(Parser, Debug)]
 #[command(about = "Bloom filters in Redis: bloomgate vs per-bit, Lua and RedisBloom")]
@@ -513,7 +510,7 @@ fn start(target: &str, dir: &Path, module: Option<&Path>) -> Result<Target> {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    if servers::redis_missing() {
+    if testkit::redis::redis_missing() {
         bail!("redis-server and redis-cli are needed");
     }
     let module = module_path();

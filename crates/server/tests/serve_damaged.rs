@@ -9,13 +9,11 @@
 //! filters start without warnings, and a refused `BF.LOADCHUNK` leaves no
 //! file behind.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Resp, Server, V};
+use testkit::{Resp, Server, V};
 
 const ITEMS: usize = 4000;
 

@@ -4,15 +4,13 @@
 //! stays under the budget plus a margin, the connections holding the most
 //! are closed with an error, and a well-behaved client is served throughout.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Server, V};
+use testkit::{Server, V};
 
 const TOKEN: &str = "budget-token-0123456789";
 

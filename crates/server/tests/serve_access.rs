@@ -4,14 +4,12 @@
 //! answers to malformed requests (JSON errors, `NOAUTH`, `CONFIG SET`, an
 //! error on a half-sent frame that arrives instead of a reset).
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Server, V};
+use testkit::{Server, V};
 
 const TOKEN: &str = "access-token-0123456789";
 

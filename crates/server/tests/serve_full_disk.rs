@@ -3,14 +3,12 @@
 //! the still-full disk (read-only), writes resume by themselves once space
 //! returns, and every acknowledged add is a hit after SIGKILL and restart.
 
-mod common;
-
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Server, Tmpfs, V};
+use testkit::{Server, Tmpfs, V};
 
 /// Fills the disk of `dir` with `dir/filler` until it is full; returns the
 /// filler's length.
@@ -60,7 +58,7 @@ fn wait_writable(s: &Server) {
 
 /// Sends `BF.MADD` batches of 1,000 until one is refused; returns the
 /// acknowledged items and the error.
-fn add_until_refused(c: &mut common::Resp, from: &mut u64, acked: &mut Vec<String>) -> String {
+fn add_until_refused(c: &mut testkit::Resp, from: &mut u64, acked: &mut Vec<String>) -> String {
     for _ in 0..10_000 {
         let items: Vec<String> = (*from..*from + 1000).map(|i| format!("item-{i}")).collect();
         *from += 1000;
@@ -76,7 +74,7 @@ fn add_until_refused(c: &mut common::Resp, from: &mut u64, acked: &mut Vec<Strin
     panic!("the disk never filled up");
 }
 
-fn assert_all_present(c: &mut common::Resp, acked: &[String]) {
+fn assert_all_present(c: &mut testkit::Resp, acked: &[String]) {
     for batch in acked.chunks(1000) {
         let mut args: Vec<&[u8]> = vec![b"BF.MEXISTS", b"seen"];
         args.extend(batch.iter().map(|s| s.as_bytes()));
@@ -173,7 +171,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_loses_nothing() {
 /// Like [`add_until_refused`], but at most `batches` batches; returns the
 /// error if one was refused.
 fn add_until_refused_or(
-    c: &mut common::Resp,
+    c: &mut testkit::Resp,
     from: &mut u64,
     acked: &mut Vec<String>,
     batches: usize,

@@ -4,14 +4,12 @@
 //! leaves the file byte for byte, and `bloomgate repair` salvages every
 //! intact record (before and after the damage) and says what was lost.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomgate_engine::{plan, random_seed, Filter, Layout, Params};
-use common::{bg, ok, p, Server, V};
+use testkit::{bg, ok, p, Server, V};
 
 /// Starts `bloomgate serve` on `dir` and expects it to refuse: returns its
 /// stderr. Fails at once if the server becomes ready instead.
@@ -21,7 +19,7 @@ fn serve_refuses(dir: &Path) -> String {
         .unwrap()
         .join(format!("ready-{}", std::process::id()));
     let _ = std::fs::remove_file(&ready);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .args(["serve", "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(dir)

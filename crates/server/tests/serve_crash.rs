@@ -3,14 +3,12 @@
 //! acknowledged item must answer hit. Also: a torn log tail is detected and
 //! the intact prefix kept; SIGTERM snapshots.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Server, V};
+use testkit::{Server, V};
 
 #[test]
 fn sigkill_mid_stream_loses_no_acknowledged_add() {
@@ -38,7 +36,7 @@ fn sigkill_mid_stream_loses_no_acknowledged_add() {
     for t in 0..4 {
         let (acked, stop, addr) = (acked.clone(), stop.clone(), server.resp);
         threads.push(std::thread::spawn(move || {
-            let mut c = common::Resp::connect(addr);
+            let mut c = testkit::Resp::connect(addr);
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 // Pipelined MADD of 10 plus single ADDs, alternately.
@@ -68,7 +66,7 @@ fn sigkill_mid_stream_loses_no_acknowledged_add() {
                 let url = format!("http://evil{i}.example/path/");
                 let body = format!("[\"{url}\"]");
                 let r = std::panic::catch_unwind(|| {
-                    common::http(addr, "POST", "/v1/filters/urls/add", Some(&body), None)
+                    testkit::http(addr, "POST", "/v1/filters/urls/add", Some(&body), None)
                 });
                 match r {
                     Ok((200, _)) => acked.lock().unwrap().push(url),

@@ -5,16 +5,12 @@
 //! error (`-TRYAGAIN`, HTTP 503), never "absent"; `--redis-wait`
 //! acknowledges adds only once a replica has them.
 
-mod common;
-#[path = "../../redis/tests/servers/mod.rs"]
-mod servers;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bg, ok, p, write_lines, Server, V};
-use servers::{redis_missing, Cluster, RedisServer};
+use testkit::redis::{redis_missing, Cluster, RedisServer};
+use testkit::{bg, ok, p, write_lines, Server, V};
 
 /// Builds a url/prefix filter of 2000 entries with one whitelisted entry,
 /// pushes it as `urls` to `redis`; returns the file.
@@ -158,7 +154,7 @@ fn two_servers_share_a_filter_stored_in_redis() {
     assert_eq!(b.resp().cmd(&["BF.CARD", "urls"]).int(), card0 + 2);
 
     // redis-py's r.bf(): exists/mexists/madd on both servers.
-    common::run_redis_py(
+    testkit::run_redis_py(
         "test_redis_store.py",
         &[
             "shared".into(),
@@ -443,7 +439,7 @@ fn redis_down_is_an_error_never_absent() {
         None,
     );
     assert_eq!(st, 503, "{v}");
-    common::run_redis_py(
+    testkit::run_redis_py(
         "test_redis_store.py",
         &[
             "down".into(),
@@ -641,7 +637,7 @@ fn cli_and_two_servers_write_one_cluster_filter_at_once() {
         let input = d.join(format!("w{w}.txt"));
         write_lines(&input, list);
         children.push(
-            Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+            Command::new(testkit::bin())
                 .args(["add", &address, p(&input), "--print-new"])
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -937,7 +933,7 @@ fn a_server_sees_changes_made_elsewhere_and_refused_passwords() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("authentication failed"), "{err}");
     assert!(!err.contains("unavailable"), "{err}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .args(["serve", "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
         .args(["--store", &format!("redis://:wrong@{}", redis.addr())])
         .stderr(std::process::Stdio::piped())
@@ -1003,7 +999,7 @@ fn a_server_started_before_redis_answers_once_redis_is_up() {
         v["store"]["unavailable_answers"].as_u64().unwrap() >= 2,
         "{v}"
     );
-    let metrics = common::http(s.http, "GET", "/metrics", None, None);
+    let metrics = testkit::http(s.http, "GET", "/metrics", None, None);
     let text = metrics.1["text"].as_str().unwrap().to_string();
     let line = text
         .lines()

@@ -7,18 +7,14 @@
 //! that dies turns requests into errors — only those with a key on that
 //! node — never into "absent".
 
-mod common;
-#[path = "../../redis/tests/servers/mod.rs"]
-mod servers;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bg, ok, p, write_lines, Resp, Server, V};
-use servers::{redis_missing, Cluster, RedisServer};
+use testkit::redis::{redis_missing, Cluster, RedisServer};
+use testkit::{bg, ok, p, write_lines, Resp, Server, V};
 
 /// Client connections at once.
 const CLIENTS: usize = 50;

@@ -1,30 +1,18 @@
 //! Real Redis servers for tests: a standalone `redis-server`, or a Redis
 //! Cluster of three masters and three replicas made by
 //! `redis-cli --cluster create`, each on a free loopback port in a
-//! temporary directory, killed when dropped. Shared by this crate's tests
-//! and the CLI's (`#[path]`-included), so both start servers one way.
-#![allow(dead_code)]
+//! temporary directory, killed when dropped.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// True if the program runs (`--version`).
-pub fn have(cmd: &str) -> bool {
-    Command::new(cmd)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok()
-}
-
 /// Skips a test because redis-server or redis-cli is missing, or fails it
 /// when the test command requires everything (`BLOOMGATE_REQUIRE_CLIENTS`,
 /// set by `scripts/test.sh`, which installs them).
 pub fn redis_missing() -> bool {
-    if have("redis-server") && have("redis-cli") {
+    if crate::have("redis-server") && crate::have("redis-cli") {
         return false;
     }
     assert!(

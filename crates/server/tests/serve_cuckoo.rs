@@ -7,10 +7,6 @@
 //! snapshot and the log's trim, `CF.SCANDUMP`/`CF.LOADCHUNK` round trips,
 //! the HTTP API, and redis-py (`tests/python/test_cuckoo.py`).
 
-mod common;
-#[path = "../../redis/tests/servers/mod.rs"]
-mod servers;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -18,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Resp, Server, Tmpfs, V};
+use testkit::{Resp, Server, Tmpfs, V};
 
 const RESP2_SCRIPT: &[(&str, &[u8])] = &[
     ("BF.ADD bfk x", b":1\r\n"),
@@ -309,7 +305,7 @@ impl RedisBloom {
             .unwrap_or_else(|| {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/redisbloom.so")
             });
-        if !module.is_file() || !common::have("redis-server") {
+        if !module.is_file() || !testkit::have("redis-server") {
             eprintln!(
                 "NOTE: no RedisBloom module at {} (or no redis-server): the live comparison is skipped; the pinned replies are still checked",
                 module.display()
@@ -414,8 +410,8 @@ fn cf_replies_are_redisbloom_s_byte_for_byte() {
 /// `CF.*` command, RESP2 and RESP3 (a script piped to one `redis-cli`).
 #[test]
 fn redis_cli_prints_the_same_as_for_redisbloom() {
-    if !common::have("redis-cli") {
-        common::skip("redis-cli is not installed (apt-get install redis-tools)");
+    if !testkit::have("redis-cli") {
+        testkit::skip("redis-cli is not installed (apt-get install redis-tools)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1019,7 +1015,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let list = dir.path().join("list.txt");
-    common::write_lines(
+    testkit::write_lines(
         &list,
         [
             "http://evil.example/a",
@@ -1029,7 +1025,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
     );
     let bgf = data.join("urls.bgf");
     let build = |layout: &str, out: &Path, input: &Path| {
-        common::ok(&common::bg(&[
+        testkit::ok(&testkit::bg(&[
             "build",
             "--layout",
             layout,
@@ -1039,17 +1035,17 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
             "0.0001",
             "--force",
             "-o",
-            common::p(out),
-            common::p(input),
+            testkit::p(out),
+            testkit::p(input),
         ]));
     };
     for layout in ["counting", "cuckoo"] {
         let _ = std::fs::remove_file(data.join("urls.cf"));
         build(layout, &bgf, &list);
-        common::ok(&common::bg(&[
+        testkit::ok(&testkit::bg(&[
             "whitelist",
             "add",
-            common::p(&bgf),
+            testkit::p(&bgf),
             "http://good.example/fp",
         ]));
         let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
@@ -1094,7 +1090,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
         let (st, _) = s.http("POST", "/v1/snapshot", None, None);
         assert_eq!(st, 200);
         let q = dir.path().join("q.txt");
-        common::write_lines(
+        testkit::write_lines(
             &q,
             [
                 "http://evil.example/a",
@@ -1103,7 +1099,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
                 "http://good.example/fp",
             ],
         );
-        let out = common::bg(&["check", common::p(&bgf), common::p(&q)]);
+        let out = testkit::bg(&["check", testkit::p(&bgf), testkit::p(&q)]);
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             "http://evil.example/b\nhttp://new.example/\n",
@@ -1113,7 +1109,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
         // Replaced while the server was stopped: served from NAME.cf, the
         // new file untouched.
         let other = dir.path().join("other.txt");
-        common::write_lines(&other, ["http://other.example/"]);
+        testkit::write_lines(&other, ["http://other.example/"]);
         build(layout, &bgf, &other);
         let replaced = std::fs::read(&bgf).unwrap();
         let mut s = Server::start(&data, &["--snapshot-secs", "100000"]);
@@ -1149,7 +1145,7 @@ fn a_cli_built_deletable_file_is_served_and_the_cli_reads_its_changes() {
 fn redis_py_cf_client() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
-    common::run_redis_py(
+    testkit::run_redis_py(
         "test_cuckoo.py",
         &["--port".to_string(), s.resp.port().to_string()],
     );
@@ -1268,11 +1264,11 @@ fn changes_the_log_could_not_write_are_saved_before_later_ones() {
 /// Served from Redis (`--store`), every `CF.*` command is a clear error.
 #[test]
 fn the_redis_store_refuses_cf_commands_clearly() {
-    if servers::redis_missing() {
+    if testkit::redis::redis_missing() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let redis = servers::RedisServer::start(dir.path(), &[]);
+    let redis = testkit::redis::RedisServer::start(dir.path(), &[]);
     let store = format!("redis://{}", redis.addr());
     let s = Server::start_args(dir.path(), &["--store", &store]);
     let mut c = s.resp();

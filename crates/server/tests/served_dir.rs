@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_bloomgate")
+fn bin() -> &'static std::path::Path {
+    testkit::bin()
 }
 
 /// `redis-cli` if installed. Required (the test fails) when
@@ -22,14 +22,13 @@ fn redis_cli() -> Option<&'static str> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        common::skip("redis-cli is not installed (apt-get install redis-tools)");
+        testkit::skip("redis-cli is not installed (apt-get install redis-tools)");
         return None;
     }
     Some("redis-cli")
 }
 
-mod common;
-use common::Server;
+use testkit::Server;
 
 /// One command through `redis-cli` to `server`; its stdout lines.
 fn cli(server: &Server, redis_cli: &str, args: &[&str]) -> Vec<String> {

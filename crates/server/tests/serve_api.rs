@@ -1,16 +1,14 @@
 //! The HTTP API, the Redis protocol (our client, `redis-cli`, redis-py),
 //! authentication, reload and hostile clients, against the real binary.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bloomgate_engine::{plan, Filter, Layout, Params};
-use common::{Server, V};
 use serde_json::json;
+use testkit::{Server, V};
 
 fn url_filter(path: &std::path::Path, entries: &[&str]) {
     let mut p = Params::from_plan(&plan(Layout::Blocked, 1000, 1e-6).unwrap(), 42);
@@ -542,10 +540,10 @@ fn hostile_clients_are_cut_off_without_harming_others() {
 
 #[test]
 fn redis_cli_works() {
-    if !common::have("redis-cli") {
+    if !testkit::have("redis-cli") {
         // scripts/test.sh installs the real clients, so CI can never pass
         // by skipping them.
-        common::skip("redis-cli is not installed (apt-get install redis-tools)");
+        testkit::skip("redis-cli is not installed (apt-get install redis-tools)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -590,7 +588,7 @@ fn redis_py_client() {
     let s = Server::start(dir.path(), &[]);
     let dir2 = tempfile::tempdir().unwrap();
     let s2 = Server::start(dir2.path(), &[]);
-    common::run_redis_py(
+    testkit::run_redis_py(
         "test_redis_py.py",
         &[
             "--port".into(),
@@ -742,7 +740,8 @@ fn a_waiting_delete_does_not_stall_other_connections() {
         V::Simple("OK".into())
     );
     let http = s.http;
-    let snap = std::thread::spawn(move || common::http(http, "POST", "/v1/snapshot", None, None).0);
+    let snap =
+        std::thread::spawn(move || testkit::http(http, "POST", "/v1/snapshot", None, None).0);
     std::thread::sleep(Duration::from_millis(20));
     let t = Instant::now();
     a.send(&[b"DEL", b"other"]);

@@ -3,14 +3,12 @@
 //! HTTP, through SIGHUP, and across SIGKILL — unless the operator explicitly
 //! asks to drop them.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bloomgate_engine::{plan, random_seed, Filter, Layout, Params};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
-use common::{Server, V};
+use testkit::{Server, V};
 
 /// Writes a filter file (like `bloomgate build`) holding `items` only.
 fn build(path: &Path, kind: KeyKind, mode: MatchMode, items: &[String]) {
@@ -442,7 +440,9 @@ fn start_with_nofile(dir: &std::path::Path, n: u32) -> Server {
     let _ = std::fs::remove_file(&ready);
     let script = format!("ulimit -n {n} && exec \"$0\" \"$@\"");
     let child = std::process::Command::new("sh")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_bloomgate"), "serve"])
+        .args(["-c", &script])
+        .arg(testkit::bin())
+        .arg("serve")
         .args([
             "--http",
             "127.0.0.1:0",

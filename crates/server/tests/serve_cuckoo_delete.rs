@@ -9,9 +9,7 @@
 //! failed it (a delete matched another item's equal fingerprint in a newer
 //! sub-filter, leaving its own copy and removing the other item's).
 
-mod common;
-
-use common::{Server, V};
+use testkit::{Server, V};
 
 const ADDED: usize = 6000;
 const DELETED: usize = 3000;

@@ -4,9 +4,7 @@
 //! exactly by the log's replay after SIGKILL, the files the CLI reads, and
 //! the forgetting policies refused for url and host blacklists.
 
-mod common;
-
-use common::{bg, ok, p, Server, V};
+use testkit::{bg, ok, p, Server, V};
 
 fn create(s: &Server, body: &str) -> (u16, serde_json::Value) {
     s.http("POST", "/v1/filters", Some(body), None)
@@ -86,7 +84,7 @@ fn a_served_rotation_forgets_after_its_window_never_within_and_replays_exactly()
     assert_eq!(info["policy"]["name"], "rotate", "{info}");
     assert_eq!(info["policy"]["live_generations"], 3, "{info}");
     let list = dir.path().join("q.txt");
-    common::write_lines(&list, ["later0", "later149", "first"]);
+    testkit::write_lines(&list, ["later0", "later149", "first"]);
     let out = bg(&["check", p(&base), p(&list)]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text, "later0\nlater149\n", "{out:?}");

@@ -3,11 +3,9 @@
 //! answers to the same commands), over RESP2 and RESP3, through our RESP
 //! client (exact types), `redis-cli` and redis-py.
 
-mod common;
-
 use std::process::Command;
 
-use common::{Resp, Server, V};
+use testkit::{Resp, Server, V};
 
 fn simple(s: &str) -> V {
     V::Simple(s.into())
@@ -492,7 +490,7 @@ fn loadchunk_refuses_headers_out_of_range_and_the_server_keeps_answering() {
     bytes[..hl].copy_from_slice(&h.encode());
     let evil = dir.path().join("evil.bgf");
     std::fs::write(&evil, &bytes).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let out = Command::new(testkit::bin())
         .args(["info", evil.to_str().unwrap()])
         .output()
         .unwrap();
@@ -508,8 +506,8 @@ fn loadchunk_refuses_headers_out_of_range_and_the_server_keeps_answering() {
 /// for the same commands, RESP2 and RESP3).
 #[test]
 fn redis_cli_sees_redisbloom_replies() {
-    if !common::have("redis-cli") {
-        common::skip("redis-cli is not installed (apt-get install redis-tools)");
+    if !testkit::have("redis-cli") {
+        testkit::skip("redis-cli is not installed (apt-get install redis-tools)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -602,7 +600,7 @@ fn redis_cli_sees_redisbloom_replies() {
 fn redis_py_sees_redisbloom_replies() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
-    common::run_redis_py(
+    testkit::run_redis_py(
         "test_redisbloom_replies.py",
         &["--port".into(), s.resp.port().to_string()],
     );

@@ -1,0 +1,399 @@
+//! `bloomgate serve` (the binary of [`crate::bin`]) on ephemeral loopback
+//! ports in a temporary directory, plus tiny blocking RESP and HTTP clients
+//! (no client-library dependencies) and the helpers of command-line tests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub resp: SocketAddr,
+    pub dir: PathBuf,
+}
+
+impl Server {
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut args = vec!["--data-dir", dir.to_str().expect("a UTF-8 path")];
+        args.extend_from_slice(extra);
+        Server::start_args(dir, &args)
+    }
+
+    /// Starts `bloomgate serve ARGS` (its store given in `args`: a
+    /// `--data-dir` or a `--store`); `dir` is only recorded.
+    #[allow(clippy::zombie_processes)] // waited for in Drop
+    pub fn start_args(dir: &Path, args: &[&str]) -> Server {
+        // Outside the data directory, which may be a full disk.
+        static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ready =
+            std::env::temp_dir().join(format!("bloomgate-ready-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_file(&ready);
+        let child = Command::new(crate::bin())
+            .arg("serve")
+            .args([
+                "--http",
+                "127.0.0.1:0",
+                "--resp",
+                "127.0.0.1:0",
+                "--ready-file",
+            ])
+            .arg(&ready)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn bloomgate serve");
+        let t = Instant::now();
+        loop {
+            if let Ok(b) = std::fs::read(&ready) {
+                let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+                let _ = std::fs::remove_file(&ready);
+                return Server {
+                    child,
+                    http: v["http"].as_str().unwrap().parse().unwrap(),
+                    resp: v["resp"].as_str().unwrap().parse().unwrap(),
+                    dir: dir.to_path_buf(),
+                };
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stderr so far (only after the process ended).
+    pub fn stderr(&mut self) -> String {
+        let mut s = String::new();
+        if let Some(e) = self.child.stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL on unix
+        let _ = self.child.wait();
+    }
+
+    pub fn term(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    pub fn resp(&self) -> Resp {
+        Resp::connect(self.resp)
+    }
+
+    pub fn http(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        token: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        http(self.http, method, path, body, token)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A decoded RESP value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum V {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<V>),
+    Bool(bool),
+    Map(Vec<(V, V)>),
+}
+
+impl V {
+    pub fn int(&self) -> i64 {
+        match self {
+            V::Int(i) => *i,
+            V::Bool(b) => *b as i64,
+            other => panic!("not an integer: {other:?}"),
+        }
+    }
+    pub fn arr(&self) -> &[V] {
+        match self {
+            V::Arr(a) => a,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+    pub fn err(&self) -> &str {
+        match self {
+            V::Err(e) => e,
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+}
+
+pub struct Resp {
+    pub r: BufReader<TcpStream>,
+}
+
+impl Resp {
+    pub fn connect(addr: SocketAddr) -> Resp {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Resp {
+            r: BufReader::new(s),
+        }
+    }
+
+    pub fn send(&mut self, args: &[&[u8]]) {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            b.extend_from_slice(a);
+            b.extend_from_slice(b"\r\n");
+        }
+        self.r.get_mut().write_all(&b).unwrap();
+    }
+
+    pub fn cmd(&mut self, args: &[&str]) -> V {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+        self.read().expect("reply")
+    }
+
+    pub fn read(&mut self) -> std::io::Result<V> {
+        let mut line = Vec::new();
+        self.r.read_until(b'\n', &mut line)?;
+        if line.len() < 3 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed",
+            ));
+        }
+        let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+        Ok(match line[0] {
+            b'+' => V::Simple(body),
+            b'-' => V::Err(body),
+            b':' => V::Int(body.parse().unwrap()),
+            b'#' => V::Bool(body == "t"),
+            b'_' => V::Nil,
+            b'$' | b'=' => {
+                let n: i64 = body.parse().unwrap();
+                if n < 0 {
+                    V::Nil
+                } else {
+                    let mut b = vec![0; n as usize + 2];
+                    self.r.read_exact(&mut b)?;
+                    b.truncate(n as usize);
+                    V::Bulk(b)
+                }
+            }
+            b'*' => {
+                let n: i64 = body.parse().unwrap();
+                if n < 0 {
+                    V::Nil
+                } else {
+                    V::Arr((0..n).map(|_| self.read()).collect::<Result<_, _>>()?)
+                }
+            }
+            b'%' => {
+                let n: usize = body.parse().unwrap();
+                let mut m = Vec::new();
+                for _ in 0..n {
+                    m.push((self.read()?, self.read()?));
+                }
+                V::Map(m)
+            }
+            other => panic!("unexpected RESP type {}", other as char),
+        })
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns status and JSON body
+/// (or `{"text": ...}` for non-JSON).
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.unwrap_or("");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let status: u16 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let rest = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    let v = serde_json::from_str(&rest).unwrap_or_else(|_| serde_json::json!({ "text": rest }));
+    (status, v)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n..];
+        s = s.strip_prefix("\r\n").unwrap_or(s);
+    }
+    out
+}
+
+pub fn have(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Says that a test is skipped because `why`, which fails the test instead
+/// when the test command requires everything (`BLOOMGATE_REQUIRE_CLIENTS`,
+/// set by `scripts/test.sh`, which installs what the tests need).
+pub fn skip(why: &str) {
+    assert!(
+        std::env::var_os("BLOOMGATE_REQUIRE_CLIENTS").is_none(),
+        "required by scripts/test.sh but missing: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}
+
+/// Runs a redis-py script from `tests/python` with `args`; fails with its
+/// output if it fails. `false` (after saying so) when python3 has no redis
+/// module and `BLOOMGATE_REQUIRE_CLIENTS` is unset; with it set, that fails.
+pub fn run_redis_py(script: &str, args: &[String]) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import redis"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        skip("python3 with the `redis` module is not installed (pip install redis)");
+        return false;
+    }
+    let path = format!("{}/../../tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(path)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// Runs the shipped `bloomgate` with `args`, standard input empty.
+pub fn bg(args: &[&str]) -> std::process::Output {
+    Command::new(crate::bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bloomgate")
+}
+
+/// The standard output of a command that must have succeeded; otherwise
+/// fails with its exit code and both outputs.
+pub fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Writes `lines` to `path`, one per line.
+pub fn write_lines<S: std::fmt::Display>(path: &Path, lines: impl IntoIterator<Item = S>) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+/// `path` as a command-line argument.
+pub fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
+pub struct Tmpfs {
+    /// The mounted directory.
+    pub dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (after saying why) where mounting is refused, unless the test
+    /// command requires it (`BLOOMGATE_REQUIRE_CLIENTS`, set by
+    /// `scripts/test.sh`, which CI runs as root).
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            skip("cannot mount a tmpfs (the full-disk test needs root)");
+            return None;
+        }
+        Some(Tmpfs {
+            dir,
+            _parent: parent,
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
