@@ -24,5 +24,15 @@ echo "test.sh: cargo clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings
 # The redis-cli and redis-py tests must run, not skip, when started from here.
 export BLOOMGATE_REQUIRE_CLIENTS=1
+# The SIMD kernels this CPU has must be tested against the scalar one: the
+# engine's parity test fails if one of them is missing from the build.
+if [ -z "${BLOOMGATE_EXPECT_KERNELS:-}" ] && [ -r /proc/cpuinfo ]; then
+  kernels=scalar
+  flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+  case " $flags " in *" avx2 "*) kernels="$kernels,avx2" ;; esac
+  case " $flags " in *" avx2 "*" avx512f "*|*" avx512f "*" avx2 "*) kernels="$kernels,avx512" ;; esac
+  export BLOOMGATE_EXPECT_KERNELS=$kernels
+fi
+echo "test.sh: expecting the kernels ${BLOOMGATE_EXPECT_KERNELS:-scalar}"
 echo "test.sh: cargo test (release: the FP-rate and 2^33-bit tests do real work)"
 cargo test --workspace --release

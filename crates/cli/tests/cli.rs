@@ -1,30 +1,15 @@
 //! End-to-end tests of the real `bloomgate` binary in temporary directories.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
+use testkit::Dir;
 
 fn bg() -> Command {
     Command::cargo_bin("bloomgate").unwrap()
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
-    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
 }
 
 fn s(p: &Path) -> &str {

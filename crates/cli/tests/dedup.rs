@@ -13,22 +13,7 @@ use testkit::{bg, ok, p, write_lines};
 
 /// Runs `bloomgate dedup ARGS` with `input` on standard input.
 fn dedup_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
-    let mut child = Command::new(testkit::bin())
-        .arg("dedup")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn bloomgate dedup");
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
+    testkit::run_with_input(Command::new(testkit::bin()).arg("dedup").args(args), input)
 }
 
 fn lines(s: &str) -> Vec<&str> {
@@ -261,12 +246,7 @@ fn two_runs_on_one_state_at_once_are_refused() {
     // output of the first chunk only comes at the end of input, so wait
     // for the lock file instead.
     let lock = dir.path().join("seen.bgf.lock");
-    let t = Instant::now();
-    while !lock.exists() {
-        assert!(t.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+    testkit::wait_locked(&lock, Duration::from_secs(60));
     let o = bg(&["dedup", "--state", p(&state), "-"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("another bloomgate dedup"));

@@ -11,32 +11,12 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value;
+use testkit::Dir;
 
 const LAYOUTS: [&str; 2] = ["counting", "cuckoo"];
 
 fn bg() -> Command {
     Command::cargo_bin("bloomgate").unwrap()
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Dir {
-        Dir(tempfile::tempdir().unwrap())
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
-    fn lines<S: AsRef<str>>(&self, name: &str, lines: &[S]) -> PathBuf {
-        let p = self.path(name);
-        let mut text = String::new();
-        for l in lines {
-            text.push_str(l.as_ref());
-            text.push('\n');
-        }
-        std::fs::write(&p, text).unwrap();
-        p
-    }
 }
 
 fn s(p: &Path) -> &str {
@@ -820,7 +800,8 @@ fn concurrent_adds_wait_for_each_other_and_lose_nothing() {
     // input; the second, from a file, must wait for it rather than save a
     // copy without the first one's entries.
     let (first, mut stdin) = add_from_stdin(&f, 1000);
-    std::thread::sleep(Duration::from_millis(300));
+    // Its lines fit in the pipe's buffer: wait until it holds the lock.
+    testkit::wait_locked(&d.path("f.bgf.lock"), Duration::from_secs(60));
     let second_list = d.lines("second.txt", &urls(5000..6000));
     let mut second = StdCommand::new(testkit::bin())
         .args(["add", s(&f), s(&second_list)])

@@ -2,27 +2,15 @@
 //! capacity, `dedup --policy rotate|clear`, what `info` reports, and the
 //! forgetting policies refused for url and host blacklists.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use testkit::{bg, ok, p, write_lines};
 
 fn dedup(args: &[&str], input: &str) -> std::process::Output {
-    let mut child = Command::new(testkit::bin())
-        .arg("dedup")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    testkit::run_with_input(
+        Command::new(testkit::bin()).arg("dedup").args(args),
+        input.as_bytes(),
+    )
 }
 
 fn info(path: &std::path::Path) -> serde_json::Value {

@@ -527,22 +527,13 @@ fn sliced_check_reads_standard_input() {
         filter.to_str().unwrap(),
         input.to_str().unwrap(),
     ]);
-    let mut child = Command::new(bin())
-        .args(["check", "--count", "--memory", "32K", "--tmp-dir"])
-        .arg(tmp.path())
-        .arg(&filter)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&std::fs::read(&input).unwrap())
-        .unwrap();
-    let sliced = child.wait_with_output().unwrap();
+    let sliced = testkit::run_with_input(
+        Command::new(bin())
+            .args(["check", "--count", "--memory", "32K", "--tmp-dir"])
+            .arg(tmp.path())
+            .arg(&filter),
+        &std::fs::read(&input).unwrap(),
+    );
     assert!(
         stderr(&sliced).contains("checking in"),
         "{}",
@@ -579,6 +570,7 @@ fn an_interrupted_build_leaves_nothing_behind() {
         }
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
         let mut stdin = child.stdin.take().unwrap();
+        let (reading, read) = std::sync::mpsc::channel();
         let feeder = std::thread::spawn(move || {
             let mut i = 0u64;
             loop {
@@ -591,9 +583,16 @@ fn an_interrupted_build_leaves_nothing_behind() {
                 if stdin.write_all(chunk.as_bytes()).is_err() {
                     return i;
                 }
+                // A chunk (400 kB) larger than a pipe's buffer was taken
+                // whole: the build is reading its input, so its signal
+                // handler is in place.
+                let _ = reading.send(());
             }
         });
-        std::thread::sleep(std::time::Duration::from_millis(400));
+        // The signal comes once the build reads, not after a guessed delay
+        // (a loaded machine may take longer than that to start it).
+        read.recv_timeout(std::time::Duration::from_secs(120))
+            .expect("the build never read its input");
         assert!(
             child.try_wait().unwrap().is_none(),
             "finished before the signal"

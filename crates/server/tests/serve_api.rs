@@ -4,6 +4,8 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bloomgate_engine::{plan, Filter, Layout, Params};
@@ -455,14 +457,31 @@ fn hostile_clients_are_cut_off_without_harming_others() {
         &[
             "--request-secs",
             "2",
+            // Longer than the attacks below take on a loaded machine: the
+            // well-behaved client below is never idle that long anyway.
             "--idle-secs",
-            "3",
+            "60",
             "--max-input-memory",
             "16M",
         ],
     );
     let mut good = s.resp();
     good.cmd(&["BF.ADD", "f", "x"]);
+    // The well-behaved client keeps asking while the hostile ones run, and
+    // every answer must be right.
+    let stop = Arc::new(AtomicBool::new(false));
+    let asking = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut asked = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                assert_eq!(good.cmd(&["BF.EXISTS", "f", "x"]).int(), 1);
+                asked += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (good, asked)
+        })
+    };
 
     // A 4 GB bulk header: an error, then the connection closes.
     let mut bad = TcpStream::connect(s.resp).unwrap();
@@ -535,6 +554,9 @@ fn hostile_clients_are_cut_off_without_harming_others() {
     assert_eq!(st, 413);
 
     // The well-behaved client was never disturbed.
+    stop.store(true, Ordering::Relaxed);
+    let (mut good, asked) = asking.join().unwrap();
+    assert!(asked > 0);
     assert_eq!(good.cmd(&["BF.EXISTS", "f", "x"]).int(), 1);
 }
 
@@ -565,19 +587,10 @@ fn redis_cli_works() {
     assert!(cli(&["foo"]).contains("unknown command 'foo'"));
     assert_eq!(cli(&["-3", "BF.EXISTS", "cli", "hello"]), "(true)");
     // Interactive-mode start-up (COMMAND DOCS etc.) via stdin.
-    let mut child = Command::new("redis-cli")
-        .args(["-p", &port])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"BF.CARD cli\nKEYS *\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = testkit::run_with_input(
+        Command::new("redis-cli").args(["-p", &port]),
+        b"BF.CARD cli\nKEYS *\n",
+    );
     let out = String::from_utf8_lossy(&out.stdout);
     assert!(out.contains('1') && out.contains("cli"), "{out}");
 }

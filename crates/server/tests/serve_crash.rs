@@ -76,7 +76,15 @@ fn sigkill_mid_stream_loses_no_acknowledged_add() {
             }
         }));
     }
-    std::thread::sleep(Duration::from_millis(2500));
+    // At least 2.5 s of adds, and until both protocols have had adds
+    // acknowledged (a loaded machine may need longer for the count below).
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(2500)
+        || ((acked.lock().unwrap().len() <= 100 || acked_urls.lock().unwrap().is_empty())
+            && t.elapsed() < Duration::from_secs(120))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     server.kill9();
     stop.store(true, Ordering::Relaxed);
     for t in threads {

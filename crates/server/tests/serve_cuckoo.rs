@@ -1,8 +1,8 @@
 //! Cuckoo filters over the Redis protocol (`CF.*`) and HTTP, through the
 //! real binary and real clients: replies byte for byte as the RedisBloom
 //! module's (pinned as literals, and compared with a live module when one
-//! is at hand: `REDISBLOOM_MODULE`, default `../shared/bench/redisbloom.so`
-//! beside the repository), `redis-cli`, a full filter that never evicts,
+//! is at hand: `REDISBLOOM_MODULE`, default `shared/bench/redisbloom.so`
+//! in a folder above the repository), `redis-cli`, a full filter that never evicts,
 //! acknowledged adds and deletes across SIGKILL, a crash between a
 //! snapshot and the log's trim, `CF.SCANDUMP`/`CF.LOADCHUNK` round trips,
 //! the HTTP API, and redis-py (`tests/python/test_cuckoo.py`).
@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use testkit::redis::RedisServer;
 use testkit::{Resp, Server, Tmpfs, V};
 
 const RESP2_SCRIPT: &[(&str, &[u8])] = &[
@@ -293,73 +294,21 @@ impl Raw {
 /// (otherwise `None`, said on stderr: the module is not shipped with
 /// bloomgate, so its absence skips the comparison, never the test).
 struct RedisBloom {
-    child: Child,
+    _server: RedisServer,
     port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl RedisBloom {
     fn start() -> Option<RedisBloom> {
-        let module = std::env::var_os("REDISBLOOM_MODULE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/redisbloom.so")
-            });
-        if !module.is_file() || !testkit::have("redis-server") {
-            eprintln!(
-                "NOTE: no RedisBloom module at {} (or no redis-server): the live comparison is skipped; the pinned replies are still checked",
-                module.display()
-            );
-            return None;
-        }
         let dir = tempfile::tempdir().unwrap();
-        for _ in 0..20 {
-            let port = 20000 + (std::process::id() as u16 ^ rand_u16()) % 30000;
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--dir"])
-                .arg(dir.path())
-                .arg("--loadmodule")
-                .arg(&module)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(5) {
-                if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                    s.write_all(b"PING\r\n").unwrap();
-                    let mut b = [0u8; 7];
-                    if s.read_exact(&mut b).is_ok() && &b == b"+PONG\r\n" {
-                        return Some(RedisBloom {
-                            child,
-                            port,
-                            _dir: dir,
-                        });
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("could not start redis-server with the RedisBloom module");
+        let server = RedisServer::start_redisbloom(dir.path())?;
+        Some(RedisBloom {
+            port: server.port,
+            _server: server,
+            _dir: dir,
+        })
     }
-}
-
-impl Drop for RedisBloom {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rand_u16() -> u16 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    (t.subsec_nanos() >> 7) as u16
 }
 
 /// Runs the pinned scripts on a server (RESP2 then RESP3) and returns,
@@ -449,19 +398,10 @@ fn redis_cli_prints_the_same_as_for_redisbloom() {
     .map(|l| format!("{l}\n"))
     .collect();
     let cli = |port: u16, proto: &str| {
-        let mut child = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), proto])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(script.as_bytes())
-            .unwrap();
-        let o = child.wait_with_output().unwrap();
+        let o = testkit::run_with_input(
+            Command::new("redis-cli").args(["-p", &port.to_string(), proto]),
+            script.as_bytes(),
+        );
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     let ours2 = cli(s.resp.port(), "-2");

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use testkit::redis::{redis_missing, Cluster, RedisServer};
@@ -308,21 +309,7 @@ fn a_cluster_is_served_and_waits_for_every_master_written() {
     ]));
     ok(&bg(&["push", p(&file), &cluster.address("keys")]));
     // Every master's replica in sync (after `--cluster create` they may still be syncing).
-    let t = Instant::now();
-    for m in cluster.masters() {
-        let master = cluster.nodes.iter().find(|n| n.port == m.port).unwrap();
-        while !master
-            .cli(&["INFO", "replication"])
-            .contains("state=online")
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "replica of {} not online",
-                m.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    cluster.wait_replicas_online(Duration::from_secs(20));
     let address = cluster.address("keys");
     let store = address.strip_suffix("/keys").unwrap();
     let s = Server::start_args(d, &["--store", store, "--redis-wait", "1"]);
@@ -510,15 +497,8 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     let master = redis.addr();
     let (host, port) = master.split_once(':').unwrap();
     let replica = RedisServer::start(d, &["--replicaof", host, port]);
-    let t = Instant::now();
     // Online as the master sees it (it counts the replica for WAIT from then on).
-    while !redis.cli(&["INFO", "replication"]).contains("state=online") {
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "replica did not sync"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    redis.wait_replica_online(Duration::from_secs(15));
     assert_eq!(
         s.resp().cmd(&["BF.ADD", "urls", "http://acked.example/"]),
         V::Int(1)
@@ -561,21 +541,7 @@ fn push_to_cluster(d: &Path, cluster: &Cluster, name: &str, planned: &str, keys:
         p(&entries),
     ]));
     ok(&bg(&["push", p(&file), &cluster.address(name)]));
-    let t = Instant::now();
-    for m in cluster.masters() {
-        let master = cluster.nodes.iter().find(|n| n.port == m.port).unwrap();
-        while !master
-            .cli(&["INFO", "replication"])
-            .contains("state=online")
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "replica of {} not online",
-                m.port
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    cluster.wait_replicas_online(Duration::from_secs(30));
 }
 
 /// The `--store` address of a cluster (its filter address without the name).
@@ -767,6 +733,7 @@ fn acknowledged_adds_survive_a_master_failover_with_redis_wait() {
     // A writer adds batches of 20 keys without pause; a batch is
     // acknowledged only once WAIT saw a replica of every master written.
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let (batches, refusals) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let (acked, refused) = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
             let (mut acked, mut refused) = (Vec::new(), 0usize);
@@ -779,21 +746,38 @@ fn acknowledged_adds_survive_a_master_failover_with_redis_wait() {
                     Err(e) => {
                         assert!(e.starts_with("TRYAGAIN"), "{e}");
                         refused += 1;
+                        refusals.fetch_add(1, SeqCst);
                         std::thread::sleep(Duration::from_millis(20));
                     }
                 }
+                batches.fetch_add(1, SeqCst);
             }
             (acked, refused)
         });
-        std::thread::sleep(Duration::from_millis(1500));
+        // Batches before the kill: at least 1.5 s of them, and at least
+        // ten (a loaded machine is slower).
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(1500)
+            || (batches.load(SeqCst) < 10 && t.elapsed() < Duration::from_secs(60))
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         cluster.node(victim).kill9();
         let t = Instant::now();
         cluster.wait_failover(victim, Duration::from_secs(30));
         eprintln!("failover after {:.1} s", t.elapsed().as_secs_f64());
         // Adds go on after the failover: a batch that writes to the
         // promoted replica (which has no replica of its own now) is
-        // refused, WAIT seeing 0 of 1; the others are acknowledged.
-        std::thread::sleep(Duration::from_millis(1500));
+        // refused, WAIT seeing 0 of 1; the others are acknowledged. At
+        // least 1.5 s of them, and until the writer has met a refusal and
+        // written more batches since the failover.
+        let (t, after) = (Instant::now(), batches.load(SeqCst));
+        while t.elapsed() < Duration::from_millis(1500)
+            || ((refusals.load(SeqCst) == 0 || batches.load(SeqCst) < after + 10)
+                && t.elapsed() < Duration::from_secs(60))
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer.join().unwrap()
     });

@@ -434,45 +434,10 @@ fn the_journal_stays_bounded_and_reloads_keep_every_add() {
 
 /// Starts `bloomgate serve` on `dir` under a descriptor limit of `n`
 /// (soft and hard, so the server cannot raise it).
-#[allow(clippy::zombie_processes)] // waited for in Server's Drop
 fn start_with_nofile(dir: &std::path::Path, n: u32) -> Server {
-    let ready = dir.with_extension(format!("ready-{n}"));
-    let _ = std::fs::remove_file(&ready);
-    let script = format!("ulimit -n {n} && exec \"$0\" \"$@\"");
-    let child = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .arg(testkit::bin())
-        .arg("serve")
-        .args([
-            "--http",
-            "127.0.0.1:0",
-            "--resp",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdin(std::process::Stdio::null())
-        // Not piped: a start logs a line per filter, more than a pipe holds
-        // while nobody reads it.
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = std::time::Instant::now();
-    loop {
-        if let Ok(b) = std::fs::read(&ready) {
-            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
-            return Server {
-                child,
-                http: v["http"].as_str().unwrap().parse().unwrap(),
-                resp: v["resp"].as_str().unwrap().parse().unwrap(),
-                dir: dir.to_path_buf(),
-            };
-        }
-        assert!(t.elapsed().as_secs() < 300, "server did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut sh = std::process::Command::new("sh");
+    sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")]);
+    Server::start_under(sh, dir, &["--data-dir", dir.to_str().unwrap()])
 }
 
 /// A served filter holds no descriptor: 1,000 auto-created filters under a

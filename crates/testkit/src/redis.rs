@@ -23,6 +23,32 @@ pub fn redis_missing() -> bool {
     true
 }
 
+/// The RedisBloom module to compare with: `REDISBLOOM_MODULE`, else
+/// `shared/bench/redisbloom.so` in the nearest folder above the workspace
+/// that has one (the team's machines keep it beside the checkouts). `None`,
+/// said on stderr, where there is none: the module is not shipped with
+/// bloomgate, so its absence skips a comparison with it, never a test.
+pub fn redisbloom_module() -> Option<PathBuf> {
+    let module = match std::env::var_os("REDISBLOOM_MODULE") {
+        Some(m) => Some(PathBuf::from(m)),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .skip(2)
+            .map(|d| d.join("shared/bench/redisbloom.so"))
+            .find(|m| m.is_file()),
+    };
+    match module {
+        Some(m) if m.is_file() => Some(m),
+        m => {
+            eprintln!(
+                "NOTE: no RedisBloom module ({}): the live comparison with it is skipped",
+                m.map_or("set REDISBLOOM_MODULE".into(), |m| m.display().to_string())
+            );
+            None
+        }
+    }
+}
+
 /// A port that is free, and whose cluster bus port (+10000) is free too.
 fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -84,6 +110,18 @@ impl RedisServer {
         s
     }
 
+    /// A server with the RedisBloom module loaded ([`redisbloom_module`]),
+    /// or `None` (after saying why) without the module or redis-server.
+    pub fn start_redisbloom(dir: &Path) -> Option<RedisServer> {
+        let module = redisbloom_module()?;
+        if !crate::have("redis-server") || !crate::have("redis-cli") {
+            eprintln!("NOTE: no redis-server or redis-cli: the live comparison with RedisBloom is skipped");
+            return None;
+        }
+        let module = module.to_str().expect("a UTF-8 module path");
+        Some(RedisServer::start(dir, &["--loadmodule", module]))
+    }
+
     /// `host:port`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
@@ -107,6 +145,20 @@ impl RedisServer {
             .output()
             .expect("redis-cli")
             .stdout
+    }
+
+    /// Waits until this master sees a replica online (`state=online` in
+    /// `INFO replication`: it counts the replica for `WAIT` from then on).
+    pub fn wait_replica_online(&self, limit: Duration) {
+        let t = Instant::now();
+        while !self.cli(&["INFO", "replication"]).contains("state=online") {
+            assert!(
+                t.elapsed() < limit,
+                "no replica of {} came online",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// SIGKILL.
@@ -222,6 +274,20 @@ impl Cluster {
                 .saturating_sub(t.elapsed())
                 .max(Duration::from_secs(1)),
         );
+    }
+
+    /// Waits until every master that serves slots sees its replica online
+    /// (after `--cluster create` they may still be syncing).
+    pub fn wait_replicas_online(&self, limit: Duration) {
+        let t = Instant::now();
+        for m in self.masters() {
+            let master = self.nodes.iter().find(|n| n.port == m.port).unwrap();
+            master.wait_replica_online(
+                limit
+                    .saturating_sub(t.elapsed())
+                    .max(Duration::from_secs(1)),
+            );
+        }
     }
 
     /// The first live node.

@@ -209,6 +209,32 @@ mod tests {
         words.map(AtomicU64::new)
     }
 
+    /// The kernels `BLOOMGATE_EXPECT_KERNELS` (comma-separated names, set by
+    /// `scripts/test.sh` from the CPU's flags) says this machine must run:
+    /// each must be known and supported, so that the parity test below
+    /// cannot pass by testing only the scalar kernel on a CPU that has more.
+    fn assert_expected_kernels() {
+        let Ok(names) = std::env::var("BLOOMGATE_EXPECT_KERNELS") else {
+            return;
+        };
+        let supported: Vec<&str> = Kernel::supported().iter().map(|k| k.name()).collect();
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            assert!(
+                ["avx512", "avx2", "scalar"].contains(&name),
+                "BLOOMGATE_EXPECT_KERNELS names an unknown kernel {name:?}"
+            );
+            assert!(
+                supported.contains(&name),
+                "BLOOMGATE_EXPECT_KERNELS expects the {name} kernel, but this build on this CPU runs only {supported:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn expected_kernels_are_supported() {
+        assert_expected_kernels();
+    }
+
     proptest! {
         #[test]
         fn every_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
@@ -219,6 +245,7 @@ mod tests {
             let block = atomic(words);
             let mask = atomic(block_mask(h, k));
             let want = scalar::block_contains(&words, h, k);
+            assert_expected_kernels();
             for kernel in Kernel::supported() {
                 // Called directly and through `dispatch` (the inlined form the engine uses).
                 prop_assert_eq!(block_contains(kernel, &block, h, k), want, "kernel {}", kernel);
