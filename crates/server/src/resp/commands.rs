@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::codec::Out;
 use super::conn::Conn;
 use crate::metrics::Proto;
-use crate::store::{CreateSpec, Filter, StoreError};
+use crate::store::{Filter, FilterSpec, StoreError};
 
 pub(super) fn upper(a: &[u8]) -> Vec<u8> {
     a.to_ascii_uppercase()
@@ -367,14 +367,14 @@ impl Conn {
                 argv[1],
                 &argv[2..],
                 false,
-                Some(CreateSpec::redis_default()),
+                Some(FilterSpec::redis_default()),
                 out,
             ),
             b"BF.MADD" if argc >= 3 => self.add(
                 argv[1],
                 &argv[2..],
                 true,
-                Some(CreateSpec::redis_default()),
+                Some(FilterSpec::redis_default()),
                 out,
             ),
             b"BF.INSERT" => self.insert(argv, out),
