@@ -2,6 +2,7 @@
 //! process exit code; errors propagate as `anyhow::Error` with context.
 
 mod build;
+mod create;
 pub mod check;
 pub mod dedup;
 mod deletable;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     match cli.command {
         Command::Plan(a) => plan::run(a),
+        Command::Create(a) => create::run(a),
         Command::Build(a) => build::build(a),
         Command::Add(a) => build::add(a),
         Command::Remove(a) => remove::run(a),
