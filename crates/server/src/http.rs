@@ -118,15 +118,15 @@ fn authed(app: &App, headers: &HeaderMap) -> bool {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .is_some_and(|t| app.policy.token_matches(t.trim_ascii()))
+        .is_some_and(|t| app.access.token_matches(t.trim_ascii()))
 }
 
 fn can_read(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.policy.check_read(authed(app, headers))?)
+    Ok(app.access.check_read(authed(app, headers))?)
 }
 
 fn can_write(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.policy.check_write(authed(app, headers))?)
+    Ok(app.access.check_write(authed(app, headers))?)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -188,7 +188,7 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
     let body_bytes = declared_body(&req)
         .map(|n| n.min(app.limits.max_body_bytes as u64) as usize)
         .unwrap_or(0);
-    let anonymous = app.policy.has_token() && !authed(&app, req.headers());
+    let anonymous = app.access.has_token() && !authed(&app, req.headers());
     let budget = if anonymous {
         &app.input_unauth
     } else {
@@ -376,7 +376,7 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
     }
     if body.is_some()
         && req.uri().path() != "/healthz"
-        && app.policy.check_read(authed(app, h)).is_err()
+        && app.access.check_read(authed(app, h)).is_err()
     {
         return Some(Denied::NeedToken.into());
     }
