@@ -900,7 +900,9 @@ fn create_makes_an_empty_redis_filter() {
     let o = bg(&["create", "-n", "10", "-p", "0.01", &addr]);
     assert!(!o.status.success(), "{o:?}");
     assert_eq!(info(&addr)["items"], 1, "not replaced");
-    let o = bg(&["create", "-n", "10", "-p", "0.01", "--policy", "grow", &addr]);
+    let o = bg(&[
+        "create", "-n", "10", "-p", "0.01", "--policy", "grow", &addr,
+    ]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--policy grow needs a file"));
 }

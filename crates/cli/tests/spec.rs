@@ -4,15 +4,13 @@
 //! as aliases); settings that cannot apply to an existing dedup state
 //! refused; `create`; and rates shown per query first.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::{bg, ok, p, write_lines, Server};
+use testkit::{bg, ok, p, write_lines, Server, V};
 
 fn dedup(args: &[&str], input: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+    let mut child = Command::new(testkit::bin())
         .arg("dedup")
         .args(args)
         .stdin(Stdio::piped())
@@ -48,7 +46,9 @@ fn the_same_out_of_range_expansion_is_refused_on_every_protocol_with_the_same_li
     std::fs::create_dir(&data).unwrap();
     let s = Server::start(&data, &[]);
     let body = |name: &str, e: u64| {
-        format!(r#"{{"name": "{name}", "items": 100, "fp": 0.01, "policy": "grow", "expansion": {e}}}"#)
+        format!(
+            r#"{{"name": "{name}", "items": 100, "fp": 0.01, "policy": "grow", "expansion": {e}}}"#
+        )
     };
     let (st, v) = s.http("POST", "/v1/filters", Some(&body("h", 32769)), None);
     assert_eq!(st, 400, "{v}");
@@ -67,7 +67,7 @@ fn the_same_out_of_range_expansion_is_refused_on_every_protocol_with_the_same_li
     assert!(resp.err().contains("32768"), "{resp:?}");
     assert_eq!(
         c.cmd(&["BF.RESERVE", "r", "0.01", "100", "EXPANSION", "32768"]),
-        common::V::Simple("OK".into())
+        V::Simple("OK".into())
     );
     let insert = c.cmd(&["BF.INSERT", "i", "EXPANSION", "32769", "ITEMS", "a"]);
     assert!(insert.err().contains("expansion"), "{insert:?}");
@@ -115,7 +115,11 @@ fn the_same_out_of_range_expansion_is_refused_on_every_protocol_with_the_same_li
         "32769",
         p(&dir.path().join("x.bgf")),
     ]);
-    assert!(http.contains(err(&o).trim().trim_start_matches("bloomgate: ")), "{http} / {}", err(&o));
+    assert!(
+        http.contains(err(&o).trim().trim_start_matches("bloomgate: ")),
+        "{http} / {}",
+        err(&o)
+    );
 }
 
 /// `--capacity`/`--error-rate` are aliases of `--items`/`--fp` everywhere,
@@ -127,12 +131,30 @@ fn one_vocabulary_with_the_others_as_aliases() {
     let b = dir.path().join("b.bgf");
     let input = "k1\nk2\nk1\n";
     let o = dedup(
-        &["--state", p(&a), "--keys", "raw", "--items", "5000", "--fp", "1e-5"],
+        &[
+            "--state",
+            p(&a),
+            "--keys",
+            "raw",
+            "--items",
+            "5000",
+            "--fp",
+            "1e-5",
+        ],
         input,
     );
     assert_eq!(ok(&o), "k1\nk2\n");
     let o = dedup(
-        &["--state", p(&b), "--keys", "raw", "--capacity", "5000", "--error-rate", "1e-5"],
+        &[
+            "--state",
+            p(&b),
+            "--keys",
+            "raw",
+            "--capacity",
+            "5000",
+            "--error-rate",
+            "1e-5",
+        ],
         input,
     );
     assert_eq!(ok(&o), "k1\nk2\n");
@@ -145,7 +167,14 @@ fn one_vocabulary_with_the_others_as_aliases() {
     write_lines(&list, ["http://a.example/"]);
     let c = dir.path().join("c.bgf");
     ok(&bg(&[
-        "build", "--capacity", "1000", "--error-rate", "1e-4", "-o", p(&c), p(&list),
+        "build",
+        "--capacity",
+        "1000",
+        "--error-rate",
+        "1e-4",
+        "-o",
+        p(&c),
+        p(&list),
     ]));
     assert_eq!(info(&c)["planned_items"], 1000);
     for cmd in ["dedup", "build", "plan", "create"] {
@@ -167,16 +196,30 @@ fn a_setting_that_cannot_apply_to_an_existing_state_is_refused_not_ignored() {
     ok(&dedup(&["--state", p(&state)], "http://a.example/\n"));
     let before = std::fs::read(&state).unwrap();
     let o = dedup(
-        &["--state", p(&state), "--capacity", "1e8", "--error-rate", "1e-9"],
+        &[
+            "--state",
+            p(&state),
+            "--capacity",
+            "1e8",
+            "--error-rate",
+            "1e-9",
+        ],
         "http://b.example/\n",
     );
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let e = err(&o);
     assert!(e.contains("existing state"), "{e}");
-    assert!(e.contains("--items 100,000,000 (the state was made for 1,000,000)"), "{e}");
+    assert!(
+        e.contains("--items 100,000,000 (the state was made for 1,000,000)"),
+        "{e}"
+    );
     assert!(e.contains("--fp 1e-9 (the state was made for 1e-6)"), "{e}");
     assert!(o.stdout.is_empty(), "nothing passed");
-    assert_eq!(std::fs::read(&state).unwrap(), before, "the state is unchanged");
+    assert_eq!(
+        std::fs::read(&state).unwrap(),
+        before,
+        "the state is unchanged"
+    );
     for (args, named) in [
         (&["--layout", "classic"][..], "--layout classic"),
         (&["--expansion", "4"], "--expansion 4"),
@@ -192,8 +235,18 @@ fn a_setting_that_cannot_apply_to_an_existing_state_is_refused_not_ignored() {
     // The values it was made with, given again: accepted.
     let o = dedup(
         &[
-            "--state", p(&state), "--items", "1e6", "--fp", "1e-6", "--layout", "blocked",
-            "--policy", "grow", "--expansion", "2",
+            "--state",
+            p(&state),
+            "--items",
+            "1e6",
+            "--fp",
+            "1e-6",
+            "--layout",
+            "blocked",
+            "--policy",
+            "grow",
+            "--expansion",
+            "2",
         ],
         "http://a.example/\nhttp://b.example/\n",
     );
@@ -201,14 +254,26 @@ fn a_setting_that_cannot_apply_to_an_existing_state_is_refused_not_ignored() {
     // A ring's settings are compared too.
     let ring = dir.path().join("ring.bgf");
     let args = [
-        "--state", p(&ring), "--keys", "raw", "--policy", "rotate", "--generations", "3",
-        "--window", "100",
+        "--state",
+        p(&ring),
+        "--keys",
+        "raw",
+        "--policy",
+        "rotate",
+        "--generations",
+        "3",
+        "--window",
+        "100",
     ];
     ok(&dedup(&args, "x\n"));
     ok(&dedup(&args, "y\n"));
     let o = dedup(&["--state", p(&ring), "--generations", "4"], "z\n");
     assert_eq!(o.status.code(), Some(2), "{o:?}");
-    assert!(err(&o).contains("--generations 4 (the state has 3)"), "{}", err(&o));
+    assert!(
+        err(&o).contains("--generations 4 (the state has 3)"),
+        "{}",
+        err(&o)
+    );
 }
 
 /// `create` makes an empty filter file from a spec; it refuses to
@@ -218,7 +283,16 @@ fn a_setting_that_cannot_apply_to_an_existing_state_is_refused_not_ignored() {
 fn create_makes_an_empty_filter() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("f.bgf");
-    let o = bg(&["create", "-n", "5000", "-p", "1e-4", "--keys", "host", p(&f)]);
+    let o = bg(&[
+        "create",
+        "-n",
+        "5000",
+        "-p",
+        "1e-4",
+        "--keys",
+        "host",
+        p(&f),
+    ]);
     let e = err(&ok_and(o));
     assert!(e.contains("created"), "{e}");
     let v = info(&f);
@@ -226,28 +300,73 @@ fn create_makes_an_empty_filter() {
     assert_eq!(v["planned_items"], 5000);
     assert_eq!(v["key_kind"], "host");
     assert_eq!(v["policy"]["name"], "fixed");
-    assert!((v["target_fp_per_query"].as_f64().unwrap() - 1e-4).abs() < 1e-12, "{v}");
+    assert!(
+        (v["target_fp_per_query"].as_f64().unwrap() - 1e-4).abs() < 1e-12,
+        "{v}"
+    );
     // The same spec as `build`: the same size.
     let list = dir.path().join("l.txt");
     write_lines(&list, ["a.example"]);
     let b = dir.path().join("b.bgf");
-    ok(&bg(&["build", "-n", "5000", "-p", "1e-4", "--keys", "host", "-o", p(&b), p(&list)]));
+    ok(&bg(&[
+        "build",
+        "-n",
+        "5000",
+        "-p",
+        "1e-4",
+        "--keys",
+        "host",
+        "-o",
+        p(&b),
+        p(&list),
+    ]));
     assert_eq!(info(&b)["bits"], v["bits"]);
     assert_eq!(info(&b)["k"], v["k"]);
     // No overwrite without --force.
     let o = bg(&["create", "-n", "10", "-p", "0.01", p(&f)]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
-    ok(&bg(&["create", "-n", "10", "-p", "0.01", "--force", "--policy", "refuse", p(&f)]));
+    ok(&bg(&[
+        "create",
+        "-n",
+        "10",
+        "-p",
+        "0.01",
+        "--force",
+        "--policy",
+        "refuse",
+        p(&f),
+    ]));
     assert_eq!(info(&f)["policy"]["name"], "refuse");
     // Forgetting is for dedup and cache filters only.
     let r = dir.path().join("r.bgf");
-    let o = bg(&["create", "-n", "100", "-p", "0.01", "--policy", "rotate", p(&r)]);
+    let o = bg(&[
+        "create",
+        "-n",
+        "100",
+        "-p",
+        "0.01",
+        "--policy",
+        "rotate",
+        p(&r),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(err(&o).contains("must never forget"), "{}", err(&o));
     ok(&bg(&[
-        "create", "-n", "100", "-p", "0.01", "--policy", "rotate", "--purpose", "dedup", p(&r),
+        "create",
+        "-n",
+        "100",
+        "-p",
+        "0.01",
+        "--policy",
+        "rotate",
+        "--purpose",
+        "dedup",
+        p(&r),
     ]));
-    let o = dedup(&["--state", p(&r)], "http://a.example/\nhttp://a.example/\n");
+    let o = dedup(
+        &["--state", p(&r)],
+        "http://a.example/\nhttp://a.example/\n",
+    );
     assert_eq!(ok(&o), "http://a.example/\n");
     assert_eq!(info(&r)["policy"]["name"], "rotate");
 }
@@ -268,14 +387,28 @@ fn rates_are_shown_per_query_first_and_counts_say_what_they_are() {
     write_lines(&list, ["a.example", "b.example", "a.example"]);
     let f = dir.path().join("h.bgf");
     let o = ok_and(bg(&[
-        "build", "--keys", "host", "-n", "1000", "-p", "1e-4", "--seed", "5", "-o", p(&f), p(&list),
+        "build",
+        "--keys",
+        "host",
+        "-n",
+        "1000",
+        "-p",
+        "1e-4",
+        "--seed",
+        "5",
+        "-o",
+        p(&f),
+        p(&list),
     ]));
     let e = err(&o);
     assert!(e.contains("3 lines, 2 new items, 1 already present"), "{e}");
     let per_query = e.find("per query (target 1.000e-4)").expect(&e);
     let per_lookup = e.find("per lookup").expect(&e);
     assert!(per_query < per_lookup, "{e}");
-    assert!(e.contains("(target 1.250e-5), up to 8 lookups per query"), "{e}");
+    assert!(
+        e.contains("(target 1.250e-5), up to 8 lookups per query"),
+        "{e}"
+    );
 
     let text = ok(&bg(&["info", p(&f)]));
     let line = text
@@ -284,12 +417,23 @@ fn rates_are_shown_per_query_first_and_counts_say_what_they_are() {
         .expect(&text);
     assert!(line.contains("(target 1.000e-4 per query)"), "{text}");
     assert!(!line.contains("1.250e-5"), "{text}");
-    assert!(text.contains("(target 1.250e-5): host keys with exact matching make up to 8 lookups per query"), "{text}");
+    assert!(
+        text.contains(
+            "(target 1.250e-5): host keys with exact matching make up to 8 lookups per query"
+        ),
+        "{text}"
+    );
 
     let plan = ok(&bg(&["plan", "-n", "1e6", "-p", "1e-4", "--keys", "host"]));
     let header = plan.lines().find(|l| l.starts_with("layout")).expect(&plan);
-    assert!(header.find("fp/query").unwrap() < header.find("fp/lookup").unwrap(), "{plan}");
-    let blocked = plan.lines().find(|l| l.starts_with("blocked ")).expect(&plan);
+    assert!(
+        header.find("fp/query").unwrap() < header.find("fp/lookup").unwrap(),
+        "{plan}"
+    );
+    let blocked = plan
+        .lines()
+        .find(|l| l.starts_with("blocked "))
+        .expect(&plan);
     let cells: Vec<&str> = blocked.split_whitespace().collect();
     let pct = |s: &str| s.trim_end_matches('%').parse::<f64>().unwrap() / 100.0;
     let (q, l) = (pct(cells[cells.len() - 2]), pct(cells[cells.len() - 1]));
@@ -300,12 +444,33 @@ fn rates_are_shown_per_query_first_and_counts_say_what_they_are() {
     let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
     write_lines(&a, (0..5000).map(|i| format!("http://a{i}.example/")));
     write_lines(&b, (0..5000).map(|i| format!("http://b{i}.example/")));
-    let (fa, fb, u) = (dir.path().join("a.bgf"), dir.path().join("b.bgf"), dir.path().join("u.bgf"));
+    let (fa, fb, u) = (
+        dir.path().join("a.bgf"),
+        dir.path().join("b.bgf"),
+        dir.path().join("u.bgf"),
+    );
     for (l, f) in [(&a, &fa), (&b, &fb)] {
-        ok(&bg(&["build", "-n", "10000", "-p", "1e-4", "--seed", "7", "-o", p(f), p(l)]));
+        ok(&bg(&[
+            "build",
+            "-n",
+            "10000",
+            "-p",
+            "1e-4",
+            "--seed",
+            "7",
+            "-o",
+            p(f),
+            p(l),
+        ]));
     }
     let e = err(&ok_and(bg(&["union", p(&fa), p(&fb), "-o", p(&u)])));
-    assert!(e.contains("an estimate from the bits set, not a count"), "{e}");
+    assert!(
+        e.contains("an estimate from the bits set, not a count"),
+        "{e}"
+    );
     assert!(e.contains("one standard error is ±"), "{e}");
-    assert!(e.contains("the inputs held 5,000 and 5,000, so the union holds between 5,000 and 10,000"), "{e}");
+    assert!(
+        e.contains("the inputs held 5,000 and 5,000, so the union holds between 5,000 and 10,000"),
+        "{e}"
+    );
 }

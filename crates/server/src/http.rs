@@ -31,9 +31,11 @@ mod cuckoo;
 
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
-use crate::store::{AddOutcome, FillPolicy, Filter, FilterSpec, LookupScratch, Purpose, StoreError};
-use bloomgate_blacklist::spec::{parse_purpose, FillArgs, SpecError};
+use crate::store::{
+    AddOutcome, FillPolicy, Filter, FilterSpec, LookupScratch, Purpose, StoreError,
+};
 use crate::App;
+use bloomgate_blacklist::spec::{parse_purpose, FillArgs, SpecError};
 
 /// An API error: status, machine code, message.
 #[derive(Debug)]
@@ -309,7 +311,7 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
         ));
     }
     let h = req.headers();
-    if app.policy.open_on_loopback() {
+    if app.access.open_on_loopback() {
         if let Some(host) = h.get(header::HOST) {
             if !loopback_host(host.as_bytes()) {
                 return Some(ApiError::new(

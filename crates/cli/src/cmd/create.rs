@@ -73,8 +73,8 @@ fn make(spec: &FilterSpec, seed: u64) -> Result<Layers> {
 /// Removes the `.meta` and `.layerN` files beside `base`.
 fn remove_policy_files(base: &Path) -> Result<()> {
     use bloomgate_blacklist::layers::{layer_path, meta_path, MAX_LAYERS};
-    for p in std::iter::once(meta_path(base))
-        .chain((1..=2 * MAX_LAYERS).map(|i| layer_path(base, i)))
+    for p in
+        std::iter::once(meta_path(base)).chain((1..=2 * MAX_LAYERS).map(|i| layer_path(base, i)))
     {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
@@ -122,6 +122,11 @@ fn describe(name: &str, spec: &FilterSpec, layers: &Layers) {
         p.layout,
         p.k,
         spec.fill,
-        report::rates(spec.kind, spec.mode, layers.predicted_fp(), layers.target_fp())
+        report::rates(
+            spec.kind,
+            spec.mode,
+            layers.predicted_fp(),
+            layers.target_fp()
+        )
     );
 }

@@ -243,7 +243,10 @@ fn settings_that_cannot_apply(a: &DedupArgs, layers: &Layers) -> Result<Vec<Stri
         }
         FillPolicy::Rotate(r) => {
             if let Some(g) = p.generations.filter(|&g| g != r.generations) {
-                differ.push(format!("--generations {g} (the state has {})", r.generations));
+                differ.push(format!(
+                    "--generations {g} (the state has {})",
+                    r.generations
+                ));
             }
             if let Some(w) = p.window.filter(|&w| w != r.window) {
                 differ.push(format!("--window {w} (the state has {})", r.window));

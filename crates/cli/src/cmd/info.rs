@@ -5,7 +5,6 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
-
 use crate::args::InfoArgs;
 use crate::report::{bytes, thousands};
 

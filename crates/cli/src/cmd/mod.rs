@@ -2,8 +2,8 @@
 //! process exit code; errors propagate as `anyhow::Error` with context.
 
 mod build;
-mod create;
 pub mod check;
+mod create;
 pub mod dedup;
 mod deletable;
 mod info;
