@@ -198,7 +198,7 @@ pub fn dump(data: &[u8]) {
                 let fp = p.layout.predicted_fp(p.bits, items as f64, p.k);
                 assert!((0.0..=1.0).contains(&fp));
             }
-            if let bloomgate_server::store::Growth::Redis(m) = growth {
+            if let Some(m) = growth {
                 m.validate().expect("accepted growth settings validate");
             }
         }

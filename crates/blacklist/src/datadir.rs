@@ -376,7 +376,7 @@ pub fn replay(mut layers: Layers, pending: &Pending) -> Result<(Layers, ReplaySt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layers::Growth;
+    use crate::layers::FillPolicy;
     use bloomgate_engine::{plan, Layout};
 
     fn filter_file(path: &Path, seed: u64) -> Lineage {
@@ -416,7 +416,7 @@ mod tests {
         assert!(!served(dir.path()));
 
         let layers = Layers::open(&base, bloomgate_engine::Access::ReadOnly).unwrap();
-        assert_eq!(layers.growth, Growth::Fixed);
+        assert_eq!(layers.fill, FillPolicy::Fixed);
         let p = read_pending(dir.path(), "f", current).unwrap();
         assert_eq!(
             p.adds,

@@ -42,6 +42,7 @@ pub mod journal;
 pub mod layers;
 pub mod log;
 pub mod repair;
+pub mod spec;
 pub mod whitelist;
 
 /// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
@@ -64,7 +65,8 @@ use bloomgate_engine::{math, Access, Filter, Params};
 use bloomgate_url::{entry_key, max_lookups, query_keys, KeyError, KeyKind, MatchMode};
 
 use datadir::{DirLock, ReplayStats};
-use layers::{layer_path, GrowLimits, Growth, Layers};
+use layers::{layer_path, FillPolicy, GrowLimits, Layers};
+pub use spec::{FilterSpec, SpecError};
 pub use whitelist::Whitelist;
 
 /// Errors of this crate.
@@ -98,9 +100,12 @@ pub enum Error {
     /// A scaling filter cannot append another layer.
     #[error("filter cannot grow further ({0})")]
     CannotGrow(String),
-    /// A fill policy cannot be used here (see [`layers::Policy`]).
+    /// A fill policy cannot be used here (see [`layers::FillPolicy`]).
     #[error("{0}")]
     Policy(String),
+    /// A filter specification out of range (see [`spec::FilterSpec`]).
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
     /// Another process holds the data directory (see [`datadir::DirLock`]).
     #[error(
         "{0}: a running bloomgate serve (or another bloomgate writing to it) holds this data directory; change the filter through the server (BF.ADD, or the HTTP API in docs/http-api.md), or stop the server first: a direct change would be overwritten by its next snapshot"
@@ -412,7 +417,7 @@ impl Blacklist {
                 "update_keys needs a filter opened with open_for_update",
             )));
         };
-        if self.layers.growth == Growth::Fixed {
+        if self.layers.fill == FillPolicy::Fixed {
             return Ok(self.layers.layers[0].update_batch(keys)?);
         }
         let base = self.base.clone().expect("opened from a file");

@@ -22,6 +22,14 @@ pub struct Cli {
 pub enum Command {
     /// Compute filter sizes for N items at false-positive rate P.
     Plan(PlanArgs),
+    /// Create an empty filter: a file, or a Redis filter address.
+    ///
+    /// The filter is sized by --items and --fp as `build` sizes it, with a
+    /// fill policy for a filter that takes adds (`--policy grow|refuse`;
+    /// rotate and clear for dedup and cache filters with `--purpose
+    /// dedup`). A Redis address gets a blocked, fixed or refuse filter,
+    /// pushed as `bloomgate push` does.
+    Create(CreateArgs),
     /// Build a filter file from lists of entries (one per line).
     Build(BuildArgs),
     /// Print the input lines that are (probably) in the filter.
@@ -105,6 +113,9 @@ pub struct PolicyArgs {
     /// rotate and clear are refused for url and host blacklists.
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
+    /// grow: capacity multiplier of each new layer (default 2, at most 32768).
+    #[arg(long)]
+    pub expansion: Option<u64>,
     /// rotate: generations in the ring (default 4).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=64))]
     pub generations: Option<u32>,
@@ -158,15 +169,18 @@ pub struct DedupArgs {
     /// are one URL.
     #[arg(long, value_enum)]
     pub keys: Option<KeysArg>,
-    /// Entries a new state is sized for (for rotate: the default window).
-    #[arg(long, value_parser = parse_items, default_value = "1000000")]
-    pub capacity: u64,
-    /// Rate of new entries wrongly taken as seen, for a new state.
-    #[arg(long, value_parser = parse_fp, default_value = "1e-6")]
-    pub error_rate: f64,
-    /// Bit layout of a new state.
-    #[arg(long, value_enum, default_value = "blocked")]
-    pub layout: LayoutArg,
+    /// Entries a new state is sized for (default 1000000; for rotate: the
+    /// default window). An existing state keeps its size: a different value
+    /// is refused.
+    #[arg(long, short = 'n', visible_alias = "capacity", value_parser = parse_items)]
+    pub items: Option<u64>,
+    /// Rate of new entries wrongly taken as seen, for a new state (default
+    /// 1e-6). An existing state keeps its rate: a different value is refused.
+    #[arg(long, short = 'p', visible_alias = "error-rate", value_parser = parse_fp)]
+    pub fp: Option<f64>,
+    /// Bit layout of a new state (default blocked).
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
     #[command(flatten)]
     pub policy: PolicyArgs,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
@@ -397,10 +411,11 @@ impl From<MatchArg> for MatchMode {
 pub struct SizeArgs {
     /// Number of items the filter must hold (`10000000000`, `1e10`).
     /// `build` counts the entries of its input files when it is left out.
-    #[arg(long, short = 'n', value_parser = parse_items)]
+    #[arg(long, short = 'n', visible_alias = "capacity", value_parser = parse_items)]
     pub items: Option<u64>,
-    /// Target false-positive rate per query (`0.0001`, `1e-4`, `0.01%`).
-    #[arg(long, short = 'p', value_parser = parse_fp)]
+    /// Target false-positive rate per query (`0.0001`, `1e-4`, `0.01%`); a
+    /// url or host query makes several lookups, each sized for a smaller rate.
+    #[arg(long, short = 'p', visible_alias = "error-rate", value_parser = parse_fp)]
     pub fp: f64,
 }
 
@@ -429,6 +444,44 @@ pub struct PlanArgs {
     /// cuckoo (the filters that can delete entries) show their cost.
     #[arg(long, value_enum)]
     pub layout: Option<BuildLayoutArg>,
+}
+
+/// `bloomgate create`.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The filter file to create, or a Redis filter address
+    /// (redis://HOST:PORT/NAME, redis+cluster://HOST:PORT,.../NAME).
+    pub filter: String,
+    #[command(flatten)]
+    pub size: SizeArgs,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+    /// Bit layout.
+    #[arg(long, value_enum, default_value = "blocked")]
+    pub layout: LayoutArg,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// What the filter is for: blacklist (entries must never be forgotten)
+    /// or dedup (dedup or cache state: rotate and clear are allowed).
+    #[arg(long, value_enum, default_value = "blacklist")]
+    pub purpose: PurposeArg,
+    /// Hash seed (default: random).
+    #[arg(long, value_parser = parse_seed)]
+    pub seed: Option<u64>,
+    /// Replace a filter of that name (file or Redis) that exists already.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub redis: RedisOpts,
+}
+
+/// What a filter is for, on the command line.
+#[derive(Copy, Clone, Debug, ValueEnum, PartialEq, Eq)]
+pub enum PurposeArg {
+    /// A blacklist: an entry once added must stay.
+    Blacklist,
+    /// Dedup or cache state: forgetting old entries is acceptable.
+    Dedup,
 }
 
 /// `bloomgate build`.

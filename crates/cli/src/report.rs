@@ -35,6 +35,28 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// The predicted and target false-positive rates of a filter, per query
+/// first, then per lookup as their derivation when a query of these key
+/// rules makes several lookups (`predicted` and `target` are per lookup,
+/// as the filter records them).
+pub fn rates(
+    kind: bloomgate_url::KeyKind,
+    mode: bloomgate_url::MatchMode,
+    predicted: f64,
+    target: f64,
+) -> String {
+    let lookups = bloomgate_url::max_lookups(kind, mode);
+    let q = |p| bloomgate_blacklist::spec::per_query_rate(kind, mode, p);
+    if lookups <= 1 {
+        return format!("predicted FP {predicted:.3e} per query (target {target:.3e})");
+    }
+    format!(
+        "predicted FP {:.3e} per query (target {:.3e}); per lookup {predicted:.3e} (target {target:.3e}), up to {lookups} lookups per query",
+        q(predicted),
+        q(target)
+    )
+}
+
 /// Formats a byte count with a binary unit.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -867,3 +867,42 @@ fn a_fleet_loses_no_claim_when_a_master_fails() {
         &never[..never.len().min(5)]
     );
 }
+
+/// `create` makes an empty filter at a Redis address from the same
+/// settings as a file (pushed as `push` does): empty, then taking adds;
+/// it refuses to replace one without `--force`, and refuses a policy a
+/// one-layer Redis filter cannot keep.
+#[test]
+fn create_makes_an_empty_redis_filter() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = RedisServer::start(d, &[]);
+    let addr = format!("redis://{}/made", server.addr());
+    ok(&bg(&["create", "-n", "1000", "-p", "1e-4", &addr]));
+    let file = d.join("made.bgf");
+    ok(&bg(&["create", "-n", "1000", "-p", "1e-4", p(&file)]));
+    let info = |what: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&bg(&["info", "--json", what]))).unwrap()
+    };
+    let (r, f) = (info(&addr), info(p(&file)));
+    assert_eq!(r["items"], 0, "{r}");
+    for field in ["bits", "k", "planned_items"] {
+        assert_eq!(r[field], f[field], "{field}: {r} / {f}");
+    }
+    let entries = d.join("e.txt");
+    write_lines(&entries, ["http://evil.example/"]);
+    ok(&bg(&["add", &addr, p(&entries)]));
+    let o = bg(&["check", &addr, p(&entries)]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "http://evil.example/\n");
+    let o = bg(&["create", "-n", "10", "-p", "0.01", &addr]);
+    assert!(!o.status.success(), "{o:?}");
+    assert_eq!(info(&addr)["items"], 1, "not replaced");
+    let o = bg(&[
+        "create", "-n", "10", "-p", "0.01", "--policy", "grow", &addr,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--policy grow needs a file"));
+}

@@ -33,13 +33,13 @@ use crate::{ServeConfig, ServerError};
 
 /// The access rules in force.
 #[derive(Clone)]
-pub struct Policy {
+pub struct AccessPolicy {
     token: Option<Vec<u8>>,
     open_reads: bool,
     loopback_only: bool,
 }
 
-impl std::fmt::Debug for Policy {
+impl std::fmt::Debug for AccessPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.describe())
     }
@@ -64,9 +64,9 @@ impl Denied {
     }
 }
 
-impl Policy {
+impl AccessPolicy {
     /// Builds the policy from the configuration (reads the token file).
-    pub fn from_config(config: &ServeConfig) -> Result<Policy, ServerError> {
+    pub fn from_config(config: &ServeConfig) -> Result<AccessPolicy, ServerError> {
         let token = match &config.token_file {
             Some(path) => Some(read_token(path)?),
             None => None,
@@ -75,7 +75,7 @@ impl Policy {
             .iter()
             .flatten()
             .all(|a| a.ip().is_loopback());
-        Ok(Policy {
+        Ok(AccessPolicy {
             token,
             open_reads: config.open_reads,
             loopback_only,
@@ -83,8 +83,8 @@ impl Policy {
     }
 
     /// A policy from parts (for tests and embedding).
-    pub fn new(token: Option<Vec<u8>>, open_reads: bool, loopback_only: bool) -> Policy {
-        Policy {
+    pub fn new(token: Option<Vec<u8>>, open_reads: bool, loopback_only: bool) -> AccessPolicy {
+        AccessPolicy {
             token,
             open_reads,
             loopback_only,
@@ -160,19 +160,19 @@ mod tests {
 
     #[test]
     fn table() {
-        let t = Policy::new(Some(b"0123456789abcdef".to_vec()), false, false);
+        let t = AccessPolicy::new(Some(b"0123456789abcdef".to_vec()), false, false);
         assert!(t.check_read(false).is_err());
         assert!(t.check_read(true).is_ok());
         assert_eq!(t.check_write(false), Err(Denied::NeedToken));
         assert!(t.token_matches(b"0123456789abcdef"));
         assert!(!t.token_matches(b"0123456789abcdeX"));
         assert!(!t.token_matches(b"0123"));
-        let open = Policy::new(Some(b"0123456789abcdef".to_vec()), true, false);
+        let open = AccessPolicy::new(Some(b"0123456789abcdef".to_vec()), true, false);
         assert!(open.check_read(false).is_ok());
         assert!(open.check_write(false).is_err());
-        let lo = Policy::new(None, false, true);
+        let lo = AccessPolicy::new(None, false, true);
         assert!(lo.check_write(false).is_ok());
-        let public = Policy::new(None, false, false);
+        let public = AccessPolicy::new(None, false, false);
         assert!(public.check_read(false).is_ok());
         assert_eq!(public.check_write(false), Err(Denied::WritesDisabled));
         assert!(!public.token_matches(b""));

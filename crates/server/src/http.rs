@@ -32,9 +32,10 @@ mod cuckoo;
 use crate::auth::Denied;
 use crate::metrics::{Op, Proto};
 use crate::store::{
-    AddOutcome, CreateSpec, Filter, Growth, LookupScratch, Meta, Policy, Purpose, StoreError,
+    AddOutcome, FillPolicy, Filter, FilterSpec, LookupScratch, Purpose, StoreError,
 };
 use crate::App;
+use bloomgate_blacklist::spec::{parse_purpose, FillArgs, SpecError};
 
 /// An API error: status, machine code, message.
 #[derive(Debug)]
@@ -119,15 +120,15 @@ fn authed(app: &App, headers: &HeaderMap) -> bool {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .is_some_and(|t| app.policy.token_matches(t.trim_ascii()))
+        .is_some_and(|t| app.access.token_matches(t.trim_ascii()))
 }
 
 fn can_read(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.policy.check_read(authed(app, headers))?)
+    Ok(app.access.check_read(authed(app, headers))?)
 }
 
 fn can_write(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.policy.check_write(authed(app, headers))?)
+    Ok(app.access.check_write(authed(app, headers))?)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -189,7 +190,7 @@ async fn observe(State(app): St, req: Request, next: Next) -> Response {
     let body_bytes = declared_body(&req)
         .map(|n| n.min(app.limits.max_body_bytes as u64) as usize)
         .unwrap_or(0);
-    let anonymous = app.policy.has_token() && !authed(&app, req.headers());
+    let anonymous = app.access.has_token() && !authed(&app, req.headers());
     let budget = if anonymous {
         &app.input_unauth
     } else {
@@ -310,7 +311,7 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
         ));
     }
     let h = req.headers();
-    if app.policy.open_on_loopback() {
+    if app.access.open_on_loopback() {
         if let Some(host) = h.get(header::HOST) {
             if !loopback_host(host.as_bytes()) {
                 return Some(ApiError::new(
@@ -377,7 +378,7 @@ fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
     }
     if body.is_some()
         && req.uri().path() != "/healthz"
-        && app.policy.check_read(authed(app, h)).is_err()
+        && app.access.check_read(authed(app, h)).is_err()
     {
         return Some(Denied::NeedToken.into());
     }
@@ -776,10 +777,10 @@ struct CreateBody {
     policy: Option<String>,
     /// `grow`: capacity multiplier of each new layer (default 2).
     #[serde(default)]
-    expansion: Option<u32>,
+    expansion: Option<u64>,
     /// `rotate`: generations in the ring (default 4).
     #[serde(default)]
-    generations: Option<u32>,
+    generations: Option<u64>,
     /// `rotate`: window in new adds (default `items`).
     #[serde(default)]
     window: Option<u64>,
@@ -795,78 +796,23 @@ struct CreateBody {
     purpose: Option<String>,
 }
 
-/// The growth settings and forgetting policy a create request asks for.
-fn create_policy(b: &CreateBody) -> Result<(Growth, Option<(Policy, Purpose)>), ApiError> {
-    let purpose = match b.purpose.as_deref() {
-        None | Some("blacklist") => Purpose::Blacklist,
-        Some("dedup") => Purpose::Dedup,
-        Some(other) => {
-            return Err(ApiError::bad(format!(
-                "unknown purpose '{other}' (blacklist, dedup)"
-            )))
-        }
-    };
-    let meta = |expansion: u32, nonscaling| {
-        Growth::Redis(Meta {
-            expansion,
-            nonscaling,
-            error_rate: None,
-        })
-    };
-    let unused = |what: &str, set: bool| -> Result<(), ApiError> {
-        if set {
-            return Err(ApiError::bad(format!(
-                "'{what}' does not apply to the {} policy",
-                b.policy.as_deref().unwrap_or("fixed")
-            )));
-        }
-        Ok(())
-    };
-    unused(
-        "expansion",
-        b.expansion.is_some() && b.policy.as_deref() != Some("grow"),
-    )?;
-    let rotating = b.policy.as_deref() == Some("rotate");
-    unused("generations", b.generations.is_some() && !rotating)?;
-    unused("window", b.window.is_some() && !rotating)?;
-    unused("window_secs", b.window_secs.is_some() && !rotating)?;
-    unused(
-        "clear_at",
-        b.clear_at.is_some() && b.policy.as_deref() != Some("clear"),
-    )?;
-    Ok(match b.policy.as_deref() {
-        None | Some("fixed") => (Growth::Fixed, None),
-        Some("grow") => {
-            let e = b.expansion.unwrap_or(2);
-            if !(1..=32768).contains(&e) {
-                return Err(ApiError::bad("expansion must be in 1..=32768"));
-            }
-            (meta(e, false), None)
-        }
-        Some("refuse") => (meta(2, true), None),
-        Some("rotate") => {
-            let r = bloomgate_blacklist::layers::Rotate {
-                generations: b.generations.unwrap_or(4),
-                window: b.window.unwrap_or(b.items),
-                window_secs: b.window_secs,
-            };
-            (Growth::Fixed, Some((Policy::Rotate(r), purpose)))
-        }
-        Some("clear") => (
-            Growth::Fixed,
-            Some((
-                Policy::Clear {
-                    at: b.clear_at.unwrap_or(0.8),
-                },
-                purpose,
-            )),
-        ),
-        Some(other) => {
-            return Err(ApiError::bad(format!(
-                "unknown policy '{other}' (fixed, grow, refuse, rotate, clear)"
-            )))
-        }
-    })
+/// The fill policy and purpose a create request asks for (defaults and
+/// limits: [`FilterSpec`]).
+fn create_policy(b: &CreateBody) -> Result<(FillPolicy, Purpose), SpecError> {
+    let purpose = b
+        .purpose
+        .as_deref()
+        .map_or(Ok(Purpose::Blacklist), parse_purpose)?;
+    let fill = FillArgs {
+        policy: b.policy.as_deref(),
+        expansion: b.expansion.map(|v| ("expansion", v)),
+        generations: b.generations.map(|v| ("generations", v)),
+        window: b.window.map(|v| ("window", v)),
+        window_secs: b.window_secs.map(|v| ("window_secs", v)),
+        clear_at: b.clear_at.map(|v| ("clear_at", v)),
+    }
+    .resolve(b.items, "fixed")?;
+    Ok((fill, purpose))
 }
 
 async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> ApiResult {
@@ -907,19 +853,16 @@ async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> 
             )))
         }
     };
-    if !(b.fp > 0.0 && b.fp < 1.0) || b.items == 0 {
-        return Err(ApiError::bad("need items > 0 and 0 < fp < 1"));
-    }
-    let (growth, forgetting) = create_policy(&b)?;
-    let spec = CreateSpec {
-        items: b.items,
-        fp: b.fp,
+    let bad = |e: SpecError| ApiError::bad(e.to_string());
+    let mut spec = FilterSpec {
         kind,
         mode,
         layout,
-        growth,
-        forgetting,
+        ..FilterSpec::new(b.items, b.fp)
     };
+    spec.validate().map_err(bad)?;
+    (spec.fill, spec.purpose) = create_policy(&b).map_err(bad)?;
+    spec.validate().map_err(bad)?;
     let name = b.name;
     let info =
         blocking(move || app.store.create(&name, &spec).and_then(|n| n.info(true))).await??;

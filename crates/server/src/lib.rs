@@ -237,7 +237,7 @@ pub fn run(config: ServeConfig) -> Result<(), ServerError> {
 
 /// The async body of [`run`], for callers that already have a runtime.
 pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
-    let policy = auth::Policy::from_config(&config)?;
+    let access = auth::AccessPolicy::from_config(&config)?;
     let metrics = Arc::new(metrics::Metrics::default());
     let store = tokio::task::spawn_blocking({
         let dir = config.data_dir.clone();
@@ -257,7 +257,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     let store = Arc::new(store);
     let app = Arc::new(App {
         store: store.clone(),
-        policy,
+        access,
         limits: config.limits.clone(),
         metrics,
         input: budget::InputBudget::new(config.limits.max_input_bytes),
@@ -302,7 +302,7 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
         },
         bound.http.map_or("off".into(), |a| a.to_string()),
         bound.resp.map_or("off".into(), |a| a.to_string()),
-        app.policy.describe()
+        app.access.describe()
     );
     if let Some(path) = &config.ready_file {
         let json = serde_json::to_vec(&bound).unwrap_or_default();
@@ -394,7 +394,7 @@ pub struct App {
     /// The filters.
     pub store: Arc<store::Store>,
     /// Who may read and write.
-    pub policy: auth::Policy,
+    pub access: auth::AccessPolicy,
     /// Resource limits.
     pub limits: Limits,
     /// Counters and histograms.

@@ -8,10 +8,10 @@ use anyhow::{bail, Context, Result};
 
 use std::sync::Arc;
 
-use bloomgate_blacklist::layers::Growth;
-use bloomgate_blacklist::{per_lookup_rate, Blacklist};
+use bloomgate_blacklist::layers::{FillPolicy, Purpose};
+use bloomgate_blacklist::{Blacklist, FilterSpec};
 use bloomgate_engine::slice::{self, Slice, SliceWriter};
-use bloomgate_engine::{math, random_seed, Filter, Params};
+use bloomgate_engine::{random_seed, Filter, Params};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
 use crate::args::{AddArgs, BuildArgs};
@@ -228,10 +228,22 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
     let secs = started.elapsed().as_secs_f64();
     let target = layers.target_fp();
     let (items, planned, predicted) = (layers.items(), layers.capacity(), layers.predicted_fp());
+    let present = stats
+        .lines
+        .saturating_sub(stats.invalid)
+        .saturating_sub(stats.new);
     eprintln!(
-        "{verb} {path}: {} lines, {} new items ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
+        "{verb} {path}: {} lines, {} new items{} ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, {}",
         thousands(stats.lines),
         thousands(stats.new),
+        if present > 0 {
+            format!(
+                ", {} already present (a repeated entry, or a distinct one that collided with the filter's bits: a false positive)",
+                thousands(present)
+            )
+        } else {
+            String::new()
+        },
         thousands(items),
         match layers.layers.len() {
             1 => String::new(),
@@ -240,14 +252,17 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
         thousands(stats.invalid),
         bytes(layers.bytes()),
         thousands((stats.lines as f64 / secs.max(1e-9)) as u64),
-        predicted,
-        target,
+        report::rates(list.kind(), list.mode(), predicted, target),
     );
-    if layers.growth == Growth::Fixed && items > planned {
+    if layers.fill == FillPolicy::Fixed && items > planned {
+        let (kind, mode) = (list.kind(), list.mode());
+        let q = |p| bloomgate_blacklist::spec::per_query_rate(kind, mode, p);
         eprintln!(
-            "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
+            "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per query instead of {:.3e} ({:.3e} per lookup instead of {:.3e})",
             thousands(items),
             thousands(planned),
+            q(predicted),
+            q(target),
             predicted,
             target
         );
@@ -277,21 +292,20 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         Some(n) => n,
         None => count_entries(&a.inputs)?,
     };
-    let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
-    let policy = crate::cmd::dedup::build_policy(&a.policy, items, kind)?;
-    let first_rate = match &policy {
-        Some(p @ bloomgate_blacklist::layers::Policy::Grow { .. }) => {
-            bloomgate_blacklist::layers::Layers::plan_first(p, layout, items, per_lookup)
-                .map_err(|e| crate::cmd::UsageError(e.to_string()))?
-                .target_fp
-        }
-        _ => per_lookup,
+    let spec = FilterSpec {
+        kind,
+        mode,
+        layout,
+        fill: crate::cmd::dedup::build_policy(&a.policy, items, kind)?,
+        ..FilterSpec::new(items, a.size.fp)
     };
-    let plan =
-        math::plan(layout, items, first_rate).map_err(|e| crate::cmd::UsageError(e.to_string()))?;
-    let mut params = Params::from_plan(&plan, a.seed.unwrap_or_else(random_seed));
-    params.key_kind = kind.as_u8();
-    params.match_mode = mode.as_u8();
+    let usage = |e: bloomgate_blacklist::SpecError| crate::cmd::UsageError(e.to_string());
+    let plan = spec.plan().map_err(usage)?;
+    let params = spec
+        .params(a.seed.unwrap_or_else(random_seed))
+        .map_err(usage)?;
+    let per_lookup = spec.lookup_rate();
+    let policy = &spec.fill;
     let budget = match a.memory {
         Some(m) => Budget {
             bytes: m,
@@ -301,7 +315,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     };
     if plan.bytes() > budget.bytes {
         let code = build_sliced(&a, params, (kind, mode), &budget, started)?;
-        crate::cmd::dedup::write_policy(&a.output, policy.as_ref(), per_lookup)?;
+        crate::cmd::dedup::write_policy(&a.output, policy, Purpose::Blacklist, per_lookup)?;
         return Ok(code);
     }
     // The engine's error already names the (temporary) file and the failure.
@@ -316,7 +330,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     filter.persist()?;
-    crate::cmd::dedup::write_policy(&a.output, policy.as_ref(), per_lookup)?;
+    crate::cmd::dedup::write_policy(&a.output, policy, Purpose::Blacklist, per_lookup)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     Ok(0)
@@ -525,7 +539,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
     crate::cmd::report_opened(&a.filter, &list, false);
     crate::cmd::check_kind(&a.filter, &list, a.keys, None)?;
     let rules = (list.kind(), list.mode());
-    let result = if list.layers().growth == Growth::Fixed {
+    let result = if list.layers().fill == FillPolicy::Fixed {
         let layer = list.layers().layers[0].clone();
         insert_inputs(
             rules,

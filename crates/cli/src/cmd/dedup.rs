@@ -19,8 +19,9 @@
 //! # The state file
 //!
 //! `--state FILE` is a filter file with a `.meta` (its fill policy, purpose
-//! `dedup`), created on first use and sized by `--capacity` and
-//! `--error-rate`. It is read copy-on-write and written only at the end of
+//! `dedup`), created on first use and sized by `--items` and `--fp`
+//! (a [`FilterSpec`]); an existing state keeps the settings it was created
+//! with, and a setting given that differs from them is refused. It is read copy-on-write and written only at the end of
 //! a run that succeeded, by [`Layers::save`]: each file replaced
 //! atomically, the `.meta` last as the commit. A run that fails or is
 //! killed leaves the previous state as it was (lines it printed may then be
@@ -38,11 +39,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use bloomgate_blacklist::layers::{unix_now, Added, Layers, Policy, Purpose, Rotate};
-use bloomgate_engine::{random_seed, Access, Params};
+use bloomgate_blacklist::layers::{unix_now, Added, FillPolicy, Layers, Purpose};
+use bloomgate_blacklist::spec::FillArgs;
+use bloomgate_blacklist::FilterSpec;
+use bloomgate_engine::{random_seed, Access};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
-use crate::args::{DedupArgs, PolicyArg, PolicyArgs};
+use crate::args::{DedupArgs, LayoutArg, PolicyArg, PolicyArgs};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::report::thousands;
@@ -50,73 +53,80 @@ use crate::report::thousands;
 /// How many invalid entries are shown before only counting.
 const SHOW_INVALID: u64 = 10;
 
+/// Entries a new dedup state is sized for when `--items` is left out.
+const DEFAULT_ITEMS: u64 = 1_000_000;
+/// The rate of a new dedup state when `--fp` is left out.
+const DEFAULT_FP: f64 = 1e-6;
+
+/// The fill-policy options of the command line, in the library's terms
+/// ([`FillArgs`]: the defaults and limits are [`FilterSpec`]'s).
+pub(crate) fn fill_args(a: &PolicyArgs) -> FillArgs<'_> {
+    FillArgs {
+        policy: a.policy.map(|p| match p {
+            PolicyArg::Grow => "grow",
+            PolicyArg::Refuse => "refuse",
+            PolicyArg::Rotate => "rotate",
+            PolicyArg::Clear => "clear",
+        }),
+        expansion: a.expansion.map(|v| ("--expansion", v)),
+        generations: a.generations.map(|v| ("--generations", u64::from(v))),
+        window: a.window.map(|v| ("--window", v)),
+        window_secs: a.window_secs.map(|v| ("--window-secs", v)),
+        clear_at: a.clear_at.map(|v| ("--clear-at", v)),
+    }
+}
+
 /// The policy the arguments ask for (`default` when `--policy` is not
-/// given); `capacity` is rotate's default window. Settings of another
+/// given); `items` is rotate's default window. Settings of another
 /// policy are usage errors.
 pub(crate) fn policy_from(
     a: &PolicyArgs,
-    capacity: u64,
-    default: PolicyArg,
-) -> Result<Policy, UsageError> {
-    let which = a.policy.unwrap_or(default);
-    if which != PolicyArg::Rotate
-        && (a.generations.is_some() || a.window.is_some() || a.window_secs.is_some())
-    {
-        return Err(UsageError(
-            "--generations, --window and --window-secs apply to --policy rotate".into(),
-        ));
-    }
-    if which != PolicyArg::Clear && a.clear_at.is_some() {
-        return Err(UsageError("--clear-at applies to --policy clear".into()));
-    }
-    Ok(match which {
-        PolicyArg::Grow => Policy::Grow { expansion: 2 },
-        PolicyArg::Refuse => Policy::Refuse,
-        PolicyArg::Rotate => Policy::Rotate(Rotate {
-            generations: a.generations.unwrap_or(4),
-            window: a.window.unwrap_or(capacity),
-            window_secs: a.window_secs,
-        }),
-        PolicyArg::Clear => Policy::Clear {
-            at: a.clear_at.unwrap_or(0.8),
-        },
-    })
+    items: u64,
+    default: &str,
+) -> Result<FillPolicy, UsageError> {
+    fill_args(a)
+        .resolve(items, default)
+        .map_err(|e| UsageError(e.to_string()))
 }
 
-/// The policy `build` is asked for (`None`: fixed, without `--policy`).
-/// A built filter can grow or refuse; rotate and clear are dedup and cache
-/// state, made by `dedup`, and refused for url and host blacklists.
+/// The policy `build` is asked for (`Fixed` without `--policy`), checked
+/// as [`FilterSpec::validate`] checks it. A built filter can grow or
+/// refuse; rotate and clear are dedup and cache state, made by `dedup` or
+/// `create --purpose dedup`, and refused for url and host blacklists.
 pub(crate) fn build_policy(
     a: &PolicyArgs,
     items: u64,
     kind: KeyKind,
-) -> Result<Option<Policy>, UsageError> {
-    if a.policy.is_none() {
-        return policy_from(a, items, PolicyArg::Grow).map(|_| None);
-    }
-    let policy = policy_from(a, items, PolicyArg::Grow)?;
-    bloomgate_blacklist::layers::check_policy(&policy, kind, Purpose::Blacklist)
+) -> Result<FillPolicy, UsageError> {
+    let policy = policy_from(a, items, "fixed")?;
+    bloomgate_blacklist::spec::check_fill(&policy, kind, Purpose::Blacklist)
         .map_err(|e| UsageError(e.to_string()))?;
     if policy.forgets() {
         return Err(UsageError(format!(
-            "a {} filter is dedup or cache state: create it with `bloomgate dedup --state FILE --policy {}`",
+            "a {} filter is dedup or cache state: create it with `bloomgate dedup --state FILE --policy {}` or `bloomgate create --purpose dedup --policy {}`",
+            policy.name(),
             policy.name(),
             policy.name()
         )));
     }
-    Ok(Some(policy))
+    Ok(policy)
 }
 
 /// Writes the `.meta` of a freshly built filter file `output` for
-/// `policy` (`None`: a fixed filter, no `.meta`); `rate` is the whole
-/// filter's per-lookup rate.
-pub(crate) fn write_policy(output: &str, policy: Option<&Policy>, rate: f64) -> Result<()> {
-    let Some(policy) = policy else {
+/// `policy` (none for a fixed filter); `rate` is the whole filter's
+/// per-lookup rate.
+pub(crate) fn write_policy(
+    output: &str,
+    policy: &FillPolicy,
+    purpose: Purpose,
+    rate: f64,
+) -> Result<()> {
+    if *policy == FillPolicy::Fixed {
         return Ok(());
-    };
+    }
     let path = Path::new(output);
     let mut layers = Layers::single(bloomgate_engine::Filter::open(path, Access::ReadOnly)?)?;
-    layers.set_policy(policy, Purpose::Blacklist, rate, unix_now())?;
+    layers.set_policy(policy, purpose, rate, unix_now())?;
     let json = layers
         .meta_json()
         .expect("a policy other than fixed has a .meta");
@@ -186,13 +196,110 @@ fn lock_state(state: &Path) -> Result<std::fs::File> {
     }
 }
 
+/// The spec of a new state as the arguments ask (the defaults filled in).
+fn new_spec(a: &DedupArgs, kind: KeyKind) -> Result<FilterSpec, UsageError> {
+    let items = a.items.unwrap_or(DEFAULT_ITEMS);
+    let spec = FilterSpec {
+        kind,
+        layout: a.layout.unwrap_or(LayoutArg::Blocked).into(),
+        fill: policy_from(&a.policy, items, "grow")?,
+        purpose: Purpose::Dedup,
+        ..FilterSpec::new(items, a.fp.unwrap_or(DEFAULT_FP))
+    };
+    spec.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(spec)
+}
+
+/// The settings given for a new state that an existing one does not have:
+/// each as `--option value (the state has …)`. A state keeps the settings
+/// it was created with, so a setting that differs cannot apply; one that
+/// matches (the same command line run again) is accepted.
+fn settings_that_cannot_apply(a: &DedupArgs, layers: &Layers) -> Result<Vec<String>, UsageError> {
+    let mut differ = Vec::new();
+    let state = layers.policy();
+    // Another policy, or settings of another policy than the state's.
+    let asked = policy_from(&a.policy, 1, state.name())?;
+    if asked.name() != state.name() {
+        return Err(UsageError(format!(
+            "{} has the fill policy {state}; it cannot be changed to {} (start a new state)",
+            a.state.as_deref().unwrap_or(Path::new("")).display(),
+            asked.name()
+        )));
+    }
+    let l0 = layers.layers[0].params();
+    let mut asked = FilterSpec {
+        kind: layers.kind,
+        layout: l0.layout,
+        fill: state.clone(),
+        purpose: layers.rules.purpose,
+        ..FilterSpec::new(a.items.unwrap_or(1), a.fp.unwrap_or(0.5))
+    };
+    let p = &a.policy;
+    match &mut asked.fill {
+        FillPolicy::Grow { expansion } => {
+            if let Some(e) = p.expansion.filter(|&e| e != u64::from(*expansion)) {
+                differ.push(format!("--expansion {e} (the state has {expansion})"));
+            }
+        }
+        FillPolicy::Rotate(r) => {
+            if let Some(g) = p.generations.filter(|&g| g != r.generations) {
+                differ.push(format!(
+                    "--generations {g} (the state has {})",
+                    r.generations
+                ));
+            }
+            if let Some(w) = p.window.filter(|&w| w != r.window) {
+                differ.push(format!("--window {w} (the state has {})", r.window));
+            }
+            if p.window_secs.is_some() && p.window_secs != r.window_secs {
+                differ.push(format!(
+                    "--window-secs {} (the state has {})",
+                    p.window_secs.unwrap_or_default(),
+                    r.window_secs.map_or("none".into(), |t| t.to_string())
+                ));
+            }
+        }
+        FillPolicy::Clear { at } => {
+            if let Some(c) = p.clear_at.filter(|&c| c != *at) {
+                differ.push(format!("--clear-at {c} (the state has {at})"));
+            }
+        }
+        FillPolicy::Fixed | FillPolicy::Refuse => {}
+    }
+    if let Some(n) = a.items {
+        // The first layer's (a generation's) planned size for these
+        // settings, against the state's.
+        if asked.layer_rate().0 != l0.planned_items {
+            differ.push(format!(
+                "--items {} (the state was made for {})",
+                thousands(n),
+                thousands(match &state {
+                    FillPolicy::Rotate(r) => r.window,
+                    _ => l0.planned_items,
+                })
+            ));
+        }
+    }
+    if let Some(fp) = a.fp {
+        asked.rate = fp;
+        let have = layers.target_fp();
+        if (asked.lookup_rate() - have).abs() > have * 1e-9 {
+            differ.push(format!(
+                "--fp {fp:e} (the state was made for {:e})",
+                bloomgate_blacklist::spec::per_query_rate(layers.kind, layers.mode, have)
+            ));
+        }
+    }
+    if let Some(l) = a.layout.map(bloomgate_engine::Layout::from) {
+        if l != l0.layout {
+            differ.push(format!("--layout {l} (the state is {})", l0.layout));
+        }
+    }
+    Ok(differ)
+}
+
 /// The state to run with: the file's, or a new one as the arguments ask.
 fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
-    let explicit = a.policy.policy.is_some()
-        || a.policy.generations.is_some()
-        || a.policy.window.is_some()
-        || a.policy.window_secs.is_some()
-        || a.policy.clear_at.is_some();
     if let Some(path) = a.state.as_deref().filter(|p| p.exists()) {
         let layers = Layers::open(path, Access::ReadOnly)
             .with_context(|| format!("{}: cannot open the dedup state", path.display()))?;
@@ -206,19 +313,15 @@ fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
                 .into());
             }
         }
-        if explicit {
-            // The state keeps the settings it was created with; a different
-            // policy is refused rather than silently ignored.
-            let asked = policy_from(&a.policy, a.capacity, PolicyArg::Grow)?;
-            if asked.name() != layers.policy().name() {
-                return Err(UsageError(format!(
-                    "{} has the fill policy {}; it cannot be changed to {} (start a new state)",
-                    path.display(),
-                    layers.policy(),
-                    asked.name()
-                ))
-                .into());
-            }
+        let differ = settings_that_cannot_apply(a, &layers)?;
+        if !differ.is_empty() {
+            return Err(UsageError(format!(
+                "{} is an existing state and keeps the settings it was created with; {} cannot apply to it: leave {} out, or remove the state (with its .meta and .layerN files) to start a new one",
+                path.display(),
+                differ.join(", "),
+                if differ.len() == 1 { "it" } else { "them" }
+            ))
+            .into());
         }
         return Ok(layers);
     }
@@ -237,13 +340,8 @@ fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
         }
     }
     let kind = a.keys.map_or(KeyKind::Url, KeyKind::from);
-    let policy = policy_from(&a.policy, a.capacity, PolicyArg::Grow)?;
-    let plan = Layers::plan_first(&policy, a.layout.into(), a.capacity, a.error_rate)
-        .map_err(|e| UsageError(e.to_string()))?;
-    let mut params = Params::from_plan(&plan, random_seed());
-    params.key_kind = kind.as_u8();
-    params.match_mode = MatchMode::Exact.as_u8();
-    Layers::create(params, &policy, Purpose::Dedup, a.error_rate, now)
+    let spec = new_spec(a, kind)?;
+    spec.create(random_seed(), now)
         .map_err(|e| UsageError(e.to_string()).into())
 }
 
@@ -311,7 +409,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
                     }
                     Added::Exists => counts.seen += 1,
                     Added::Full => bail!(
-                        "the dedup state is full ({} entries) and its policy is refuse; use a larger --capacity or another --policy for a new state",
+                        "the dedup state is full ({} entries) and its policy is refuse; use a larger --items or another --policy for a new state",
                         thousands(layers.items())
                     ),
                 }
@@ -346,7 +444,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
         thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
         thousands(layers.items()),
         match (layers.policy(), layers.layers.len()) {
-            (Policy::Rotate(_), n) => format!("{n} generation(s)"),
+            (FillPolicy::Rotate(_), n) => format!("{n} generation(s)"),
             (_, 1) => "1 layer".into(),
             (_, n) => format!("{n} layers"),
         },

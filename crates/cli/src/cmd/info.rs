@@ -5,8 +5,6 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
-use bloomgate_blacklist::layers::Growth;
-
 use crate::args::InfoArgs;
 use crate::report::{bytes, thousands};
 
@@ -51,11 +49,11 @@ pub fn run(a: InfoArgs) -> Result<i32> {
     let predicted_fp = layers.predicted_fp();
     let fp_at_fill =
         bloomgate_engine::math::compound_fp(layers.layers.iter().map(|l| l.fp_at_fill()));
-    let (growth, expansion) = match &layers.growth {
+    let (growth, expansion) = match layers.growth_meta() {
         _ if layers.policy().forgets() => (layers.policy().name(), None),
-        Growth::Fixed => ("fixed", None),
-        Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
-        Growth::Redis(m) => ("scaling", Some(m.expansion)),
+        None => ("fixed", None),
+        Some(m) if m.nonscaling => ("nonscaling", None),
+        Some(m) => ("scaling", Some(m.expansion)),
     };
     let (policy, policy_note) = policy_details(layers);
     let opened = list.opened();
@@ -93,6 +91,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         "items": items,
         "planned_items": planned,
         "target_fp": layers.target_fp(),
+        "target_fp_per_query": bloomgate_blacklist::spec::per_query_rate(list.kind(), list.mode(), layers.target_fp()),
         "bits_per_item": bits as f64 / planned.max(1) as f64,
         "fill_ratio": fill,
         "estimated_items": if estimated.is_finite() { json!(estimated.round()) } else { json!(null) },
@@ -182,14 +181,26 @@ pub fn run(a: InfoArgs) -> Result<i32> {
         thousands(planned)
     )?;
     writeln!(o, "fill ratio      {:.4}", fill)?;
+    let (kind, mode) = (list.kind(), list.mode());
+    let lookups = bloomgate_url::max_lookups(kind, mode);
+    let q = |p| bloomgate_blacklist::spec::per_query_rate(kind, mode, p);
     writeln!(
         o,
-        "false positives {:.3e} predicted at {} items, {:.3e} from the fill (target {:.3e})",
-        predicted_fp,
+        "false positives {:.3e} per query predicted at {} items, {:.3e} from the fill (target {:.3e} per query)",
+        q(predicted_fp),
         thousands(items),
-        fp_at_fill,
-        layers.target_fp()
+        q(fp_at_fill),
+        q(layers.target_fp())
     )?;
+    if lookups > 1 {
+        writeln!(
+            o,
+            "  per lookup    {:.3e} predicted, {:.3e} from the fill (target {:.3e}): {kind} keys with {mode} matching make up to {lookups} lookups per query",
+            predicted_fp,
+            fp_at_fill,
+            layers.target_fp()
+        )?;
+    }
     if let Some(dir) = &opened.data_dir {
         writeln!(
             o,
@@ -229,7 +240,7 @@ pub fn run(a: InfoArgs) -> Result<i32> {
 fn policy_details(
     layers: &bloomgate_blacklist::layers::Layers,
 ) -> (serde_json::Value, Option<String>) {
-    use bloomgate_blacklist::layers::{clear_items, Forgetting, Policy};
+    use bloomgate_blacklist::layers::{clear_items, FillPolicy as Policy, Forgetting};
     let policy = layers.policy();
     let mut v = json!({ "name": policy.name() });
     let note = match (&policy, &layers.rules.forgetting) {

@@ -3,6 +3,7 @@
 
 mod build;
 pub mod check;
+mod create;
 pub mod dedup;
 mod deletable;
 mod info;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     match cli.command {
         Command::Plan(a) => plan::run(a),
+        Command::Create(a) => create::run(a),
         Command::Build(a) => build::build(a),
         Command::Add(a) => build::add(a),
         Command::Remove(a) => remove::run(a),

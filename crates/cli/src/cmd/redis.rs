@@ -309,15 +309,19 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let planned = filter.meta().params.planned_items;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "added to {}: {} lines, {} new items ({} in filter), {} invalid, {secs:.2} s, {} lines/s, predicted FP {:.3e} per lookup (target {:.3e})",
+        "added to {}: {} lines, {} new items ({} in filter), {} invalid, {secs:.2} s, {} lines/s, {}",
         filter.address().display(),
         thousands(lines),
         thousands(new),
         thousands(items),
         thousands(invalid),
         thousands((lines as f64 / secs.max(1e-9)) as u64),
-        filter.predicted_fp(items),
-        filter.meta().params.target_fp
+        report::rates(
+            filter.kind(),
+            filter.mode(),
+            filter.predicted_fp(items),
+            filter.meta().params.target_fp
+        )
     );
     let redirected = filter.store().redirected();
     if redirected > 0 {

@@ -63,11 +63,52 @@ pub fn run(a: UnionArgs) -> Result<i32> {
             a.output
         );
     }
+    let (na, nb) = (fa.items(), fb.items());
+    let op = out.params();
     eprintln!(
-        "wrote {}: ~{} items, predicted FP {:.3e}",
+        "wrote {}: ~{} items ({}), {}",
         a.output,
         thousands(out.items()),
-        out.predicted_fp()
+        estimate_note(op.layout, op.bits, op.k, out.items(), na, nb),
+        crate::report::rates(la.kind(), la.mode(), out.predicted_fp(), op.target_fp)
     );
     Ok(0)
+}
+
+/// How good the union's item count is: it is estimated from the bits set
+/// (`−(m/k)·ln(1 − X/m)`), since which items the two inputs share is not
+/// known. One standard error of that estimate for uniformly set bits is
+/// `√(m/k²·(e^{kn/m} − 1 − kn/m))` (Swamidass & Baldi, 2007); the blocked
+/// layout sets an item's k bits in one block, where they collide more
+/// often than uniform bits (an item sets about `(k − 1)/1024` of a bit
+/// fewer per bit in a 512-bit block), so its estimate runs low by up to
+/// that fraction.
+/// The inputs' counts bound the true one.
+fn estimate_note(
+    layout: bloomgate_engine::Layout,
+    m_bits: u64,
+    k: u32,
+    n: u64,
+    a: u64,
+    b: u64,
+) -> String {
+    let (m, k, nf) = (m_bits as f64, f64::from(k.max(1)), n as f64);
+    let x = k * nf / m;
+    let sigma = (m / (k * k) * (x.exp() - 1.0 - x)).max(0.0).sqrt();
+    format!(
+        "an estimate from the bits set, not a count: one standard error is ±{}{}; the inputs held {} and {}, so the union holds between {} and {}",
+        thousands(sigma.ceil() as u64),
+        if layout == bloomgate_engine::Layout::Blocked {
+            format!(
+                ", and the blocked layout's estimate runs low by up to about {:.1} %",
+                (k - 1.0) / 1024.0 * 100.0
+            )
+        } else {
+            String::new()
+        },
+        thousands(a),
+        thousands(b),
+        thousands(a.max(b)),
+        thousands(a.saturating_add(b))
+    )
 }

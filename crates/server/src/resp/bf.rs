@@ -8,12 +8,14 @@ use bloomgate_url::KeyError;
 use super::codec::Out;
 use super::commands::{error_reply, lossy, parse_f64, parse_i64, upper};
 use super::conn::{Conn, Later};
-use crate::store::{AddOutcome, Checked, CreateSpec, Growth, Info, Meta, StoreError};
+use bloomgate_blacklist::layers::{DEFAULT_EXPANSION, MAX_EXPANSION};
+use bloomgate_blacklist::spec::check_rate;
 
-/// RedisBloom's default expansion of a scaling filter.
-const DEFAULT_EXPANSION: u32 = 2;
-/// The expansions RedisBloom accepts; 0 makes a non-scaling filter.
-const EXPANSION_RANGE: std::ops::RangeInclusive<i64> = 0..=32768;
+use crate::store::{AddOutcome, Checked, FillPolicy, FilterSpec, Info, StoreError};
+
+/// The expansions RedisBloom accepts (the limit of every front end,
+/// [`MAX_EXPANSION`]); 0 makes a non-scaling filter.
+const EXPANSION_RANGE: std::ops::RangeInclusive<i64> = 0..=MAX_EXPANSION as i64;
 /// `BF.RESERVE`'s answer to an expansion outside [`EXPANSION_RANGE`].
 const EXPANSION_RANGE_ERROR: &str = "ERR expansion must be in the range [0, 32768]";
 /// `BF.RESERVE`'s answer to an error rate outside (0, 1).
@@ -32,6 +34,16 @@ const INFO_FIELDS: [&str; 5] = [
     "Number of items inserted",
     "Expansion rate",
 ];
+
+/// The fill policy of RedisBloom's growth options: `NONSCALING` (or
+/// `EXPANSION 0`) refuses adds when full, else the filter grows.
+fn fill_policy(expansion: u32, nonscaling: bool) -> FillPolicy {
+    if nonscaling {
+        FillPolicy::Refuse
+    } else {
+        FillPolicy::Grow { expansion }
+    }
+}
 
 impl Conn {
     /// `BF.LOADCHUNK key iter data`, with RedisBloom's error texts: a bad
@@ -70,7 +82,7 @@ impl Conn {
         let Some(error) = parse_f64(argv[2]) else {
             return out.error("ERR bad error rate");
         };
-        if error <= 0.0 || error >= 1.0 {
+        if check_rate(error).is_err() {
             return out.error(ERROR_RATE_RANGE);
         }
         let Some(capacity) = parse_i64(argv[3]) else {
@@ -117,15 +129,9 @@ impl Conn {
                 e as u32
             }
         };
-        let spec = CreateSpec {
-            items: capacity as u64,
-            fp: error,
-            growth: Growth::Redis(Meta {
-                expansion,
-                nonscaling,
-                error_rate: None,
-            }),
-            ..CreateSpec::redis_default()
+        let spec = FilterSpec {
+            fill: fill_policy(expansion, nonscaling),
+            ..FilterSpec::new(capacity as u64, error)
         };
         match self.app.store.create(&lossy(argv[1]), &spec) {
             Ok(_) => out.ok(),
@@ -139,7 +145,7 @@ impl Conn {
         if argc < 4 {
             return Self::wrong_arity(out, argv[0]);
         }
-        let mut spec = CreateSpec::redis_default();
+        let mut spec = FilterSpec::redis_default();
         let mut autocreate = true;
         let mut nonscaling = false;
         let mut expansion = DEFAULT_EXPANSION as i64;
@@ -153,7 +159,7 @@ impl Conn {
                         return Self::wrong_arity(out, argv[0]);
                     };
                     match parse_f64(v) {
-                        Some(e) if e > 0.0 && e < 1.0 => spec.fp = e,
+                        Some(e) if check_rate(e).is_ok() => spec.rate = e,
                         _ => return out.error("Bad error rate"),
                     }
                     i += 2;
@@ -192,11 +198,7 @@ impl Conn {
         let Some(items_at) = items_at.filter(|&k| k < argc) else {
             return Self::wrong_arity(out, argv[0]);
         };
-        spec.growth = Growth::Redis(Meta {
-            expansion: expansion as u32,
-            nonscaling: nonscaling || expansion == 0,
-            error_rate: None,
-        });
+        spec.fill = fill_policy(expansion as u32, nonscaling || expansion == 0);
         let create = autocreate.then_some(spec);
         self.add(argv[1], &argv[items_at..], true, create, out)
     }
@@ -206,7 +208,7 @@ impl Conn {
         key: &[u8],
         items: &[&[u8]],
         multi: bool,
-        create: Option<CreateSpec>,
+        create: Option<FilterSpec>,
         out: &mut Out,
     ) {
         if items.len() > self.app.limits.max_batch {

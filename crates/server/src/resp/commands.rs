@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::codec::Out;
 use super::conn::Conn;
 use crate::metrics::Proto;
-use crate::store::{CreateSpec, Filter, StoreError};
+use crate::store::{Filter, FilterSpec, StoreError};
 
 pub(super) fn upper(a: &[u8]) -> Vec<u8> {
     a.to_ascii_uppercase()
@@ -242,9 +242,9 @@ impl Conn {
                     3 => None,
                     _ => return Self::wrong_arity(out, argv[0]),
                 };
-                if !self.app.policy.has_token() {
+                if !self.app.access.has_token() {
                     out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
-                } else if token.is_some_and(|t| self.app.policy.token_matches(t)) {
+                } else if token.is_some_and(|t| self.app.access.token_matches(t)) {
                     self.authed = true;
                     out.ok();
                 } else {
@@ -367,14 +367,14 @@ impl Conn {
                 argv[1],
                 &argv[2..],
                 false,
-                Some(CreateSpec::redis_default()),
+                Some(FilterSpec::redis_default()),
                 out,
             ),
             b"BF.MADD" if argc >= 3 => self.add(
                 argv[1],
                 &argv[2..],
                 true,
-                Some(CreateSpec::redis_default()),
+                Some(FilterSpec::redis_default()),
                 out,
             ),
             b"BF.INSERT" => self.insert(argv, out),
@@ -428,10 +428,10 @@ impl Conn {
         while i < argv.len() {
             match upper(argv[i]).as_slice() {
                 b"AUTH" if i + 2 < argv.len() => {
-                    if !self.app.policy.has_token() {
+                    if !self.app.access.has_token() {
                         return out.error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
                     }
-                    if argv[i + 1] != b"default" || !self.app.policy.token_matches(argv[i + 2]) {
+                    if argv[i + 1] != b"default" || !self.app.access.token_matches(argv[i + 2]) {
                         return out.error(
                             "WRONGPASS invalid username-password pair or user is disabled.",
                         );
@@ -451,7 +451,7 @@ impl Conn {
                 }
             }
         }
-        if self.app.policy.check_read(self.authed).is_err() {
+        if self.app.access.check_read(self.authed).is_err() {
             return out.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
         }
         out.proto = proto;

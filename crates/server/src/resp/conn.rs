@@ -115,7 +115,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
     // Until a client has presented the token that reads need, it gets
     // Redis's caps for unauthenticated clients (since 7.0: 10 arguments,
     // 16 KiB each), enough for `AUTH` and `HELLO 3 AUTH … SETNAME …`.
-    let gated = app.policy.check_read(false).is_err();
+    let gated = app.access.check_read(false).is_err();
     let pre_auth = crate::Limits {
         max_bulk_bytes: PRE_AUTH_BULK,
         max_array_len: PRE_AUTH_ARGS,
@@ -591,11 +591,11 @@ impl Conn {
             // Before the token (where reads need it), every command but
             // these answers NOAUTH, as Redis's do.
             Class::Conn if !matches!(cmd, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") => {
-                self.app.policy.check_read(self.authed).err()
+                self.app.access.check_read(self.authed).err()
             }
             Class::Conn => None,
-            Class::Read => self.app.policy.check_read(self.authed).err(),
-            Class::Write => self.app.policy.check_write(self.authed).err(),
+            Class::Read => self.app.access.check_read(self.authed).err(),
+            Class::Write => self.app.access.check_write(self.authed).err(),
         };
         match denied {
             Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
@@ -686,7 +686,7 @@ impl Conn {
     /// True while a token is configured and this client has not presented
     /// it: its input is accounted in the separate budget of such clients.
     fn anonymous(&self) -> bool {
-        self.app.policy.has_token() && !self.authed
+        self.app.access.has_token() && !self.authed
     }
 
     /// The input budget this connection's buffers count against.

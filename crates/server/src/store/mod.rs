@@ -67,13 +67,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bloomgate_blacklist::Verdict;
-use bloomgate_engine::Layout;
-use bloomgate_url::{KeyError, KeyKind, MatchMode};
+use bloomgate_url::KeyError;
 use serde::Serialize;
 
 use crate::wal;
 
-pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
+pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
+pub use bloomgate_blacklist::FilterSpec;
 pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
@@ -252,7 +252,7 @@ impl Store {
     }
 
     /// Creates a filter and serves it.
-    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Filter, StoreError> {
+    pub fn create(&self, name: &str, spec: &FilterSpec) -> Result<Filter, StoreError> {
         match self {
             Store::Local(s) => s.create(name, spec).map(Filter::Local),
             Store::Redis(s) => s.create(name, spec).map(Filter::Redis),
@@ -753,73 +753,23 @@ pub struct LayerInfo {
     pub target_fp: f64,
 }
 
-/// Parameters of a new filter.
-#[derive(Clone, Debug)]
-pub struct CreateSpec {
-    /// Items to plan for (first layer's capacity).
-    pub items: u64,
-    /// False-positive rate: per query for `Fixed` filters of url/host kinds
-    /// (converted per lookup like the CLI does); for Redis filters the rate
-    /// of the whole chain, however far it grows (the first layer is planned
-    /// for half of it if it scales, see [`first_layer_rate`](bloomgate_blacklist::layers::first_layer_rate)).
-    pub fp: f64,
-    /// Key kind.
-    pub kind: KeyKind,
-    /// Match mode.
-    pub mode: MatchMode,
-    /// Layout.
-    pub layout: Layout,
-    /// Growth behaviour.
-    pub growth: Growth,
-    /// A forgetting fill policy (rotate, clear) and the filter's purpose,
-    /// instead of `growth` (see `bloomgate_blacklist::layers`, "Fill
-    /// policies"); `None` for the others, which `growth` describes.
-    pub forgetting: Option<(Policy, Purpose)>,
-}
-
-impl CreateSpec {
-    /// RedisBloom's defaults for an auto-created filter: capacity 100, error 0.01, expansion 2.
-    pub fn redis_default() -> CreateSpec {
-        CreateSpec {
-            items: 100,
-            fp: 0.01,
-            kind: KeyKind::Raw,
-            mode: MatchMode::Exact,
-            layout: Layout::Blocked,
-            growth: Growth::Redis(Meta {
-                expansion: 2,
-                nonscaling: false,
-                error_rate: None,
-            }),
-            forgetting: None,
-        }
+/// The first layer's parameters of a new filter, with a fresh seed (see
+/// [`FilterSpec::params`]); refused past the server's filter size limit
+/// (all generations of a ring counted).
+pub fn first_params(
+    spec: &FilterSpec,
+    limits: &crate::Limits,
+) -> Result<bloomgate_engine::Params, StoreError> {
+    let invalid = |e: bloomgate_blacklist::SpecError| StoreError::Invalid(e.to_string());
+    let bytes = spec.bytes().map_err(invalid)?;
+    if bytes > limits.max_filter_bytes {
+        return Err(StoreError::Invalid(format!(
+            "a filter of {bytes} bytes exceeds the server's limit of {} bytes",
+            limits.max_filter_bytes
+        )));
     }
-
-    /// The first layer's parameters, with a fresh seed: planned for the
-    /// per-lookup rate of a fixed filter, or the first layer's share of a
-    /// scaling one's rate; refused past the server's filter size limit.
-    pub fn params(&self, limits: &crate::Limits) -> Result<bloomgate_engine::Params, StoreError> {
-        let per_lookup = match self.growth {
-            Growth::Fixed => bloomgate_blacklist::per_lookup_rate(self.kind, self.mode, self.fp),
-            Growth::Redis(_) => {
-                bloomgate_blacklist::layers::first_layer_rate(&self.growth, self.fp)
-            }
-        };
-        let plan = bloomgate_engine::plan(self.layout, self.items, per_lookup)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        if plan.bytes() > limits.max_filter_bytes {
-            return Err(StoreError::Invalid(format!(
-                "a filter of {} bytes exceeds the server's limit of {} bytes",
-                plan.bytes(),
-                limits.max_filter_bytes
-            )));
-        }
-        let mut params =
-            bloomgate_engine::Params::from_plan(&plan, bloomgate_engine::random_seed());
-        params.key_kind = self.kind.as_u8();
-        params.match_mode = self.mode.as_u8();
-        Ok(params)
-    }
+    spec.params(bloomgate_engine::random_seed())
+        .map_err(invalid)
 }
 
 /// Result of a snapshot.

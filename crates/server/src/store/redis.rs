@@ -53,14 +53,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bloomgate_blacklist::layers::Growth;
+use bloomgate_blacklist::layers::FillPolicy;
+use bloomgate_blacklist::FilterSpec;
 use bloomgate_blacklist::Verdict;
 use bloomgate_engine::{random_seed, Layout};
 use bloomgate_redis::{layout, Address, RedisFilter};
 use bloomgate_url::KeyError;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
-use super::{AddOutcome, CreateSpec, Info, LayerInfo, StoreError};
+use super::{AddOutcome, Info, LayerInfo, StoreError};
 use crate::Limits;
 
 mod coalesce;
@@ -523,19 +524,18 @@ impl RedisStore {
     /// Creates an empty filter in Redis (the blocked layout only; a
     /// scaling filter is [`StoreError::Unsupported`]): a zero file of the
     /// planned size is written to a temporary directory and pushed.
-    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<RedisNamed>, StoreError> {
+    pub fn create(&self, name: &str, spec: &FilterSpec) -> Result<Arc<RedisNamed>, StoreError> {
         let addr = Self::address_of(&self.opts, name)?;
-        if spec.forgetting.is_some() {
-            return Err(StoreError::Unsupported(
+        spec.validate()
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        match spec.fill {
+            FillPolicy::Rotate(_) | FillPolicy::Clear { .. } => return Err(StoreError::Unsupported(
                 "the rotate and clear fill policies: a filter stored in Redis has one layer that is never replaced; serve it from a data directory",
-            ));
-        }
-        if let Growth::Redis(m) = &spec.growth {
-            if !m.nonscaling {
-                return Err(StoreError::Unsupported(
-                    "scaling filters (EXPANSION): a filter stored in Redis has one layer; create it with NONSCALING, or with BF.RESERVE and a capacity",
-                ));
-            }
+            )),
+            FillPolicy::Grow { .. } => return Err(StoreError::Unsupported(
+                "scaling filters (EXPANSION): a filter stored in Redis has one layer; create it with NONSCALING, or with BF.RESERVE and a capacity",
+            )),
+            FillPolicy::Fixed | FillPolicy::Refuse => {}
         }
         if spec.layout != Layout::Blocked {
             return Err(StoreError::Invalid(
@@ -545,7 +545,7 @@ impl RedisStore {
         if self.cached(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
-        let params = spec.params(&self.limits)?;
+        let params = super::first_params(spec, &self.limits)?;
         let dir = std::env::temp_dir().join(format!(
             "bloomgate-create-{}-{}",
             std::process::id(),

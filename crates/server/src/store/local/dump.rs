@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-pub use bloomgate_blacklist::layers::{Growth, Meta};
+pub use bloomgate_blacklist::layers::Meta;
 use bloomgate_engine::{Layout, Params};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +41,7 @@ struct DumpLayer {
 pub fn parse_dump_header(
     data: &[u8],
     max_filter_bytes: u64,
-) -> Result<(Vec<(Params, u64)>, Growth), StoreError> {
+) -> Result<(Vec<(Params, u64)>, Option<Meta>), StoreError> {
     let bad_data = || StoreError::Invalid("received bad data".into());
     let h: DumpHeader = data
         .strip_prefix(DUMP_MAGIC)
@@ -82,8 +82,7 @@ pub fn parse_dump_header(
     if let Some(m) = &h.meta {
         m.validate().map_err(|_| bad_data())?;
     }
-    let growth = h.meta.map_or(Growth::Fixed, Growth::Redis);
-    Ok((specs, growth))
+    Ok((specs, h.meta))
 }
 
 const DUMP_MAGIC: &[u8] = b"BLOOMGATE-DUMP-1\n";
@@ -115,10 +114,7 @@ impl LocalStore {
                         }
                     })
                     .collect(),
-                meta: match &st.growth {
-                    Growth::Fixed => None,
-                    Growth::Redis(m) => Some(m.clone()),
-                },
+                meta: st.growth_meta(),
             };
             let mut out = DUMP_MAGIC.to_vec();
             out.extend_from_slice(&serde_json::to_vec(&header).unwrap_or_default());
@@ -165,7 +161,7 @@ impl LocalStore {
             let made = (|| {
                 let base = self.base(name);
                 self.fresh_journal(name, &specs[0].0)?;
-                let layers = self.write_new_or_clean(name, &base, &specs, &growth)?;
+                let layers = self.write_new_or_clean(name, &base, &specs, growth.as_ref())?;
                 self.install(name, &base, layers)
             })();
             self.recount_memory();

@@ -128,7 +128,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::datadir::DirLock;
 use bloomgate_blacklist::layers::{layer_path, meta_path};
-pub use bloomgate_blacklist::layers::{Growth, Layers, Meta, Policy, Purpose};
+pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta};
+use bloomgate_blacklist::FilterSpec;
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::{sync_parent, write_atomic};
 use bloomgate_engine::{Access, Filter, Params};
@@ -139,7 +140,7 @@ use crate::metrics::Metrics;
 use crate::wal::{self, AckRx, Wal};
 use crate::Limits;
 
-use super::{AddOutcome, CreateSpec, Damaged, Info, SnapshotReport, StoreError};
+use super::{AddOutcome, Damaged, Info, SnapshotReport, StoreError};
 
 use growth::add_key;
 pub use named::{LookupScratch, Named};
@@ -575,7 +576,7 @@ impl LocalStore {
     }
 
     /// Creates a filter file and serves it.
-    pub fn create(&self, name: &str, spec: &CreateSpec) -> Result<Arc<Named>, StoreError> {
+    pub fn create(&self, name: &str, spec: &FilterSpec) -> Result<Arc<Named>, StoreError> {
         if !valid_name(name) {
             return Err(StoreError::BadName(name.into()));
         }
@@ -584,10 +585,10 @@ impl LocalStore {
         if self.get(name).is_some() || self.cuckoo.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
-        if let Some((policy, purpose)) = &spec.forgetting {
-            return self.create_forgetting(name, spec, policy, *purpose);
+        let params = super::first_params(spec, &self.limits)?;
+        if spec.fill.forgets() {
+            return self.create_forgetting(name, spec, params);
         }
-        let params = spec.params(&self.limits)?;
         self.reserve_memory(params.bits / 8)?;
         let made = self.create_reserved(name, spec, params);
         self.recount_memory();
@@ -598,52 +599,32 @@ impl LocalStore {
     fn create_reserved(
         &self,
         name: &str,
-        spec: &CreateSpec,
+        spec: &FilterSpec,
         params: Params,
     ) -> Result<Arc<Named>, StoreError> {
         let base = self.base(name);
         self.fresh_journal(name, &params)?;
-        let growth = match &spec.growth {
-            Growth::Redis(m) => Growth::Redis(Meta {
-                error_rate: Some(spec.fp),
-                ..m.clone()
-            }),
-            Growth::Fixed => Growth::Fixed,
-        };
-        let layers = self.write_new_or_clean(name, &base, &[(params, 0)], &growth)?;
+        let meta = Meta::of(&spec.fill, Some(spec.lookup_rate()));
+        let layers = self.write_new_or_clean(name, &base, &[(params, 0)], meta.as_ref())?;
         self.install(name, &base, layers)
     }
 
     /// [`LocalStore::create`] of a filter under a forgetting policy (rotate,
-    /// clear; under the snapshot lock): planned and written by
-    /// [`Layers::plan_first`], [`Layers::create`] and [`Layers::save`], the
-    /// CLI's `dedup` path, so both read the same files.
+    /// clear; under the snapshot lock): made by [`FilterSpec`] and written
+    /// by [`Layers::save`], the CLI's `dedup` path, so both read the same
+    /// files.
     fn create_forgetting(
         &self,
         name: &str,
-        spec: &CreateSpec,
-        policy: &Policy,
-        purpose: Purpose,
+        spec: &FilterSpec,
+        params: Params,
     ) -> Result<Arc<Named>, StoreError> {
-        let invalid = |e: bloomgate_blacklist::Error| StoreError::Invalid(e.to_string());
-        bloomgate_blacklist::layers::check_policy(policy, spec.kind, purpose).map_err(invalid)?;
-        // The rate asked is per query; a url or host query makes several lookups.
-        let p = bloomgate_blacklist::per_lookup_rate(spec.kind, spec.mode, spec.fp);
-        let plan = Layers::plan_first(policy, spec.layout, spec.items, p).map_err(invalid)?;
-        let generations = match policy {
-            Policy::Rotate(r) => u64::from(r.generations),
+        let generations = match &spec.fill {
+            FillPolicy::Rotate(r) => u64::from(r.generations),
             _ => 1,
         };
-        let total = plan.bytes().saturating_mul(generations);
-        if total > self.limits.max_filter_bytes {
-            return Err(StoreError::Invalid(format!(
-                "a filter of {total} bytes ({generations} generation(s) of {}) exceeds the server's limit of {} bytes",
-                plan.bytes(),
-                self.limits.max_filter_bytes
-            )));
-        }
-        self.reserve_memory(total)?;
-        let made = self.create_forgetting_reserved(name, spec, policy, purpose, p, &plan);
+        self.reserve_memory((params.bits / 8).saturating_mul(generations))?;
+        let made = self.create_forgetting_reserved(name, spec, params);
         self.recount_memory();
         made
     }
@@ -652,24 +633,18 @@ impl LocalStore {
     fn create_forgetting_reserved(
         &self,
         name: &str,
-        spec: &CreateSpec,
-        policy: &Policy,
-        purpose: Purpose,
-        p: f64,
-        plan: &bloomgate_engine::Plan,
+        spec: &FilterSpec,
+        params: Params,
     ) -> Result<Arc<Named>, StoreError> {
         let invalid = |e: bloomgate_blacklist::Error| StoreError::Invalid(e.to_string());
-        let mut params = Params::from_plan(plan, bloomgate_engine::random_seed());
-        params.key_kind = spec.kind.as_u8();
-        params.match_mode = spec.mode.as_u8();
         let base = self.base(name);
         self.fresh_journal(name, &params)?;
         remove_files(&base);
         let mut layers = Layers::create(
             params,
-            policy,
-            purpose,
-            p,
+            &spec.fill,
+            spec.purpose,
+            spec.lookup_rate(),
             bloomgate_blacklist::layers::unix_now(),
         )
         .map_err(invalid)?;
@@ -705,9 +680,9 @@ impl LocalStore {
         name: &str,
         base: &Path,
         layers: &[(Params, u64)],
-        growth: &Growth,
+        meta: Option<&Meta>,
     ) -> Result<Layers, StoreError> {
-        self.write_new(base, layers, growth, 0).inspect_err(|_| {
+        self.write_new(base, layers, meta).inspect_err(|_| {
             remove_files(base);
             journal::remove(&journal::path(&self.dir, name));
             sync_parent(base);
@@ -719,8 +694,7 @@ impl LocalStore {
         &self,
         base: &Path,
         layers: &[(Params, u64)],
-        growth: &Growth,
-        _unused: u8,
+        meta: Option<&Meta>,
     ) -> Result<Layers, StoreError> {
         remove_files(base);
         for (i, (params, items)) in layers.iter().enumerate().rev() {
@@ -728,7 +702,7 @@ impl LocalStore {
             f.set_items(*items);
             f.persist()?;
         }
-        if let Growth::Redis(meta) = growth {
+        if let Some(meta) = meta {
             let json = serde_json::to_vec(meta).unwrap_or_default();
             write_atomic(&meta_path(base), &json)
                 .map_err(|e| StoreError::io(meta_path(base).display(), e.into()))?;

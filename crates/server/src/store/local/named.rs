@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-pub use bloomgate_blacklist::layers::{Growth, Layers};
+pub use bloomgate_blacklist::layers::Layers;
 use bloomgate_blacklist::{Verdict, Whitelist};
 use bloomgate_url::{query_keys, KeyError, KeyKind};
 
@@ -218,10 +218,10 @@ impl Named {
         for f in &st.layers {
             not_fp *= 1.0 - f.predicted_fp();
         }
-        let (growth, expansion) = match &st.growth {
-            Growth::Fixed => ("fixed", None),
-            Growth::Redis(m) if m.nonscaling => ("nonscaling", None),
-            Growth::Redis(m) => ("scaling", Some(m.expansion)),
+        let (growth, expansion) = match st.growth_meta() {
+            None => ("fixed", None),
+            Some(m) if m.nonscaling => ("nonscaling", None),
+            Some(m) => ("scaling", Some(m.expansion)),
         };
         Info {
             name: self.name.clone(),

@@ -1,4 +1,5 @@
 use super::*;
+use bloomgate_blacklist::layers::Purpose;
 use bloomgate_blacklist::Blacklist;
 use bloomgate_engine::{plan, random_seed, Layout};
 use bloomgate_url::{KeyKind, MatchMode};
@@ -11,7 +12,7 @@ fn store(dir: &Path) -> LocalStore {
 fn scaling_grows_and_nonscaling_refuses() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
-    let mut spec = CreateSpec::redis_default();
+    let mut spec = FilterSpec::redis_default();
     spec.items = 10;
     let n = s.create("r", &spec).unwrap();
     let items: Vec<Vec<u8>> = (0..100u32)
@@ -26,13 +27,9 @@ fn scaling_grows_and_nonscaling_refuses() {
     for it in &refs {
         assert!(n.exists(it, &mut scratch).unwrap());
     }
-    let mut ns = CreateSpec::redis_default();
+    let mut ns = FilterSpec::redis_default();
     ns.items = 5;
-    ns.growth = Growth::Redis(Meta {
-        expansion: 2,
-        nonscaling: true,
-        error_rate: None,
-    });
+    ns.fill = FillPolicy::Refuse;
     let n2 = s.create("ns", &ns).unwrap();
     out.clear();
     let _ = s.add(&n2, &refs[..20], &mut out).unwrap();
@@ -55,14 +52,14 @@ fn scaling_grows_and_nonscaling_refuses() {
 fn reload_carries_live_adds_and_converts_key_rules() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
-    let spec = CreateSpec {
+    let spec = FilterSpec {
         items: 1000,
-        fp: 1e-4,
+        rate: 1e-4,
         kind: KeyKind::Url,
         mode: MatchMode::Prefix,
         layout: Layout::Blocked,
-        growth: Growth::Fixed,
-        forgetting: None,
+        fill: FillPolicy::Fixed,
+        purpose: Purpose::Blacklist,
     };
     let n = s.create("f", &spec).unwrap();
     let mut out = Vec::new();
@@ -104,14 +101,14 @@ fn reload_carries_live_adds_and_converts_key_rules() {
 fn replay_without_snapshot_and_verdicts_match_blacklist() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
-    let spec = CreateSpec {
+    let spec = FilterSpec {
         items: 1000,
-        fp: 1e-4,
+        rate: 1e-4,
         kind: KeyKind::Url,
         mode: MatchMode::Prefix,
         layout: Layout::Blocked,
-        growth: Growth::Fixed,
-        forgetting: None,
+        fill: FillPolicy::Fixed,
+        purpose: Purpose::Blacklist,
     };
     let n = s.create("urls", &spec).unwrap();
     let mut out = Vec::new();
@@ -187,9 +184,9 @@ fn scaling_chain_stays_within_the_requested_rate() {
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path());
     let p = 0.01;
-    let mut spec = CreateSpec::redis_default();
+    let mut spec = FilterSpec::redis_default();
     spec.items = 1000;
-    spec.fp = p;
+    spec.rate = p;
     let n = s.create("x", &spec).unwrap();
     assert!((n.layers().layers[0].params().target_fp - p / 2.0).abs() < 1e-15);
     assert_eq!(n.info(false).target_fp, p);
