@@ -683,8 +683,18 @@ impl CuckooFilter {
 
     /// The whole file image: header and table (`docs/file-format.md`).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let (header, data) = self.snapshot();
-        format::deletable_to_bytes(&header, &data)
+        // One copy, the image itself, under the writer lock.
+        let _w = self.lock();
+        format::deletable_to_bytes(&self.header(), self.data.bytes())
+    }
+
+    /// The header of the file image of the table as it is now: the image
+    /// is this header, then [`CuckooFilter::as_bytes`], with no copy of
+    /// the table. Consistent only while no insert or delete runs until the
+    /// data is written (the caller holds off writers, as a chain's owner
+    /// does under its lock); [`CuckooFilter::to_bytes`] copies instead.
+    pub fn image_header(&self) -> Vec<u8> {
+        format::deletable_image_header(&self.header(), self.data.bytes())
     }
 
     /// A filter from a file image made by [`CuckooFilter::to_bytes`] (both

@@ -1480,6 +1480,16 @@ pub(crate) fn save_deletable(path: &Path, header: &DeletableHeader, data: &[u8])
     result
 }
 
+/// The header of a deletable filter's file image for `data` (its length
+/// and checksum filled in here): the image is this header, then `data`.
+/// The caller keeps `data` unchanged until it has written it.
+pub(crate) fn deletable_image_header(header: &DeletableHeader, data: &[u8]) -> Vec<u8> {
+    let mut header = header.clone();
+    header.data_len = data.len() as u64;
+    header.data_checksum = data_checksum(data);
+    header.encode()
+}
+
 /// The whole file image of a deletable filter (what [`save_deletable`]
 /// writes): header with checksums, then `data`.
 pub(crate) fn deletable_to_bytes(header: &DeletableHeader, data: &[u8]) -> Vec<u8> {

@@ -133,7 +133,6 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::log::{CuckooOp, CuckooRecord};
 use bloomgate_blacklist::Whitelist;
-use bloomgate_engine::atomic::write_atomic;
 use bloomgate_engine::{delete_table, AmbiguousDelete};
 use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
 use serde::{Deserialize, Serialize};
@@ -392,6 +391,9 @@ struct Chain {
     deletes: u64,
 }
 
+/// The engine headers of a chain's tables, as a dump cuts them.
+type DumpHeads = Arc<Vec<Vec<u8>>>;
+
 /// One served cuckoo filter.
 pub struct CfNamed {
     name: String,
@@ -403,10 +405,10 @@ pub struct CfNamed {
     /// The log's failure count when this chain's last change was queued
     /// (see [`Cuckoos::settle`]).
     logged_epoch: AtomicU64,
-    /// The sub-filters' bytes of a `CF.SCANDUMP` in progress, with the
-    /// `seq` they were copied at: each chunk is cut from one copy instead
-    /// of a copy of the whole chain per chunk.
-    dump: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+    /// The sub-filters' engine headers of a `CF.SCANDUMP` in progress,
+    /// with the `seq` they were made at: each chunk is cut from them and
+    /// the tables without checksumming the tables again.
+    dump: Mutex<Option<(u64, DumpHeads)>>,
     /// Exported to `NAME.bgf` at each save: the hashes of the last two
     /// files written ([`Header::bgf`]).
     export: Mutex<Option<Vec<u64>>>,
@@ -612,10 +614,10 @@ impl Chain {
         }
     }
 
-    fn header(&self, body: &[Vec<u8>]) -> Header {
+    fn header(&self, body: &[SubImage<'_>]) -> Header {
         let mut h = xxhash_rust::xxh3::Xxh3::new();
         for b in body {
-            h.update(b);
+            b.pieces().iter().for_each(|p| h.update(p));
         }
         Header {
             layout: self.spec.layout,
@@ -628,17 +630,25 @@ impl Chain {
             error_rate: self.error_rate,
             items: self.items,
             deletes: self.deletes,
-            subs: body.iter().map(|b| b.len() as u64).collect(),
+            subs: body.iter().map(SubImage::len).collect(),
             body_hash: h.digest(),
             bgf: None,
         }
     }
 
-    /// The header and each sub-filter's bytes (a consistent copy: taken
-    /// under the chain's lock by the caller).
-    fn serialize(&self) -> (Header, Vec<Vec<u8>>) {
-        let body: Vec<Vec<u8>> = self.subs.iter().map(|s| s.to_bytes()).collect();
+    /// The header and each sub-filter's image, its data the table's own
+    /// memory (no copy): consistent while the caller holds the chain's
+    /// lock, which keeps every change out.
+    fn image(&self) -> (Header, Vec<SubImage<'_>>) {
+        let body: Vec<SubImage<'_>> = self.subs.iter().map(Sub::image).collect();
         (self.header(&body), body)
+    }
+
+    /// The header and each sub-filter's bytes, copied.
+    #[cfg(test)]
+    fn serialize(&self) -> (Header, Vec<Vec<u8>>) {
+        let (h, body) = self.image();
+        (h, body.iter().map(|b| b.pieces().concat()).collect())
     }
 
     /// Rebuilds a chain from its header and its sub-filters' bytes.
@@ -719,21 +729,55 @@ fn ambiguous(name: &str, e: &AmbiguousDelete) -> StoreError {
     ))
 }
 
-/// The chain's `seq` (read under its lock).
-fn h_seq(state: &RwLock<Chain>) -> u64 {
-    read(state).seq
+/// Bytes `start..start + len` of the concatenation of `pieces` (fewer at
+/// its end, none past it).
+fn cut<'a>(pieces: impl Iterator<Item = &'a [u8]>, start: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for p in pieces {
+        let end = at + p.len() as u64;
+        if end > start && out.len() < len {
+            let from = start.saturating_sub(at) as usize;
+            let take = (p.len() - from).min(len - out.len());
+            out.extend_from_slice(&p[from..from + take]);
+        }
+        at = end;
+    }
+    out
+}
+
+/// One sub-filter's engine file image, without a copy of its table: its
+/// header, then the table's own bytes.
+struct SubImage<'a> {
+    head: Vec<u8>,
+    data: &'a [u8],
+}
+
+impl SubImage<'_> {
+    fn pieces(&self) -> [&[u8]; 2] {
+        [&self.head, self.data]
+    }
+
+    fn len(&self) -> u64 {
+        (self.head.len() + self.data.len()) as u64
+    }
 }
 
 /// `NAME.cf`'s bytes: magic, u32 LE header length, JSON header, the
 /// sub-filters' bytes, xxh3-64 (LE) of everything before it.
 /// Writes a `NAME.cf` image to `out`, piece by piece (the checksum hashed
-/// as they go): a save holds no second copy of the tables.
-fn write_file(out: &mut impl std::io::Write, h: &Header, body: &[Vec<u8>]) -> std::io::Result<()> {
+/// as they go), each table's data from the table's own memory: a save
+/// holds no second copy of the tables.
+fn write_file(
+    out: &mut impl std::io::Write,
+    h: &Header,
+    body: &[SubImage<'_>],
+) -> std::io::Result<()> {
     let json = serde_json::to_vec(h).expect("a header serializes");
     let len = (json.len() as u32).to_le_bytes();
     let mut sum = xxhash_rust::xxh3::Xxh3::new();
     let head: [&[u8]; 3] = [FILE_MAGIC, &len, &json];
-    for piece in head.into_iter().chain(body.iter().map(Vec::as_slice)) {
+    for piece in head.into_iter().chain(body.iter().flat_map(|b| b.pieces())) {
         sum.update(piece);
         out.write_all(piece)?;
     }
@@ -779,7 +823,8 @@ fn decode_file(bytes: &[u8]) -> Result<(Chain, Option<Vec<u64>>), String> {
 /// new file's hash is in `NAME.cf` before the file is written, so a crash
 /// between the two leaves a `NAME.bgf` that `NAME.cf` still names).
 fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
-    let (mut h, body) = c.serialize();
+    use std::io::Write;
+    let (mut h, body) = c.image();
     let mut export = lock(&named.export);
     let mut hashes = export.clone();
     if hashes.is_some() && body.len() != 1 {
@@ -795,7 +840,9 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
     }
     let image = match (hashes.as_mut(), body.first()) {
         (Some(list), Some(one)) => {
-            let sum = xxh3_64(one);
+            let mut sum = xxhash_rust::xxh3::Xxh3::new();
+            one.pieces().iter().for_each(|p| sum.update(p));
+            let sum = sum.digest();
             if list.last() != Some(&sum) {
                 list.push(sum);
             }
@@ -818,7 +865,10 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
     *export = hashes;
     if let Some(image) = image {
         let bgf = bgf_path(dir, &named.name);
-        write_atomic(&bgf, image).map_err(|e| failed(bgf.clone(), e.into()))?;
+        bloomgate_engine::atomic::replace_with(&bgf, |f| {
+            image.pieces().iter().try_for_each(|p| f.write_all(p))
+        })
+        .map_err(|e| failed(bgf.clone(), e.into()))?;
     }
     Ok(())
 }
@@ -1354,10 +1404,12 @@ impl Cuckoos {
     /// in `NAME.cf` but with id and seq 0);
     /// iteration i ≥ 1 the (i−1)th [`CF_DUMP_CHUNK`] bytes of the
     /// sub-filters' bytes, paired with i+1; past the end `(0, [])`.
-    /// Each call copies the chain (consistent, under its read lock).
+    /// Each chunk is cut from the tables' own memory under the chain's
+    /// read lock (no copy of the chain is kept between calls).
     pub fn scandump(&self, named: &CfNamed, iter: u64) -> (u64, Vec<u8>) {
+        let c = read(&named.state);
         if iter == 0 {
-            let (mut h, body) = read(&named.state).serialize();
+            let (mut h, body) = c.image();
             // The incarnation id and the log position belong to this
             // server's files, not to the filter: a loaded copy is a new
             // incarnation, and two dumps of equal filters are equal.
@@ -1365,32 +1417,36 @@ impl Cuckoos {
             h.seq = 0;
             let mut out = DUMP_MAGIC.to_vec();
             out.extend_from_slice(&serde_json::to_vec(&h).expect("a header serializes"));
-            *lock(&named.dump) = Some((h_seq(&named.state), Arc::new(body.concat())));
+            let heads = body.into_iter().map(|b| b.head).collect();
+            *lock(&named.dump) = Some((c.seq, Arc::new(heads)));
             return (1, out);
         }
-        // The copy made with the header, unless the chain changed since
-        // (then the chunks do not match the header's checksum, and a load
-        // of them fails rather than build a damaged filter).
-        let body = {
+        // The tables' headers made with the dump's header, unless the
+        // chain changed since (then the chunks do not match the header's
+        // checksum, and a load of them fails rather than build a damaged
+        // filter).
+        let heads = {
             let mut d = lock(&named.dump);
-            let seq = h_seq(&named.state);
             match d.as_ref() {
-                Some((s, b)) if *s == seq => b.clone(),
+                Some((s, h)) if *s == c.seq => h.clone(),
                 _ => {
-                    let b = Arc::new(read(&named.state).serialize().1.concat());
-                    *d = Some((seq, b.clone()));
-                    b
+                    let h: DumpHeads = Arc::new(c.image().1.into_iter().map(|b| b.head).collect());
+                    *d = Some((c.seq, h.clone()));
+                    h
                 }
             }
         };
+        let pieces = heads
+            .iter()
+            .zip(&c.subs)
+            .flat_map(|(head, sub)| [head.as_slice(), sub.data()]);
         let start = (iter - 1).saturating_mul(CF_DUMP_CHUNK as u64);
-        if start >= body.len() as u64 {
+        let chunk = cut(pieces, start, CF_DUMP_CHUNK);
+        if chunk.is_empty() {
             *lock(&named.dump) = None;
             return (0, Vec::new());
         }
-        let start = start as usize;
-        let end = (start + CF_DUMP_CHUNK).min(body.len());
-        (iter + 1, body[start..end].to_vec())
+        (iter + 1, chunk)
     }
 
     /// `CF.LOADCHUNK`: iteration 1 starts a load from a header (the name
@@ -1767,10 +1823,24 @@ mod sub {
             r == Removal::Removed
         }
 
-        pub(super) fn to_bytes(&self) -> Vec<u8> {
+        /// The table's own bytes (its file image's data).
+        pub(super) fn data(&self) -> &[u8] {
             match self {
-                Sub::Cuckoo(f) => f.to_bytes(),
-                Sub::Counting(f) => f.to_bytes(),
+                Sub::Cuckoo(f) => f.as_bytes(),
+                Sub::Counting(f) => f.as_bytes(),
+            }
+        }
+
+        /// Its file image, the data not copied (consistent while the
+        /// chain's lock keeps changes out).
+        pub(super) fn image(&self) -> super::SubImage<'_> {
+            let head = match self {
+                Sub::Cuckoo(f) => f.image_header(),
+                Sub::Counting(f) => f.image_header(),
+            };
+            super::SubImage {
+                head,
+                data: self.data(),
             }
         }
 
@@ -1825,6 +1895,29 @@ mod tests {
         assert_eq!(c.info("x").fingerprint_bits, 23);
     }
 
+    /// A dump's chunks cut from the pieces are the chunks of their
+    /// concatenation.
+    #[test]
+    fn cut_is_a_slice_of_the_concatenation() {
+        let pieces: Vec<Vec<u8>> = [0usize, 3, 0, 7, 1, 10]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 16 + j) as u8).collect())
+            .collect();
+        let whole = pieces.concat();
+        for start in 0..=whole.len() as u64 + 2 {
+            for len in [1, 2, 4, 5, 30] {
+                let want: Vec<u8> = whole
+                    .iter()
+                    .skip(start as usize)
+                    .take(len)
+                    .copied()
+                    .collect();
+                assert_eq!(cut(pieces.iter().map(Vec::as_slice), start, len), want);
+            }
+        }
+    }
+
     /// The file keeps everything (parameters, counters, seq, tables) and
     /// any damaged byte is refused, never read as a filter.
     #[test]
@@ -1839,7 +1932,9 @@ mod tests {
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
         let mut streamed = Vec::new();
-        write_file(&mut streamed, &h, &body).unwrap();
+        let (h2, images) = c.image();
+        assert_eq!(h2, h);
+        write_file(&mut streamed, &h, &images).unwrap();
         assert_eq!(streamed, file);
         let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
