@@ -697,6 +697,22 @@ impl CuckooFilter {
         format::deletable_image_header(&self.header(), self.data.bytes())
     }
 
+    /// A filter from a file image of `len` bytes read from `r` (as
+    /// [`CuckooFilter::from_bytes`], the data read straight into the table:
+    /// no second copy of it is held).
+    pub fn read_from(r: &mut impl std::io::Read, len: u64) -> Result<CuckooFilter> {
+        let o = format::deletable_from_reader(r, len, DeletableKind::Cuckoo)?;
+        let params = params_of(&o.header);
+        Ok(CuckooFilter::from_parts(
+            params,
+            o.data,
+            o.header.items,
+            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
+            None,
+            None,
+        ))
+    }
+
     /// A filter from a file image made by [`CuckooFilter::to_bytes`] (both
     /// checksums are verified).
     pub fn from_bytes(bytes: &[u8]) -> Result<CuckooFilter> {

@@ -334,4 +334,17 @@ fn deletable_creates_write_their_file_without_a_second_copy() {
     );
     let r = c.cmd(&["CF.RESERVE", "third", created[0].1, "LAYOUT", "CUCKOO"]);
     assert_eq!(r.err(), OOM);
+    // The next start loads both without a second copy either: what fits
+    // in memory once can be served again.
+    drop(c);
+    drop(s);
+    let s = Server::start(dir.path(), &["--max-memory", "300M"]);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["EXISTS", "cuckoo", "counting"]).int(), 2);
+    let (_, peak) = rss(s.child.id());
+    let bound = (16 << 20) + total * 13 / 10;
+    assert!(
+        peak < bound,
+        "peak {peak} bytes after loading {total} bytes of filters (bound {bound})"
+    );
 }

@@ -671,6 +671,11 @@ impl Chain {
         if at != body.len() {
             return Err("trailing bytes".into());
         }
+        Chain::from_subs(h, subs)
+    }
+
+    /// A chain of `subs`, read as `h` describes them.
+    fn from_subs(h: &Header, subs: Vec<Sub>) -> Result<Chain, String> {
         let (kind, mode) = key_rules(&subs)?;
         Ok(Chain {
             id: h.id,
@@ -816,6 +821,82 @@ fn decode_file(bytes: &[u8]) -> Result<(Chain, Option<Vec<u64>>), String> {
     }
     let h: Header = serde_json::from_slice(&data[..len]).map_err(|e| format!("header: {e}"))?;
     Ok((Chain::from_parts(&h, &data[len..])?, h.bgf))
+}
+
+/// xxh3-64 of bytes `from..to` of `file`, read 1 MiB at a time.
+fn hash_range(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::Start(from))?;
+    let mut r = f.take(to.saturating_sub(from));
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf)? {
+            0 => break,
+            n => sum.update(&buf[..n]),
+        }
+    }
+    Ok(sum.digest())
+}
+
+/// A chain from the file `path`, as [`decode_file`] reads it from its
+/// bytes, with the same checks in the same order, but in bounded memory:
+/// the checksums are computed reading the file a piece at a time, and each
+/// table is read straight into its own memory. (Reading the file whole,
+/// then decoding each table from it, held the filter twice at a start: a
+/// filter that fits the memory once could not be loaded again.)
+fn load_file(path: &Path) -> Result<(Chain, Option<Vec<u64>>), String> {
+    use std::io::{BufReader, Read, Seek, SeekFrom};
+    let io = |e: std::io::Error| e.to_string();
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    let mut f = &file;
+    let mut magic = [0u8; 8];
+    if size < 8 || f.read_exact(&mut magic).is_err() || &magic != FILE_MAGIC {
+        return Err("not a bloomgate cuckoo filter file (bad magic)".into());
+    }
+    if size < 16 {
+        return Err("truncated".into());
+    }
+    let mut sum = [0u8; 8];
+    f.seek(SeekFrom::Start(size - 8)).map_err(io)?;
+    f.read_exact(&mut sum).map_err(io)?;
+    if hash_range(&file, 0, size - 8).map_err(io)? != u64::from_le_bytes(sum) {
+        return Err("checksum mismatch (damaged or truncated file)".into());
+    }
+    if size < 20 {
+        return Err("truncated".into());
+    }
+    let mut len = [0u8; 4];
+    f.seek(SeekFrom::Start(8)).map_err(io)?;
+    f.read_exact(&mut len).map_err(io)?;
+    let len = u64::from(u32::from_le_bytes(len));
+    if len > MAX_HEADER as u64 || len > size - 20 {
+        return Err("impossible header length".into());
+    }
+    let mut json = vec![0u8; len as usize];
+    f.read_exact(&mut json).map_err(io)?;
+    let h: Header = serde_json::from_slice(&json).map_err(|e| format!("header: {e}"))?;
+    let (body_start, body_end) = (12 + len, size - 8);
+    if hash_range(&file, body_start, body_end).map_err(io)? != h.body_hash {
+        return Err("checksum mismatch".into());
+    }
+    let total = h.check()?;
+    if total > body_end - body_start {
+        return Err("sub-filter lengths exceed the data".into());
+    }
+    if total < body_end - body_start {
+        return Err("trailing bytes".into());
+    }
+    f.seek(SeekFrom::Start(body_start)).map_err(io)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let subs = h
+        .subs
+        .iter()
+        .map(|&l| Sub::read_from(h.layout, &mut (&mut r).take(l), l))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((Chain::from_subs(&h, subs)?, h.bgf))
 }
 
 /// Writes `NAME.cf` for `c`, the chain of `named`, then, for a filter
@@ -1035,9 +1116,7 @@ impl Cuckoos {
         };
         let cf_name = |n: &str| valid_name(n) && !bloom(n);
         for (name, path) in super::named_files(dir, "cf", cf_name)? {
-            let chain = std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| decode_file(&b));
+            let chain = load_file(&path);
             match chain {
                 Ok((c, export)) => {
                     let mut n = CfNamed::new(name.clone(), c);
@@ -1844,6 +1923,20 @@ mod sub {
             }
         }
 
+        /// A table from its file image of `len` bytes read from `r`,
+        /// straight into the table's memory.
+        pub(super) fn read_from(
+            layout: CfLayout,
+            r: &mut impl std::io::Read,
+            len: u64,
+        ) -> Result<Sub, String> {
+            match layout {
+                CfLayout::Cuckoo => CuckooFilter::read_from(r, len).map(Sub::Cuckoo),
+                CfLayout::Counting => CountingFilter::read_from(r, len).map(Sub::Counting),
+            }
+            .map_err(|e| e.to_string())
+        }
+
         pub(super) fn from_bytes(layout: CfLayout, b: &[u8]) -> Result<Sub, String> {
             match layout {
                 CfLayout::Cuckoo => CuckooFilter::from_bytes(b).map(Sub::Cuckoo),
@@ -1940,10 +2033,28 @@ mod tests {
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
         assert_eq!((back.items, back.deletes, back.seq), (299, 1, 301));
         assert!(!back.contains(b"a7") && back.contains(b"a8"));
+        // Read from a file in bounded memory: the same chain, the same
+        // faults.
+        let dir = tempfile::tempdir().unwrap();
+        let on_disk = |bytes: &[u8]| {
+            let p = dir.path().join("t.cf");
+            std::fs::write(&p, bytes).unwrap();
+            load_file(&p)
+        };
+        let (loaded, _) = on_disk(&file).unwrap();
+        assert_eq!(loaded.serialize(), (h.clone(), body.clone()));
         for at in [0, 9, 20, file.len() / 2, file.len() - 1] {
             let mut bad = file.clone();
             bad[at] ^= 0x40;
             assert!(decode_file(&bad).is_err(), "byte {at}");
+            assert_eq!(on_disk(&bad).err(), decode_file(&bad).err(), "byte {at}");
+        }
+        for cut in [0, 5, 8, 15, 19, 30, file.len() - 1] {
+            assert_eq!(
+                on_disk(&file[..cut]).err(),
+                decode_file(&file[..cut]).err(),
+                "{cut} bytes"
+            );
         }
         assert!(decode_file(&file[..file.len() - 1]).is_err());
         assert!(decode_file(b"").is_err());
