@@ -85,6 +85,12 @@
 //! namesake never apply), the counters, and `seq`, the sequence number of
 //! the last change it contains; then each sub-filter's engine bytes; then an
 //! xxh3-64 of all that. It is replaced atomically (write, fsync, rename).
+//! Each table's bytes are written from the table's own memory under the
+//! chain's read lock ([`write_file`]; `CF.SCANDUMP` cuts its chunks the
+//! same way), and a start reads each table straight into its memory
+//! ([`load_file`]): creating, saving, dumping and loading a filter never
+//! hold a second copy of it, so a filter that fits in memory (and in
+//! `--max-memory`) once can be written and served again.
 //!
 //! Every change (an add, a delete) gets the next sequence number under the
 //! filter's write lock and is queued to the write-ahead log in that order
