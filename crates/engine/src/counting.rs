@@ -396,6 +396,30 @@ impl CountingFilter {
         format::deletable_to_bytes(&header, self.data.bytes())
     }
 
+    /// The header of the file image of the counters as they are now: the
+    /// image is this header, then [`CountingFilter::as_bytes`], with no
+    /// copy of the counters. Consistent only while no insert or delete
+    /// runs until the data is written (the caller holds off writers);
+    /// [`CountingFilter::to_bytes`] copies instead.
+    pub fn image_header(&self) -> Vec<u8> {
+        format::deletable_image_header(&self.header(), self.data.bytes())
+    }
+
+    /// A filter from a file image of `len` bytes read from `r` (as
+    /// [`CountingFilter::from_bytes`], the data read straight into the table:
+    /// no second copy of it is held).
+    pub fn read_from(r: &mut impl std::io::Read, len: u64) -> Result<CountingFilter> {
+        let o = format::deletable_from_reader(r, len, DeletableKind::Counting)?;
+        let params = params_of(&o.header);
+        Ok(CountingFilter::from_parts(
+            params,
+            o.data,
+            o.header.items,
+            None,
+            None,
+        ))
+    }
+
     /// A filter from a file image made by [`CountingFilter::to_bytes`]
     /// (both checksums are verified).
     pub fn from_bytes(bytes: &[u8]) -> Result<CountingFilter> {

@@ -683,8 +683,34 @@ impl CuckooFilter {
 
     /// The whole file image: header and table (`docs/file-format.md`).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let (header, data) = self.snapshot();
-        format::deletable_to_bytes(&header, &data)
+        // One copy, the image itself, under the writer lock.
+        let _w = self.lock();
+        format::deletable_to_bytes(&self.header(), self.data.bytes())
+    }
+
+    /// The header of the file image of the table as it is now: the image
+    /// is this header, then [`CuckooFilter::as_bytes`], with no copy of
+    /// the table. Consistent only while no insert or delete runs until the
+    /// data is written (the caller holds off writers, as a chain's owner
+    /// does under its lock); [`CuckooFilter::to_bytes`] copies instead.
+    pub fn image_header(&self) -> Vec<u8> {
+        format::deletable_image_header(&self.header(), self.data.bytes())
+    }
+
+    /// A filter from a file image of `len` bytes read from `r` (as
+    /// [`CuckooFilter::from_bytes`], the data read straight into the table:
+    /// no second copy of it is held).
+    pub fn read_from(r: &mut impl std::io::Read, len: u64) -> Result<CuckooFilter> {
+        let o = format::deletable_from_reader(r, len, DeletableKind::Cuckoo)?;
+        let params = params_of(&o.header);
+        Ok(CuckooFilter::from_parts(
+            params,
+            o.data,
+            o.header.items,
+            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
+            None,
+            None,
+        ))
     }
 
     /// A filter from a file image made by [`CuckooFilter::to_bytes`] (both

@@ -1458,6 +1458,45 @@ pub(crate) fn deletable_from_bytes(bytes: &[u8], kind: DeletableKind) -> Result<
     Ok(OpenedDeletable { header, data })
 }
 
+/// Decodes a deletable filter's file image of `len` bytes read from `r`
+/// (header and data, as `to_bytes` makes it) into heap storage, the data
+/// read straight into the table (no second copy), checking both checksums.
+pub(crate) fn deletable_from_reader(
+    r: &mut impl std::io::Read,
+    len: u64,
+    kind: DeletableKind,
+) -> Result<OpenedDeletable> {
+    let here = Path::new("<bytes>");
+    let format = |problem| Error::Format {
+        path: here.into(),
+        problem,
+    };
+    if len < HEADER_LEN as u64 {
+        return Err(format(FormatProblem::TooShort(len)));
+    }
+    let mut head = vec![0u8; HEADER_LEN];
+    r.read_exact(&mut head).map_err(io_err(here, "read"))?;
+    let header = DeletableHeader::decode(&head, len).map_err(|p| match p {
+        FormatProblem::WrongKind { found, .. } => format(FormatProblem::WrongKind {
+            found,
+            expected: kind.name(),
+        }),
+        p => format(p),
+    })?;
+    if header.geometry.kind() != kind {
+        return Err(format(FormatProblem::WrongKind {
+            found: header.geometry.kind().name(),
+            expected: kind.name(),
+        }));
+    }
+    let mut data =
+        Bits::heap((header.data_len / 8) as usize).ok_or(Error::OutOfMemory(header.data_len))?;
+    r.read_exact(data.bytes_mut())
+        .map_err(io_err(here, "read"))?;
+    verify_data(here, &header, data.bytes())?;
+    Ok(OpenedDeletable { header, data })
+}
+
 /// Writes a deletable filter file atomically: `header` (its checksum field
 /// is computed from `data` here) then `data`, to a temporary beside `path`,
 /// fsynced and renamed into place, then the directory fsynced.
@@ -1478,6 +1517,16 @@ pub(crate) fn save_deletable(path: &Path, header: &DeletableHeader, data: &[u8])
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// The header of a deletable filter's file image for `data` (its length
+/// and checksum filled in here): the image is this header, then `data`.
+/// The caller keeps `data` unchanged until it has written it.
+pub(crate) fn deletable_image_header(header: &DeletableHeader, data: &[u8]) -> Vec<u8> {
+    let mut header = header.clone();
+    header.data_len = data.len() as u64;
+    header.data_checksum = data_checksum(data);
+    header.encode()
 }
 
 /// The whole file image of a deletable filter (what [`save_deletable`]

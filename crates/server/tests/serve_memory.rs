@@ -266,3 +266,89 @@ fn max_memory_refuses_what_would_pass_it() {
     let (code, _) = s.http("GET", "/healthz", None, None);
     assert_eq!(code, 200);
 }
+
+/// Creating a counting or a cuckoo filter writes its `NAME.cf` without a
+/// second copy of its tables: the server's peak resident memory stays
+/// about one filter above what it was before (the tables, zeroed and
+/// untouched, cost little until the file is written; a copy of them, as
+/// an image in one buffer, would cost their whole size on top). The
+/// `--max-memory` accounting counts each filter once. `CF.SCANDUMP` of
+/// the whole filter keeps to the same bound.
+#[test]
+fn deletable_creates_write_their_file_without_a_second_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--max-memory", "300M"]);
+    let pid = s.child.id();
+    let mut c = s.resp();
+    let created = [
+        // ≈ 120 MB of cuckoo slots.
+        ("cuckoo", "100000000", "CUCKOO"),
+        // ≈ 120 MB of counters.
+        ("counting", "25000000", "COUNTING"),
+    ];
+    let mut sizes = Vec::new();
+    for (name, items, layout) in created {
+        let (_, before) = rss(pid);
+        assert_eq!(
+            c.cmd(&["CF.RESERVE", name, items, "LAYOUT", layout]),
+            V::Simple("OK".into()),
+            "{name}"
+        );
+        let size = std::fs::metadata(dir.path().join(format!("{name}.cf")))
+            .unwrap()
+            .len();
+        assert!(size > 100 << 20, "{name}: {size} bytes");
+        let (_, peak) = rss(pid);
+        // One filter (the tables, the whole of it touched at worst) and a
+        // bounded buffer: a second copy would add a whole `size`.
+        let bound = before + size * 13 / 10;
+        assert!(
+            peak < bound,
+            "{name}: peak {peak} bytes after creating a {size}-byte filter from {before} (bound {bound})"
+        );
+        sizes.push(size);
+        // A whole dump, chunk by chunk, keeps to the same bound.
+        let mut iter = 0i64;
+        let mut dumped = 0u64;
+        loop {
+            let V::Arr(r) = c.cmd(&["CF.SCANDUMP", name, &iter.to_string()]) else {
+                panic!("{name}: scandump")
+            };
+            iter = r[0].int();
+            if iter == 0 {
+                break;
+            }
+            if let V::Bulk(b) = &r[1] {
+                dumped += b.len() as u64;
+            }
+        }
+        assert!(dumped > size / 2, "{name}: dumped {dumped} of {size}");
+        let (_, peak) = rss(pid);
+        assert!(
+            peak < bound,
+            "{name}: peak {peak} bytes after a dump of a {size}-byte filter from {before} (bound {bound})"
+        );
+    }
+    // Each filter counted once against --max-memory: the two fit in
+    // it, a third as large does not.
+    let total: u64 = sizes.iter().sum();
+    assert!(
+        total < 300 << 20 && total + sizes[0] > 300 << 20,
+        "{sizes:?}"
+    );
+    let r = c.cmd(&["CF.RESERVE", "third", created[0].1, "LAYOUT", "CUCKOO"]);
+    assert_eq!(r.err(), OOM);
+    // The next start loads both without a second copy either: what fits
+    // in memory once can be served again.
+    drop(c);
+    drop(s);
+    let s = Server::start(dir.path(), &["--max-memory", "300M"]);
+    let mut c = s.resp();
+    assert_eq!(c.cmd(&["EXISTS", "cuckoo", "counting"]).int(), 2);
+    let (_, peak) = rss(s.child.id());
+    let bound = (16 << 20) + total * 13 / 10;
+    assert!(
+        peak < bound,
+        "peak {peak} bytes after loading {total} bytes of filters (bound {bound})"
+    );
+}

@@ -85,6 +85,12 @@
 //! namesake never apply), the counters, and `seq`, the sequence number of
 //! the last change it contains; then each sub-filter's engine bytes; then an
 //! xxh3-64 of all that. It is replaced atomically (write, fsync, rename).
+//! Each table's bytes are written from the table's own memory under the
+//! chain's read lock ([`write_file`]; `CF.SCANDUMP` cuts its chunks the
+//! same way), and a start reads each table straight into its memory
+//! ([`load_file`]): creating, saving, dumping and loading a filter never
+//! hold a second copy of it, so a filter that fits in memory (and in
+//! `--max-memory`) once can be written and served again.
 //!
 //! Every change (an add, a delete) gets the next sequence number under the
 //! filter's write lock and is queued to the write-ahead log in that order
@@ -133,7 +139,6 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::log::{CuckooOp, CuckooRecord};
 use bloomgate_blacklist::Whitelist;
-use bloomgate_engine::atomic::write_atomic;
 use bloomgate_engine::{delete_table, AmbiguousDelete};
 use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
 use serde::{Deserialize, Serialize};
@@ -392,6 +397,9 @@ struct Chain {
     deletes: u64,
 }
 
+/// The engine headers of a chain's tables, as a dump cuts them.
+type DumpHeads = Arc<Vec<Vec<u8>>>;
+
 /// One served cuckoo filter.
 pub struct CfNamed {
     name: String,
@@ -403,10 +411,10 @@ pub struct CfNamed {
     /// The log's failure count when this chain's last change was queued
     /// (see [`Cuckoos::settle`]).
     logged_epoch: AtomicU64,
-    /// The sub-filters' bytes of a `CF.SCANDUMP` in progress, with the
-    /// `seq` they were copied at: each chunk is cut from one copy instead
-    /// of a copy of the whole chain per chunk.
-    dump: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+    /// The sub-filters' engine headers of a `CF.SCANDUMP` in progress,
+    /// with the `seq` they were made at: each chunk is cut from them and
+    /// the tables without checksumming the tables again.
+    dump: Mutex<Option<(u64, DumpHeads)>>,
     /// Exported to `NAME.bgf` at each save: the hashes of the last two
     /// files written ([`Header::bgf`]).
     export: Mutex<Option<Vec<u64>>>,
@@ -612,10 +620,10 @@ impl Chain {
         }
     }
 
-    fn header(&self, body: &[Vec<u8>]) -> Header {
+    fn header(&self, body: &[SubImage<'_>]) -> Header {
         let mut h = xxhash_rust::xxh3::Xxh3::new();
         for b in body {
-            h.update(b);
+            b.pieces().iter().for_each(|p| h.update(p));
         }
         Header {
             layout: self.spec.layout,
@@ -628,17 +636,25 @@ impl Chain {
             error_rate: self.error_rate,
             items: self.items,
             deletes: self.deletes,
-            subs: body.iter().map(|b| b.len() as u64).collect(),
+            subs: body.iter().map(SubImage::len).collect(),
             body_hash: h.digest(),
             bgf: None,
         }
     }
 
-    /// The header and each sub-filter's bytes (a consistent copy: taken
-    /// under the chain's lock by the caller).
-    fn serialize(&self) -> (Header, Vec<Vec<u8>>) {
-        let body: Vec<Vec<u8>> = self.subs.iter().map(|s| s.to_bytes()).collect();
+    /// The header and each sub-filter's image, its data the table's own
+    /// memory (no copy): consistent while the caller holds the chain's
+    /// lock, which keeps every change out.
+    fn image(&self) -> (Header, Vec<SubImage<'_>>) {
+        let body: Vec<SubImage<'_>> = self.subs.iter().map(Sub::image).collect();
         (self.header(&body), body)
+    }
+
+    /// The header and each sub-filter's bytes, copied.
+    #[cfg(test)]
+    fn serialize(&self) -> (Header, Vec<Vec<u8>>) {
+        let (h, body) = self.image();
+        (h, body.iter().map(|b| b.pieces().concat()).collect())
     }
 
     /// Rebuilds a chain from its header and its sub-filters' bytes.
@@ -661,6 +677,11 @@ impl Chain {
         if at != body.len() {
             return Err("trailing bytes".into());
         }
+        Chain::from_subs(h, subs)
+    }
+
+    /// A chain of `subs`, read as `h` describes them.
+    fn from_subs(h: &Header, subs: Vec<Sub>) -> Result<Chain, String> {
         let (kind, mode) = key_rules(&subs)?;
         Ok(Chain {
             id: h.id,
@@ -719,21 +740,55 @@ fn ambiguous(name: &str, e: &AmbiguousDelete) -> StoreError {
     ))
 }
 
-/// The chain's `seq` (read under its lock).
-fn h_seq(state: &RwLock<Chain>) -> u64 {
-    read(state).seq
+/// Bytes `start..start + len` of the concatenation of `pieces` (fewer at
+/// its end, none past it).
+fn cut<'a>(pieces: impl Iterator<Item = &'a [u8]>, start: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for p in pieces {
+        let end = at + p.len() as u64;
+        if end > start && out.len() < len {
+            let from = start.saturating_sub(at) as usize;
+            let take = (p.len() - from).min(len - out.len());
+            out.extend_from_slice(&p[from..from + take]);
+        }
+        at = end;
+    }
+    out
+}
+
+/// One sub-filter's engine file image, without a copy of its table: its
+/// header, then the table's own bytes.
+struct SubImage<'a> {
+    head: Vec<u8>,
+    data: &'a [u8],
+}
+
+impl SubImage<'_> {
+    fn pieces(&self) -> [&[u8]; 2] {
+        [&self.head, self.data]
+    }
+
+    fn len(&self) -> u64 {
+        (self.head.len() + self.data.len()) as u64
+    }
 }
 
 /// `NAME.cf`'s bytes: magic, u32 LE header length, JSON header, the
 /// sub-filters' bytes, xxh3-64 (LE) of everything before it.
 /// Writes a `NAME.cf` image to `out`, piece by piece (the checksum hashed
-/// as they go): a save holds no second copy of the tables.
-fn write_file(out: &mut impl std::io::Write, h: &Header, body: &[Vec<u8>]) -> std::io::Result<()> {
+/// as they go), each table's data from the table's own memory: a save
+/// holds no second copy of the tables.
+fn write_file(
+    out: &mut impl std::io::Write,
+    h: &Header,
+    body: &[SubImage<'_>],
+) -> std::io::Result<()> {
     let json = serde_json::to_vec(h).expect("a header serializes");
     let len = (json.len() as u32).to_le_bytes();
     let mut sum = xxhash_rust::xxh3::Xxh3::new();
     let head: [&[u8]; 3] = [FILE_MAGIC, &len, &json];
-    for piece in head.into_iter().chain(body.iter().map(Vec::as_slice)) {
+    for piece in head.into_iter().chain(body.iter().flat_map(|b| b.pieces())) {
         sum.update(piece);
         out.write_all(piece)?;
     }
@@ -774,12 +829,89 @@ fn decode_file(bytes: &[u8]) -> Result<(Chain, Option<Vec<u64>>), String> {
     Ok((Chain::from_parts(&h, &data[len..])?, h.bgf))
 }
 
+/// xxh3-64 of bytes `from..to` of `file`, read 1 MiB at a time.
+fn hash_range(file: &std::fs::File, from: u64, to: u64) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::Start(from))?;
+    let mut r = f.take(to.saturating_sub(from));
+    let mut sum = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match r.read(&mut buf)? {
+            0 => break,
+            n => sum.update(&buf[..n]),
+        }
+    }
+    Ok(sum.digest())
+}
+
+/// A chain from the file `path`, as [`decode_file`] reads it from its
+/// bytes, with the same checks in the same order, but in bounded memory:
+/// the checksums are computed reading the file a piece at a time, and each
+/// table is read straight into its own memory. (Reading the file whole,
+/// then decoding each table from it, held the filter twice at a start: a
+/// filter that fits the memory once could not be loaded again.)
+fn load_file(path: &Path) -> Result<(Chain, Option<Vec<u64>>), String> {
+    use std::io::{BufReader, Read, Seek, SeekFrom};
+    let io = |e: std::io::Error| e.to_string();
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    let mut f = &file;
+    let mut magic = [0u8; 8];
+    if size < 8 || f.read_exact(&mut magic).is_err() || &magic != FILE_MAGIC {
+        return Err("not a bloomgate cuckoo filter file (bad magic)".into());
+    }
+    if size < 16 {
+        return Err("truncated".into());
+    }
+    let mut sum = [0u8; 8];
+    f.seek(SeekFrom::Start(size - 8)).map_err(io)?;
+    f.read_exact(&mut sum).map_err(io)?;
+    if hash_range(&file, 0, size - 8).map_err(io)? != u64::from_le_bytes(sum) {
+        return Err("checksum mismatch (damaged or truncated file)".into());
+    }
+    if size < 20 {
+        return Err("truncated".into());
+    }
+    let mut len = [0u8; 4];
+    f.seek(SeekFrom::Start(8)).map_err(io)?;
+    f.read_exact(&mut len).map_err(io)?;
+    let len = u64::from(u32::from_le_bytes(len));
+    if len > MAX_HEADER as u64 || len > size - 20 {
+        return Err("impossible header length".into());
+    }
+    let mut json = vec![0u8; len as usize];
+    f.read_exact(&mut json).map_err(io)?;
+    let h: Header = serde_json::from_slice(&json).map_err(|e| format!("header: {e}"))?;
+    let (body_start, body_end) = (12 + len, size - 8);
+    if hash_range(&file, body_start, body_end).map_err(io)? != h.body_hash {
+        return Err("checksum mismatch".into());
+    }
+    let total = h.check()?;
+    if total > body_end - body_start {
+        return Err("sub-filter lengths exceed the data".into());
+    }
+    if total < body_end - body_start {
+        return Err("trailing bytes".into());
+    }
+    f.seek(SeekFrom::Start(body_start)).map_err(io)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let subs = h
+        .subs
+        .iter()
+        .map(|&l| Sub::read_from(h.layout, &mut (&mut r).take(l), l))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((Chain::from_subs(&h, subs)?, h.bgf))
+}
+
 /// Writes `NAME.cf` for `c`, the chain of `named`, then, for a filter
 /// exported to `NAME.bgf`, that file (see "Files built by the CLI": the
 /// new file's hash is in `NAME.cf` before the file is written, so a crash
 /// between the two leaves a `NAME.bgf` that `NAME.cf` still names).
 fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
-    let (mut h, body) = c.serialize();
+    use std::io::Write;
+    let (mut h, body) = c.image();
     let mut export = lock(&named.export);
     let mut hashes = export.clone();
     if hashes.is_some() && body.len() != 1 {
@@ -795,7 +927,9 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
     }
     let image = match (hashes.as_mut(), body.first()) {
         (Some(list), Some(one)) => {
-            let sum = xxh3_64(one);
+            let mut sum = xxhash_rust::xxh3::Xxh3::new();
+            one.pieces().iter().for_each(|p| sum.update(p));
+            let sum = sum.digest();
             if list.last() != Some(&sum) {
                 list.push(sum);
             }
@@ -818,7 +952,10 @@ fn save_to(dir: &Path, named: &CfNamed, c: &Chain) -> Result<(), StoreError> {
     *export = hashes;
     if let Some(image) = image {
         let bgf = bgf_path(dir, &named.name);
-        write_atomic(&bgf, image).map_err(|e| failed(bgf.clone(), e.into()))?;
+        bloomgate_engine::atomic::replace_with(&bgf, |f| {
+            image.pieces().iter().try_for_each(|p| f.write_all(p))
+        })
+        .map_err(|e| failed(bgf.clone(), e.into()))?;
     }
     Ok(())
 }
@@ -985,9 +1122,7 @@ impl Cuckoos {
         };
         let cf_name = |n: &str| valid_name(n) && !bloom(n);
         for (name, path) in super::named_files(dir, "cf", cf_name)? {
-            let chain = std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| decode_file(&b));
+            let chain = load_file(&path);
             match chain {
                 Ok((c, export)) => {
                     let mut n = CfNamed::new(name.clone(), c);
@@ -1354,10 +1489,12 @@ impl Cuckoos {
     /// in `NAME.cf` but with id and seq 0);
     /// iteration i ≥ 1 the (i−1)th [`CF_DUMP_CHUNK`] bytes of the
     /// sub-filters' bytes, paired with i+1; past the end `(0, [])`.
-    /// Each call copies the chain (consistent, under its read lock).
+    /// Each chunk is cut from the tables' own memory under the chain's
+    /// read lock (no copy of the chain is kept between calls).
     pub fn scandump(&self, named: &CfNamed, iter: u64) -> (u64, Vec<u8>) {
+        let c = read(&named.state);
         if iter == 0 {
-            let (mut h, body) = read(&named.state).serialize();
+            let (mut h, body) = c.image();
             // The incarnation id and the log position belong to this
             // server's files, not to the filter: a loaded copy is a new
             // incarnation, and two dumps of equal filters are equal.
@@ -1365,32 +1502,36 @@ impl Cuckoos {
             h.seq = 0;
             let mut out = DUMP_MAGIC.to_vec();
             out.extend_from_slice(&serde_json::to_vec(&h).expect("a header serializes"));
-            *lock(&named.dump) = Some((h_seq(&named.state), Arc::new(body.concat())));
+            let heads = body.into_iter().map(|b| b.head).collect();
+            *lock(&named.dump) = Some((c.seq, Arc::new(heads)));
             return (1, out);
         }
-        // The copy made with the header, unless the chain changed since
-        // (then the chunks do not match the header's checksum, and a load
-        // of them fails rather than build a damaged filter).
-        let body = {
+        // The tables' headers made with the dump's header, unless the
+        // chain changed since (then the chunks do not match the header's
+        // checksum, and a load of them fails rather than build a damaged
+        // filter).
+        let heads = {
             let mut d = lock(&named.dump);
-            let seq = h_seq(&named.state);
             match d.as_ref() {
-                Some((s, b)) if *s == seq => b.clone(),
+                Some((s, h)) if *s == c.seq => h.clone(),
                 _ => {
-                    let b = Arc::new(read(&named.state).serialize().1.concat());
-                    *d = Some((seq, b.clone()));
-                    b
+                    let h: DumpHeads = Arc::new(c.image().1.into_iter().map(|b| b.head).collect());
+                    *d = Some((c.seq, h.clone()));
+                    h
                 }
             }
         };
+        let pieces = heads
+            .iter()
+            .zip(&c.subs)
+            .flat_map(|(head, sub)| [head.as_slice(), sub.data()]);
         let start = (iter - 1).saturating_mul(CF_DUMP_CHUNK as u64);
-        if start >= body.len() as u64 {
+        let chunk = cut(pieces, start, CF_DUMP_CHUNK);
+        if chunk.is_empty() {
             *lock(&named.dump) = None;
             return (0, Vec::new());
         }
-        let start = start as usize;
-        let end = (start + CF_DUMP_CHUNK).min(body.len());
-        (iter + 1, body[start..end].to_vec())
+        (iter + 1, chunk)
     }
 
     /// `CF.LOADCHUNK`: iteration 1 starts a load from a header (the name
@@ -1767,11 +1908,39 @@ mod sub {
             r == Removal::Removed
         }
 
-        pub(super) fn to_bytes(&self) -> Vec<u8> {
+        /// The table's own bytes (its file image's data).
+        pub(super) fn data(&self) -> &[u8] {
             match self {
-                Sub::Cuckoo(f) => f.to_bytes(),
-                Sub::Counting(f) => f.to_bytes(),
+                Sub::Cuckoo(f) => f.as_bytes(),
+                Sub::Counting(f) => f.as_bytes(),
             }
+        }
+
+        /// Its file image, the data not copied (consistent while the
+        /// chain's lock keeps changes out).
+        pub(super) fn image(&self) -> super::SubImage<'_> {
+            let head = match self {
+                Sub::Cuckoo(f) => f.image_header(),
+                Sub::Counting(f) => f.image_header(),
+            };
+            super::SubImage {
+                head,
+                data: self.data(),
+            }
+        }
+
+        /// A table from its file image of `len` bytes read from `r`,
+        /// straight into the table's memory.
+        pub(super) fn read_from(
+            layout: CfLayout,
+            r: &mut impl std::io::Read,
+            len: u64,
+        ) -> Result<Sub, String> {
+            match layout {
+                CfLayout::Cuckoo => CuckooFilter::read_from(r, len).map(Sub::Cuckoo),
+                CfLayout::Counting => CountingFilter::read_from(r, len).map(Sub::Counting),
+            }
+            .map_err(|e| e.to_string())
         }
 
         pub(super) fn from_bytes(layout: CfLayout, b: &[u8]) -> Result<Sub, String> {
@@ -1825,6 +1994,29 @@ mod tests {
         assert_eq!(c.info("x").fingerprint_bits, 23);
     }
 
+    /// A dump's chunks cut from the pieces are the chunks of their
+    /// concatenation.
+    #[test]
+    fn cut_is_a_slice_of_the_concatenation() {
+        let pieces: Vec<Vec<u8>> = [0usize, 3, 0, 7, 1, 10]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 16 + j) as u8).collect())
+            .collect();
+        let whole = pieces.concat();
+        for start in 0..=whole.len() as u64 + 2 {
+            for len in [1, 2, 4, 5, 30] {
+                let want: Vec<u8> = whole
+                    .iter()
+                    .skip(start as usize)
+                    .take(len)
+                    .copied()
+                    .collect();
+                assert_eq!(cut(pieces.iter().map(Vec::as_slice), start, len), want);
+            }
+        }
+    }
+
     /// The file keeps everything (parameters, counters, seq, tables) and
     /// any damaged byte is refused, never read as a filter.
     #[test]
@@ -1839,16 +2031,36 @@ mod tests {
         let (h, body) = c.serialize();
         let file = encode_file(&h, &body);
         let mut streamed = Vec::new();
-        write_file(&mut streamed, &h, &body).unwrap();
+        let (h2, images) = c.image();
+        assert_eq!(h2, h);
+        write_file(&mut streamed, &h, &images).unwrap();
         assert_eq!(streamed, file);
         let (back, _) = decode_file(&file).unwrap();
         assert_eq!(back.serialize(), (h.clone(), body.clone()));
         assert_eq!((back.items, back.deletes, back.seq), (299, 1, 301));
         assert!(!back.contains(b"a7") && back.contains(b"a8"));
+        // Read from a file in bounded memory: the same chain, the same
+        // faults.
+        let dir = tempfile::tempdir().unwrap();
+        let on_disk = |bytes: &[u8]| {
+            let p = dir.path().join("t.cf");
+            std::fs::write(&p, bytes).unwrap();
+            load_file(&p)
+        };
+        let (loaded, _) = on_disk(&file).unwrap();
+        assert_eq!(loaded.serialize(), (h.clone(), body.clone()));
         for at in [0, 9, 20, file.len() / 2, file.len() - 1] {
             let mut bad = file.clone();
             bad[at] ^= 0x40;
             assert!(decode_file(&bad).is_err(), "byte {at}");
+            assert_eq!(on_disk(&bad).err(), decode_file(&bad).err(), "byte {at}");
+        }
+        for cut in [0, 5, 8, 15, 19, 30, file.len() - 1] {
+            assert_eq!(
+                on_disk(&file[..cut]).err(),
+                decode_file(&file[..cut]).err(),
+                "{cut} bytes"
+            );
         }
         assert!(decode_file(&file[..file.len() - 1]).is_err());
         assert!(decode_file(b"").is_err());
