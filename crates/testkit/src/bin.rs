@@ -7,8 +7,10 @@
 //! with `P` the profile of the running test (read from the test's own path,
 //! `<target>/<profile>/deps/<test>`). Cargo releases its lock on the target
 //! directory while tests run, so this is safe from inside `cargo test`, and
-//! a test never runs a binary older than the sources. `BLOOMGATE_BIN` names
-//! a binary to use instead (nothing is built then).
+//! a test never runs a binary older than the sources. A binary newer than
+//! every source file of the workspace (`crates/*/src`, the manifests,
+//! `Cargo.lock`) is used as it is. `BLOOMGATE_BIN` names a binary to use
+//! instead (nothing is built then).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,6 +63,13 @@ fn find() -> PathBuf {
         triple = root.file_name().and_then(|t| t.to_str()).map(str::to_owned);
         root = root.parent().unwrap().to_path_buf();
     }
+    if up_to_date(&binary) {
+        // Built after every source file of the workspace changed last (as
+        // by the `cargo test --workspace` running this test): building
+        // again from `-p bloomgate-cli` alone would only resolve features
+        // differently and rebuild dependencies for the same code.
+        return binary;
+    }
     let Some(cargo) = std::env::var_os("CARGO") else {
         assert!(
             binary.is_file(),
@@ -93,4 +102,48 @@ fn find() -> PathBuf {
     }
     assert!(binary.is_file(), "cargo built no {}", binary.display());
     binary
+}
+
+/// True if `binary` was written after the last change to any source file
+/// of the workspace: the crates' `src` trees and manifests, the root
+/// manifest and `Cargo.lock`.
+fn up_to_date(binary: &Path) -> bool {
+    let Ok(built) = binary.metadata().and_then(|m| m.modified()) else {
+        return false;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut newest = None;
+    for f in ["Cargo.toml", "Cargo.lock"] {
+        newer(&root.join(f), &mut newest);
+    }
+    let Ok(crates) = std::fs::read_dir(root.join("crates")) else {
+        return false;
+    };
+    for c in crates.flatten() {
+        newer(&c.path().join("Cargo.toml"), &mut newest);
+        walk(&c.path().join("src"), &mut newest);
+    }
+    newest.is_some_and(|t| t <= built)
+}
+
+fn newer(path: &Path, newest: &mut Option<std::time::SystemTime>) {
+    if let Ok(t) = path.metadata().and_then(|m| m.modified()) {
+        if newest.is_none_or(|n| t > n) {
+            *newest = Some(t);
+        }
+    }
+}
+
+fn walk(dir: &Path, newest: &mut Option<std::time::SystemTime>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            walk(&path, newest);
+        } else {
+            newer(&path, newest);
+        }
+    }
 }
