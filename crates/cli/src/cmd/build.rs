@@ -366,11 +366,57 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         None,
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
+    let p = filter.params();
+    refuse_useless(
+        &a,
+        &stats,
+        filter.predicted_fp(),
+        (p.target_fp, p.planned_items),
+    )?;
     filter.persist()?;
     crate::cmd::dedup::write_policy(&a.output, policy, Purpose::Blacklist, per_lookup)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     Ok(0)
+}
+
+/// How far past its target a built filter's predicted rate may be before
+/// the build is useless.
+const USELESS_RATE: f64 = 10.0;
+
+/// Fails a build whose filter would be useless (unless `--allow-useless`):
+/// no valid entry, or a predicted per-lookup rate more than
+/// [`USELESS_RATE`] times the target. The output is then not written.
+fn refuse_useless(
+    a: &BuildArgs,
+    stats: &Stats,
+    predicted: f64,
+    (target, planned): (f64, u64),
+) -> Result<()> {
+    if a.allow_useless {
+        return Ok(());
+    }
+    let valid = stats.lines - stats.invalid;
+    let why = if valid == 0 {
+        format!(
+            "no valid {} entry in {} lines ({} invalid): the filter would be empty",
+            KeyKind::from(a.keys.keys),
+            thousands(stats.lines),
+            thousands(stats.invalid)
+        )
+    } else if predicted > USELESS_RATE * target {
+        format!(
+            "its predicted false-positive rate {predicted:.3e} per lookup is more than {USELESS_RATE} times the target {target:.3e} ({} new items, {} planned): give a larger --items",
+            thousands(stats.new),
+            thousands(planned),
+        )
+    } else {
+        return Ok(());
+    };
+    Err(anyhow::anyhow!(
+        "{}: not written: {why} (--allow-useless writes it anyway)",
+        a.output
+    ))
 }
 
 /// Counts the entries (non-empty lines) of input files, for a build whose
@@ -537,6 +583,15 @@ fn build_sliced(
         steps.push(format!("{:.1} s (pass)", t.elapsed().as_secs_f64()));
     }
     drop(spill);
+    let predicted = params
+        .layout
+        .predicted_fp(params.bits, stats.new as f64, params.k);
+    refuse_useless(
+        a,
+        &stats,
+        predicted,
+        (params.target_fp, params.planned_items),
+    )?;
     writer.finish()?;
     let filter = Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)?;
     let list = Blacklist::from_filter(filter)?;

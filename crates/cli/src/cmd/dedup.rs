@@ -444,6 +444,9 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
                 }
             }
             drop(keys);
+            if chunk.paused {
+                out.flush()?;
+            }
             spare.lock().unwrap_or_else(|e| e.into_inner()).push(ck);
             Ok(())
         },
