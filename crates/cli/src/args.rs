@@ -7,10 +7,24 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use bloomgate_engine::Layout;
 use bloomgate_url::{KeyKind, MatchMode};
 
+/// The exit-code rule of every command (also in the README).
+pub const EXIT_CODES: &str = "\
+Exit codes (every command):
+  0  done: every line handled, every answer given (build and add skip invalid
+     entries with a warning on stderr)
+  1  not done: an error (file, I/O, damage, Redis), a query that could not be
+     answered (check: an invalid query line; the other answers are printed),
+     or a build whose filter would be useless (no valid entry, or a predicted
+     rate more than 10 times the target; --allow-useless writes it anyway)
+  2  usage error: bad arguments, nothing was done
+  check -q answers with its exit code, as grep -q: 0 a hit, 1 no hit,
+     2 no hit and unsure (an invalid query or an error)
+  A closed standard output (`| head`) is a success.";
+
 /// bloomgate: is this URL or key on the blacklist? Bloom filters for
 /// blacklists of billions of entries.
 #[derive(Parser, Debug)]
-#[command(name = "bloomgate", version, about, propagate_version = true)]
+#[command(name = "bloomgate", version, about, propagate_version = true, after_help = EXIT_CODES)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -511,6 +525,13 @@ pub struct BuildArgs {
     /// Overwrite the output file if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Write the filter even when it is useless: no valid entry (an empty
+    /// filter, e.g. to fill later with `add`), or a predicted
+    /// false-positive rate more than ten times the target (more entries
+    /// than --items). Without it such a build fails (exit 1) and writes
+    /// nothing.
+    #[arg(long)]
+    pub allow_useless: bool,
     /// Most memory the filter's bits may take while building (`12G`, `800M`;
     /// default: 60 % of the memory available now). A larger filter is built
     /// in slices, one pass over the inputs per slice.
@@ -546,6 +567,15 @@ pub struct CheckArgs {
     /// Print only the number of hits.
     #[arg(long, conflicts_with = "json")]
     pub count: bool,
+    /// Print the query lines that are NOT on the list (invalid queries are
+    /// neither: they are reported on stderr).
+    #[arg(long, conflicts_with_all = ["count", "json"])]
+    pub misses: bool,
+    /// Print nothing; the exit code answers, as `grep -q`: 0 if some query
+    /// is on the list, 1 if none is, 2 if none is but some query was
+    /// invalid or an error happened (never 1 when unsure).
+    #[arg(long, short = 'q', conflicts_with_all = ["count", "json", "misses"])]
+    pub quiet: bool,
     /// Print one JSON object per query: item, hit, whitelisted, matched.
     #[arg(long)]
     pub json: bool,

@@ -4,8 +4,16 @@
 //! each with the line number of its first line; worker threads (rayon) process
 //! chunks independently; results come back to the caller **in input order**,
 //! so `check` prints matches in the order of its input while `build` uses every
-//! core. Decompression (`.gz`, `.zst`, by extension) happens in the reader
-//! thread.
+//! core. Decompression happens in the reader thread: of files by their
+//! extension (`.gz`, `.zst`), of standard input by its first bytes (the gzip
+//! and zstd magic numbers).
+//!
+//! Streaming: a regular file is read in whole chunks. A pipe, FIFO or
+//! terminal is read as its writer writes: when a read leaves no more bytes
+//! ready ([`Chunk::paused`]), the whole lines read so far are sent at once,
+//! so `check`, `dedup` and `add --print-new` answer a line that is followed
+//! by a pause without waiting for a full chunk or the end of input (they
+//! flush their output after such a chunk).
 //!
 //! An input may also be *generated*: lines made in-process by a
 //! [`Generate`] registered under a name ([`register_generated`]), filled by
@@ -115,6 +123,10 @@ pub struct Chunk {
     /// For a generated input: the lines still to be made into `data` (by
     /// the worker that takes the chunk).
     pending: Option<(Arc<dyn Generate>, Range<u64>)>,
+    /// The input had no more bytes ready when this chunk was cut (a pipe
+    /// whose writer paused): a command that streams its answers flushes
+    /// them after this chunk.
+    pub paused: bool,
 }
 
 impl Chunk {
@@ -146,11 +158,148 @@ impl Chunk {
     }
 }
 
+/// An opened input: its bytes (decompressed), its size if it is a regular
+/// file (for progress), and for a pipe, FIFO or terminal read as it is
+/// (not decompressed) the descriptor to ask whether more bytes are ready.
+pub struct Opened {
+    /// The (decompressed) bytes.
+    pub reader: Box<dyn Read + Send>,
+    /// The file size, for a regular file.
+    pub size: Option<u64>,
+    /// For a live input: a duplicate of its descriptor, polled for
+    /// readiness.
+    live: Option<std::os::fd::OwnedFd>,
+}
+
+/// The spool that stands for standard input while one is registered
+/// ([`respoolable`]).
+static STDIN_SPOOL: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
+
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+
+/// Standard input, decompressed when it starts with the gzip or zstd magic
+/// number. Reads only as many bytes as it takes to rule both out (one, for
+/// text), so a line typed or piped alone is not held back.
+fn open_stdin() -> Result<Opened> {
+    use std::os::fd::AsFd;
+    let mut stdin = io::stdin();
+    let mut head = Vec::with_capacity(4);
+    let mut byte = [0u8; 1];
+    while head.len() < ZSTD_MAGIC.len()
+        && (GZIP_MAGIC.starts_with(&head) || ZSTD_MAGIC.starts_with(&head))
+        && !head.starts_with(GZIP_MAGIC)
+    {
+        match stdin.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => head.push(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("-: read error"),
+        }
+    }
+    let live = if live_fd(&stdin) {
+        stdin.as_fd().try_clone_to_owned().ok()
+    } else {
+        None
+    };
+    let whole = io::Cursor::new(head.clone()).chain(stdin);
+    let opened = if head.starts_with(GZIP_MAGIC) {
+        Opened {
+            reader: Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(whole))),
+            size: None,
+            live: None,
+        }
+    } else if head == ZSTD_MAGIC {
+        Opened {
+            reader: Box::new(
+                zstd::stream::read::Decoder::new(whole).context("-: cannot start zstd decoder")?,
+            ),
+            size: None,
+            live: None,
+        }
+    } else {
+        Opened {
+            reader: Box::new(whole),
+            size: None,
+            live,
+        }
+    };
+    Ok(opened)
+}
+
+/// Whether `file` is read as its writer writes: a pipe, FIFO, terminal or
+/// socket.
+fn live_fd(file: &impl std::os::fd::AsFd) -> bool {
+    use rustix::fs::FileType;
+    rustix::fs::fstat(file).is_ok_and(|st| {
+        matches!(
+            FileType::from_raw_mode(st.st_mode),
+            FileType::Fifo | FileType::CharacterDevice | FileType::Socket
+        )
+    })
+}
+
+/// Whether bytes (or the end) can be read from `fd` without waiting. An
+/// error of the poll itself counts as ready: the read then decides.
+fn ready(fd: &std::os::fd::OwnedFd) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    poll(&mut fds, Some(&Timespec::default())).map_or(true, |n| n > 0)
+}
+
+/// Opens an input by name: `-` is standard input (decompressed by its magic
+/// bytes, or the spool that stands for it); `.gz` and `.zst` files are
+/// decompressed.
+pub fn open_input(name: &str) -> Result<Opened> {
+    if name == "-" {
+        let spool = STDIN_SPOOL
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        return match spool {
+            Some(path) => {
+                let file = File::open(&path).context("-: cannot open its spool")?;
+                Ok(Opened {
+                    reader: Box::new(
+                        zstd::stream::read::Decoder::new(file)
+                            .context("-: cannot start zstd decoder")?,
+                    ),
+                    size: None,
+                    live: None,
+                })
+            }
+            None => open_stdin(),
+        };
+    }
+    let compressed = name.ends_with(".gz") || name.ends_with(".zst");
+    if !compressed && generated(name).is_none() {
+        let file = File::open(name).with_context(|| format!("{name}: cannot open"))?;
+        if live_fd(&file) {
+            let live = std::os::fd::OwnedFd::from(
+                file.try_clone()
+                    .with_context(|| format!("{name}: cannot duplicate its descriptor"))?,
+            );
+            return Ok(Opened {
+                reader: Box::new(file),
+                size: None,
+                live: Some(live),
+            });
+        }
+    }
+    let (reader, size) = open(name)?;
+    Ok(Opened {
+        reader,
+        size,
+        live: None,
+    })
+}
+
 /// Opens an input by name: `-` is standard input; `.gz` and `.zst` are
 /// decompressed. Also returns the file size (for progress), if known.
 pub fn open(name: &str) -> Result<(Box<dyn Read + Send>, Option<u64>)> {
     if name == "-" {
-        return Ok((Box::new(io::stdin()), None));
+        let o = open_input(name)?;
+        return Ok((o.reader, o.size));
     }
     let file = File::open(name).with_context(|| format!("{name}: cannot open"))?;
     let meta = file
@@ -196,6 +345,7 @@ fn spawn_reader(
                         too_long: Vec::new(),
                         seq: 0,
                         pending: Some((g.clone(), start..end)),
+                        paused: false,
                     };
                     if tx.send(Ok(chunk)).is_err() {
                         return;
@@ -205,7 +355,9 @@ fn spawn_reader(
                 continue;
             }
             let result = (|| -> Result<()> {
-                let (mut reader, _) = open(name)?;
+                let Opened {
+                    mut reader, live, ..
+                } = open_input(name)?;
                 let mut line_no = 1u64;
                 let mut carry: Vec<u8> = Vec::new();
                 let mut skipping_long = false;
@@ -217,7 +369,7 @@ fn spawn_reader(
                     let mut buf = std::mem::take(&mut carry);
                     let start = buf.len();
                     buf.resize(start + CHUNK, 0);
-                    let n = read_full(&mut reader, &mut buf[start..])
+                    let (n, paused) = read_some(&mut reader, &mut buf[start..], live.as_ref())
                         .with_context(|| format!("{name}: read error"))?;
                     buf.truncate(start + n);
                     progress.fetch_add(n as u64, Ordering::Relaxed);
@@ -266,6 +418,7 @@ fn spawn_reader(
                             too_long: std::mem::take(&mut too_long),
                             seq: 0,
                             pending: None,
+                            paused,
                         };
                         if tx.send(Ok(chunk)).is_err() {
                             return Ok(());
@@ -285,6 +438,7 @@ fn spawn_reader(
                         too_long,
                         seq: 0,
                         pending: None,
+                        paused: false,
                     };
                     let _ = tx.send(Ok(chunk));
                 }
@@ -297,6 +451,36 @@ fn spawn_reader(
         }
     });
     (rx, handle)
+}
+
+/// Reads until `buf` is full or EOF, or, for a live input (`live`), until
+/// what was read holds a whole line and no more bytes are ready. Returns
+/// the bytes read and whether the input paused.
+fn read_some(
+    r: &mut dyn Read,
+    buf: &mut [u8],
+    live: Option<&std::os::fd::OwnedFd>,
+) -> io::Result<(usize, bool)> {
+    let Some(fd) = live else {
+        return read_full(r, buf).map(|n| (n, false));
+    };
+    let mut n = 0;
+    let mut line = false;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                line = line || memchr::memchr(b'\n', &buf[n..n + k]).is_some();
+                n += k;
+                if line && !ready(fd) {
+                    return Ok((n, true));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((n, false))
 }
 
 /// Reads until `buf` is full or EOF; returns bytes read.
@@ -393,11 +577,14 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
         .suffix(".zst")
         .tempfile_in(dir)
         .with_context(|| format!("{}: cannot create a file to spool standard input (--tmp-dir chooses another directory)", dir.display()))?;
-    let write = || -> io::Result<()> {
+    // Reading standard input (and decompressing it) fails as `-`; only
+    // writing the spool fails as the spool.
+    let mut stdin = open_stdin()?.reader;
+    let mut read_error = None;
+    let mut write = || -> io::Result<()> {
         // Level 1: the spool is written once and read once per pass; speed
         // matters more than the last few percent of size.
         let mut enc = zstd::Encoder::new(io::BufWriter::new(tmp.as_file()), 1)?;
-        let mut stdin = io::stdin().lock();
         let mut buf = vec![0u8; 1 << 20];
         loop {
             // A signal stops the copy at the next read, like the readers of
@@ -409,7 +596,10 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
                 Ok(0) => break,
                 Ok(n) => enc.write_all(&buf[..n])?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    read_error = Some(e);
+                    return Ok(());
+                }
             }
         }
         enc.finish()?
@@ -417,7 +607,11 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
             .map_err(|e| e.into_error())?
             .sync_all()
     };
-    match write() {
+    let written = write();
+    if let Some(e) = read_error {
+        return Err(e).context("-: read error");
+    }
+    match written {
         Ok(()) => Ok(tmp),
         Err(_) if interrupted() => anyhow::bail!("interrupted"),
         Err(e) => Err(e).with_context(|| {
@@ -429,23 +623,32 @@ pub fn spool_stdin(dir: &std::path::Path) -> Result<tempfile::NamedTempFile> {
     }
 }
 
-/// `inputs` with standard input (`-`) replaced by a spool of it in `dir`
-/// ([`spool_stdin`]), for commands that read their inputs more than once;
-/// keep the returned spool alive while the inputs are read.
+/// A spool of standard input that `-` stands for while it lives
+/// ([`respoolable`]); removed when dropped.
+pub struct Spool {
+    _file: tempfile::NamedTempFile,
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        *STDIN_SPOOL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// For commands that read their inputs more than once: when `inputs` name
+/// standard input (`-`), spools it in `dir` ([`spool_stdin`]) and makes
+/// every later read of `-` read the spool, so that messages still name
+/// `-`. Keep the returned spool alive while the inputs are read.
 pub fn respoolable(
     inputs: &[String],
     dir: &std::path::Path,
-) -> Result<(Vec<String>, Option<tempfile::NamedTempFile>)> {
+) -> Result<(Vec<String>, Option<Spool>)> {
     if !inputs.iter().any(|i| i == "-") {
         return Ok((inputs.to_vec(), None));
     }
-    let spool = spool_stdin(dir)?;
-    let name = spool.path().to_string_lossy().into_owned();
-    let inputs = inputs
-        .iter()
-        .map(|i| if i == "-" { name.clone() } else { i.clone() })
-        .collect();
-    Ok((inputs, Some(spool)))
+    let file = spool_stdin(dir)?;
+    *STDIN_SPOOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(file.path().to_path_buf());
+    Ok((inputs.to_vec(), Some(Spool { _file: file })))
 }
 
 /// Sum of the sizes of the inputs that are regular files (None if any is stdin).

@@ -14,4 +14,5 @@
 pub mod args;
 pub mod cmd;
 pub mod input;
+pub mod keynotes;
 pub mod report;

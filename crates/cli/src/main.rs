@@ -1,9 +1,10 @@
 //! The `bloomgate` command: argument parsing, dispatch and exit codes only;
 //! the work is done by the library crates.
 //!
-//! Exit codes: 0 success, 1 runtime error (bad file, I/O, invalid input
-//! reported on stderr), 2 usage error. A closed stdout (e.g. `| head`) is a
-//! success.
+//! Exit codes: 0 success, 1 not done (an error, a query left unanswered, a
+//! useless build), 2 usage error; `check -q` answers 0 hit / 1 no hit / 2
+//! unsure. A closed stdout (e.g. `| head`) is a success. The rule is
+//! written once, in [`args::EXIT_CODES`] (shown by `--help`).
 //!
 //! The libraries' log events (`tracing`: the server's startup line,
 //! replay and failure reports) go to stderr, one line each, filtered by

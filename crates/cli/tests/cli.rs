@@ -238,6 +238,9 @@ fn over_planned_items_warns_with_new_rate() {
         "100",
         "-p",
         "0.01",
+        // Over-planned on purpose: such a build is useless, written only
+        // when asked for explicitly.
+        "--allow-useless",
         "-o",
         s(&f),
     ])

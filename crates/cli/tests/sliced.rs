@@ -168,7 +168,18 @@ fn a_spill_larger_than_planned_falls_back_to_a_pass() {
     let input = urls(tmp.path());
     let small = |name: &str, extra: &[&str]| {
         let out_path = tmp.path().join(name);
-        let mut args = vec!["build", "--seed", "7", "-n", "10000", "-p", "1e-3", "-o"];
+        // Over-planned on purpose (useless, so written only when asked).
+        let mut args = vec![
+            "build",
+            "--seed",
+            "7",
+            "-n",
+            "10000",
+            "-p",
+            "1e-3",
+            "--allow-useless",
+            "-o",
+        ];
         args.push(out_path.to_str().unwrap());
         args.extend_from_slice(extra);
         args.push(input.to_str().unwrap());

@@ -84,4 +84,9 @@ pub enum KeyError {
     /// `/`, `?`, `#` or a port).
     #[error("email domain is not a bare domain")]
     EmailBadDomain,
+    /// A `url` entry or query that is not a URL by the shape rules of
+    /// [`entry_key`](crate::entry_key): no scheme and a host without a dot
+    /// (`user:1`, `5`), or user info without a scheme (`a@b.com`).
+    #[error("not a URL: {0}")]
+    NotUrl(&'static str),
 }

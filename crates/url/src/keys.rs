@@ -26,6 +26,13 @@
 //!   subdomain). Filters are sized for [`MAX_HOST_LOOKUPS`] lookups per query;
 //!   a deeper host makes more lookups, with a proportionally higher
 //!   false-positive rate. An IP address is only looked up as itself.
+//! * **url** entries and queries must look like URLs before they are
+//!   canonicalized ([`url_shape`]): either a scheme (`http://`, any
+//!   `letter[letters digits + - .]*://`), or, without user info, a host
+//!   that has a dot, is a bracketed IPv6 address or is followed by a path
+//!   (`localhost/`, the canonical key of `http://localhost`). `user:1`, `5` and `a@b.com`
+//!   are not URLs: the Safe Browsing rules would make them `user/`,
+//!   `0.0.0.5/` and `b.com/`, merging distinct lines into one key.
 //! * **email**: surrounding whitespace is trimmed, exactly one `@` is
 //!   required, the local part is kept byte-for-byte (case included) and the
 //!   domain is canonicalized as a host (lowercase, Punycode).
@@ -202,7 +209,10 @@ impl FromStr for MatchMode {
 pub fn entry_key(kind: KeyKind, mode: MatchMode, entry: &[u8]) -> Result<Cow<'_, [u8]>, KeyError> {
     let _ = mode; // url exact and url prefix entries normalize identically
     match kind {
-        KeyKind::Url => Ok(canonical_key(entry)?),
+        KeyKind::Url => {
+            url_shape(entry)?;
+            Ok(canonical_key(entry)?)
+        }
         KeyKind::Host => Ok(Cow::Owned(canonical_host(entry)?.into_bytes())),
         KeyKind::Email => Ok(Cow::Owned(email_key(entry)?)),
         KeyKind::Raw => {
@@ -264,10 +274,12 @@ fn query_keys_inner(
 ) -> Result<(), KeyError> {
     match (kind, mode) {
         (KeyKind::Url, MatchMode::Prefix) => {
+            url_shape(query)?;
             let key = canonical_key(query)?;
             expressions_from_key(&key, out);
         }
         (KeyKind::Url, _) => {
+            url_shape(query)?;
             let key = canonical_key(query)?;
             set_single(out, &key);
         }
@@ -287,6 +299,54 @@ fn query_keys_inner(
         }
     }
     Ok(())
+}
+
+/// Whether `input` looks like a URL (see the module docs): a scheme
+/// (`letter[letters digits + - .]*://`), or else a host (up to the first `/`,
+/// `?` or `#`, less a `:port`) that has a dot, is a bracketed IPv6
+/// address or is followed by a `/` path, and no user info (`@`). Leading whitespace is ignored, as the
+/// canonicalization ignores it.
+///
+/// # Errors
+///
+/// [`KeyError::NotUrl`] saying which rule the input breaks.
+pub fn url_shape(input: &[u8]) -> Result<(), KeyError> {
+    let s = input.trim_ascii_start();
+    if s.is_empty() {
+        return Err(KeyError::Url(UrlError::Empty));
+    }
+    if let Some(colon) = s.iter().position(|&b| !is_scheme_byte(b)) {
+        if colon > 0 && s[0].is_ascii_alphabetic() && s[colon..].starts_with(b"://") {
+            return Ok(());
+        }
+    }
+    let end = s
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(s.len());
+    let authority = &s[..end];
+    if authority.contains(&b'@') {
+        return Err(KeyError::NotUrl(
+            "user info ('@') without a scheme (an email address? write http://... for a URL)",
+        ));
+    }
+    if authority.first() == Some(&b'[') {
+        return Ok(());
+    }
+    let host = match memchr::memrchr(b':', authority) {
+        Some(i) => &authority[..i],
+        None => authority,
+    };
+    if !host.contains(&b'.') && s.get(end) != Some(&b'/') {
+        return Err(KeyError::NotUrl(
+            "no scheme, and a host without a dot or path (a bare name or number is not a URL; write http://NAME/ for a single-label host)",
+        ));
+    }
+    Ok(())
+}
+
+fn is_scheme_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')
 }
 
 /// Host + parent domains with at least two labels, capped (see module docs).
@@ -451,6 +511,45 @@ mod tests {
             ["www.evil.com/a/c"]
         );
         assert!(e(KeyKind::Url, MatchMode::Exact, b"http:///path").is_err());
+    }
+
+    #[test]
+    fn url_shape_rules() {
+        for not_url in ["user:1", "5", "a@b.com", "c@b.com", "  user:2", "localhost"] {
+            let err = e(KeyKind::Url, MatchMode::Exact, not_url.as_bytes()).unwrap_err();
+            assert!(matches!(err, KeyError::NotUrl(_)), "{not_url}: {err}");
+            let mut out = Vec::new();
+            assert!(
+                query_keys(
+                    KeyKind::Url,
+                    MatchMode::Prefix,
+                    not_url.as_bytes(),
+                    &mut out
+                )
+                .is_err(),
+                "{not_url}"
+            );
+        }
+        for url in [
+            "evil.com",
+            "evil.com/",
+            "evil.com:8080/x",
+            "http://localhost/x",
+            "localhost/x",
+            "a/",
+            "http://user:pw@evil.com/",
+            "http://3279880203/blah",
+            "1.2.3.4/x",
+            "[::1]/x",
+            "HTTPS://A.B/",
+            "svn+ssh://a/b",
+        ] {
+            assert!(url_shape(url.as_bytes()).is_ok(), "{url}");
+        }
+        assert_eq!(
+            e(KeyKind::Url, MatchMode::Exact, b"5").unwrap_err().to_string(),
+            "not a URL: no scheme, and a host without a dot or path (a bare name or number is not a URL; write http://NAME/ for a single-label host)"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 use crate::args::{AddArgs, BuildArgs};
 use crate::cmd::spill::{self, Spill};
 use crate::input::{self, Progress};
+use crate::keynotes::{self, Collapse};
 use crate::report::{self, bytes, thousands};
 
 /// How many invalid entries are shown before only counting.
@@ -34,6 +35,10 @@ struct Stats {
     /// (`file:line`).
     single_label: u64,
     single_label_at: Vec<String>,
+    /// Distinct lines against distinct keys (see `keynotes`).
+    collapse: Collapse,
+    /// Invalid email entries that are bare domains.
+    bare_domains: u64,
 }
 
 /// How many single-label host entries are named before only counting.
@@ -51,6 +56,10 @@ struct ChunkOut {
     single_label: Vec<u64>,
     /// The records of the items of spilled later slices, one list per slice.
     spills: Vec<Vec<u8>>,
+    /// (line, key) hashes of the chunk's first valid lines.
+    pairs: Vec<keynotes::Pair>,
+    /// Invalid email entries that are bare domains.
+    bare_domains: u64,
 }
 
 /// How the entries are written into the filter.
@@ -110,6 +119,7 @@ fn insert_inputs(
     let bar = report::progress_bar(input::total_size(inputs), &progress, label);
     let mut stats = Stats::default();
     let names = inputs.to_vec();
+    let sampling = std::sync::atomic::AtomicBool::new(report_invalid && kind != KeyKind::Raw);
     let result = input::process(
         inputs.to_vec(),
         progress,
@@ -123,17 +133,30 @@ fn insert_inputs(
                 keys: Vec::new(),
                 single_label: Vec::new(),
                 spills: Vec::new(),
+                pairs: Vec::new(),
+                bare_domains: 0,
             };
+            let sample = sampling.load(std::sync::atomic::Ordering::Relaxed);
             chunk.for_each_line(|line_no, line| {
                 out.lines += 1;
-                match line.map(|l| entry_key(kind, mode, l).map_err(|e| e.to_string())) {
-                    Ok(Ok(k)) => {
+                let line = match line {
+                    Ok(l) => l,
+                    Err(reason) => return out.invalid.push((line_no, reason)),
+                };
+                match entry_key(kind, mode, line) {
+                    Ok(k) => {
                         if kind == KeyKind::Host && is_single_label_host(&k) {
                             out.single_label.push(line_no);
                         }
+                        if sample && out.pairs.len() < keynotes::SAMPLE {
+                            out.pairs.push(keynotes::pair(line, &k));
+                        }
                         keys.push(k)
                     }
-                    Ok(Err(reason)) | Err(reason) => out.invalid.push((line_no, reason)),
+                    Err(e) => {
+                        out.bare_domains += u64::from(keynotes::bare_domain(kind, line, &e));
+                        out.invalid.push((line_no, e.to_string()))
+                    }
                 }
             });
             match &parallel {
@@ -167,6 +190,11 @@ fn insert_inputs(
             }
             stats.lines += out.lines;
             stats.new += out.new;
+            stats.bare_domains += out.bare_domains;
+            stats.collapse.take(&out.pairs);
+            if !stats.collapse.wants() {
+                sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
             stats.single_label += out.single_label.len() as u64;
             for line in out.single_label {
                 if stats.single_label_at.len() < SHOW_SINGLE_LABEL {
@@ -206,6 +234,15 @@ fn insert_inputs(
             thousands(stats.invalid - stats.shown as u64),
             thousands(stats.invalid)
         );
+    }
+    if report_invalid {
+        let notes = [
+            keynotes::bare_domain_warning(stats.bare_domains, stats.invalid),
+            stats.collapse.warning(kind),
+        ];
+        for note in notes.into_iter().flatten() {
+            eprintln!("bloomgate: {note}");
+        }
     }
     if report_invalid && stats.single_label > 0 {
         eprintln!(
@@ -329,11 +366,57 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         None,
     )?;
     let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
+    let p = filter.params();
+    refuse_useless(
+        &a,
+        &stats,
+        filter.predicted_fp(),
+        (p.target_fp, p.planned_items),
+    )?;
     filter.persist()?;
     crate::cmd::dedup::write_policy(&a.output, policy, Purpose::Blacklist, per_lookup)?;
     let list = Blacklist::from_filter(filter)?;
     summary("built", &a.output, &list, &stats, started);
     Ok(0)
+}
+
+/// How far past its target a built filter's predicted rate may be before
+/// the build is useless.
+const USELESS_RATE: f64 = 10.0;
+
+/// Fails a build whose filter would be useless (unless `--allow-useless`):
+/// no valid entry, or a predicted per-lookup rate more than
+/// [`USELESS_RATE`] times the target. The output is then not written.
+fn refuse_useless(
+    a: &BuildArgs,
+    stats: &Stats,
+    predicted: f64,
+    (target, planned): (f64, u64),
+) -> Result<()> {
+    if a.allow_useless {
+        return Ok(());
+    }
+    let valid = stats.lines - stats.invalid;
+    let why = if valid == 0 {
+        format!(
+            "no valid {} entry in {} lines ({} invalid): the filter would be empty",
+            KeyKind::from(a.keys.keys),
+            thousands(stats.lines),
+            thousands(stats.invalid)
+        )
+    } else if predicted > USELESS_RATE * target {
+        format!(
+            "its predicted false-positive rate {predicted:.3e} per lookup is more than {USELESS_RATE} times the target {target:.3e} ({} new items, {} planned): give a larger --items",
+            thousands(stats.new),
+            thousands(planned),
+        )
+    } else {
+        return Ok(());
+    };
+    Err(anyhow::anyhow!(
+        "{}: not written: {why} (--allow-useless writes it anyway)",
+        a.output
+    ))
 }
 
 /// Counts the entries (non-empty lines) of input files, for a build whose
@@ -500,6 +583,15 @@ fn build_sliced(
         steps.push(format!("{:.1} s (pass)", t.elapsed().as_secs_f64()));
     }
     drop(spill);
+    let predicted = params
+        .layout
+        .predicted_fp(params.bits, stats.new as f64, params.k);
+    refuse_useless(
+        a,
+        &stats,
+        predicted,
+        (params.target_fp, params.planned_items),
+    )?;
     writer.finish()?;
     let filter = Filter::open(&a.output, bloomgate_engine::Access::ReadOnly)?;
     let list = Blacklist::from_filter(filter)?;

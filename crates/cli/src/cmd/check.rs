@@ -15,9 +15,14 @@ use crate::report::{self, bytes};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
+    /// The query lines on the list.
     Lines,
+    /// The query lines not on the list (`--misses`).
+    Misses,
     Count,
     Json,
+    /// Nothing: the exit code answers (`-q`).
+    Quiet,
 }
 
 /// The answers to one chunk of input, formatted.
@@ -64,6 +69,10 @@ impl ChunkOut {
                         self.text.extend_from_slice(line);
                         self.text.push(b'\n');
                     }
+                    Output::Misses if !v.hit => {
+                        self.text.extend_from_slice(line);
+                        self.text.push(b'\n');
+                    }
                     Output::Json => {
                         let j = json!({
                             "item": String::from_utf8_lossy(line),
@@ -106,7 +115,11 @@ struct Report<'a, W: Write> {
 impl Output {
     /// What `--count` / `--json` ask for.
     fn of(a: &CheckArgs) -> Output {
-        if a.count {
+        if a.quiet {
+            Output::Quiet
+        } else if a.misses {
+            Output::Misses
+        } else if a.count {
             Output::Count
         } else if a.json {
             Output::Json
@@ -144,6 +157,9 @@ impl<W: Write> Report<'_, W> {
             }
         }
         self.out.write_all(&r.text)?;
+        if chunk.paused {
+            self.out.flush()?;
+        }
         Ok(())
     }
 
@@ -158,7 +174,17 @@ impl<W: Write> Report<'_, W> {
                 self.failed - 10
             );
         }
-        Ok(if self.failed > 0 { 1 } else { 0 })
+        // The exit-code rule (README, `bloomgate --help`): an invalid
+        // query has no answer, so the command did not do all it was asked
+        // (1); with -q the status is the answer, as grep's: 0 a hit, 1 no
+        // hit, 2 no hit but some query could not be answered.
+        Ok(match output {
+            Output::Quiet if self.hits > 0 => 0,
+            Output::Quiet if self.failed > 0 => 2,
+            Output::Quiet => 1,
+            _ if self.failed > 0 => 1,
+            _ => 0,
+        })
     }
 }
 

@@ -48,6 +48,7 @@ use bloomgate_url::{entry_key, KeyKind, MatchMode};
 use crate::args::{DedupArgs, LayoutArg, PolicyArg, PolicyArgs};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
+use crate::keynotes::{self, Collapse};
 use crate::report::thousands;
 
 /// How many invalid entries are shown before only counting.
@@ -148,24 +149,41 @@ struct ChunkKeys {
     lines: Vec<(usize, usize)>,
     /// Lines that are no valid entry: number and reason.
     invalid: Vec<(u64, String)>,
+    /// (line, key) hashes of the chunk's first valid lines.
+    pairs: Vec<keynotes::Pair>,
+    /// Invalid email entries that are bare domains.
+    bare_domains: u64,
 }
 
-fn canonicalize(chunk: &input::Chunk, kind: KeyKind, mut out: ChunkKeys) -> ChunkKeys {
+fn canonicalize(
+    chunk: &input::Chunk,
+    kind: KeyKind,
+    sample: bool,
+    mut out: ChunkKeys,
+) -> ChunkKeys {
     out.arena.clear();
     out.ends.clear();
     out.lines.clear();
     out.invalid.clear();
+    out.pairs.clear();
+    out.bare_domains = 0;
     out.arena.reserve(chunk.data.len());
     let base = chunk.data.as_ptr() as usize;
     chunk.for_each_line(|line_no, line| match line {
         Ok(line) => match entry_key(kind, MatchMode::Exact, line) {
             Ok(key) => {
+                if sample && out.pairs.len() < keynotes::SAMPLE {
+                    out.pairs.push(keynotes::pair(line, &key));
+                }
                 out.arena.extend_from_slice(&key);
                 out.ends.push(out.arena.len());
                 let start = line.as_ptr() as usize - base;
                 out.lines.push((start, start + line.len()));
             }
-            Err(e) => out.invalid.push((line_no, e.to_string())),
+            Err(e) => {
+                out.bare_domains += u64::from(keynotes::bare_domain(kind, line, &e));
+                out.invalid.push((line_no, e.to_string()))
+            }
         },
         Err(reason) => out.invalid.push((line_no, reason)),
     });
@@ -352,6 +370,8 @@ struct Counts {
     passed: u64,
     seen: u64,
     invalid: u64,
+    bare_domains: u64,
+    collapse: Collapse,
 }
 
 /// Runs `bloomgate dedup`, printing on standard output.
@@ -377,11 +397,20 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             .pop()
             .unwrap_or_default()
     };
+    let sampling = std::sync::atomic::AtomicBool::new(kind != KeyKind::Raw);
     let result = input::process(
         a.inputs.clone(),
         Progress::default(),
-        |chunk| canonicalize(chunk, kind, take_spare()),
+        |chunk| {
+            let sample = sampling.load(std::sync::atomic::Ordering::Relaxed);
+            canonicalize(chunk, kind, sample, take_spare())
+        },
         |chunk, mut ck| {
+            counts.bare_domains += ck.bare_domains;
+            counts.collapse.take(&ck.pairs);
+            if !counts.collapse.wants() {
+                sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
             ck.invalid.sort_by_key(|(l, _)| *l);
             for (line, reason) in ck.invalid.drain(..) {
                 counts.invalid += 1;
@@ -415,6 +444,9 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
                 }
             }
             drop(keys);
+            if chunk.paused {
+                out.flush()?;
+            }
             spare.lock().unwrap_or_else(|e| e.into_inner()).push(ck);
             Ok(())
         },
@@ -456,6 +488,13 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             "bloomgate: ... and {} more invalid entries",
             counts.invalid - SHOW_INVALID
         );
+    }
+    let notes = [
+        keynotes::bare_domain_warning(counts.bare_domains, counts.invalid),
+        counts.collapse.warning(kind),
+    ];
+    for note in notes.into_iter().flatten() {
+        eprintln!("bloomgate: {note}");
     }
     Ok(0)
 }

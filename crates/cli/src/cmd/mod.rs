@@ -54,6 +54,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Build(a) => build::build(a),
         Command::Add(a) => build::add(a),
         Command::Remove(a) => remove::run(a),
+        Command::Check(a) if a.quiet => match check::run(a) {
+            // With -q the exit code is the answer: an error must not look
+            // like "not on the list" (1), so it is 2, as grep's.
+            Err(e) if e.downcast_ref::<UsageError>().is_none() => {
+                eprintln!("bloomgate: {}", crate::report::one_line(&e));
+                Ok(2)
+            }
+            other => other,
+        },
         Command::Check(a) => check::run(a),
         Command::Info(a) => info::run(a),
         Command::Union(a) => union::run(a),

@@ -255,6 +255,9 @@ pub fn add(a: AddArgs) -> Result<i32> {
             not_added += o.not_added;
             // Printed even after a failure: these are claims.
             out.write_all(&o.new_lines)?;
+            if chunk.paused {
+                out.flush()?;
+            }
             if let Some(e) = o.error {
                 failure.get_or_insert(e);
             }
