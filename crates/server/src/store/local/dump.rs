@@ -32,16 +32,17 @@ struct DumpLayer {
     items: u64,
 }
 
+/// A dump header: each layer's parameters and item count, and the
+/// filter's `.meta` (its fill policy), if it has one.
+pub type DumpLayers = (Vec<(Params, u64)>, Option<Meta>);
+
 /// Parses the first chunk of a `BF.SCANDUMP` stream (the magic line and the
 /// JSON header): each layer's parameters and item count, and the growth
 /// rules. Anything malformed, any layer whose parameters do not validate
 /// (sizes, rates, an item count above the bit count, unknown or differing
 /// key rules, growth settings out of range), and filters larger than
 /// `max_filter_bytes` in all are refused with RedisBloom's texts.
-pub fn parse_dump_header(
-    data: &[u8],
-    max_filter_bytes: u64,
-) -> Result<(Vec<(Params, u64)>, Option<Meta>), StoreError> {
+pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<DumpLayers, StoreError> {
     let bad_data = || StoreError::Invalid("received bad data".into());
     let h: DumpHeader = data
         .strip_prefix(DUMP_MAGIC)
