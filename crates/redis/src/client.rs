@@ -57,6 +57,15 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// master turns into an error within a few seconds.
 const CLUSTER_RETRIES: u32 = 5;
 
+/// The TCP settings of every connection to Redis: `TCP_NODELAY` on, as
+/// Redis sets it on its side. redis-rs leaves Nagle's algorithm on by
+/// default, which may hold a small write (a lone `HINCRBY`, the tail of a
+/// pipeline) until the previous segment is acknowledged — and the peer
+/// delays acknowledgements by up to 40 ms.
+pub fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// Which commands of a batch go to one node.
 enum Group {
     /// All of them, in order (one server).
@@ -158,7 +167,8 @@ impl Store {
                 .response_timeout(RESPONSE_TIMEOUT)
                 .retries(CLUSTER_RETRIES)
                 .min_retry_wait(50)
-                .max_retry_wait(1000);
+                .max_retry_wait(1000)
+                .tcp_settings(tcp_settings());
             if let Some(u) = &addr.username {
                 b = b.username(u);
             }
@@ -214,7 +224,10 @@ impl Store {
     fn info(&self, node: &Node) -> Result<ConnectionInfo> {
         ConnectionAddr::Tcp(node.0.clone(), node.1)
             .into_connection_info()
-            .map(|i| i.set_redis_settings(self.redis_info.clone()))
+            .map(|i| {
+                i.set_redis_settings(self.redis_info.clone())
+                    .set_tcp_settings(tcp_settings())
+            })
             .map_err(|e| self.err(e))
     }
 

@@ -43,7 +43,7 @@ pub mod layout;
 pub mod transfer;
 
 pub use address::{is_redis_address, Address};
-pub use client::{Node, Store};
+pub use client::{tcp_settings, Node, Store};
 pub use error::{Error, Result};
 pub use filter::{AddReport, Added, Info, RedisFilter, Revalidated, LANES, LANE_MIN};
 pub use transfer::{delete, pull, push, Transferred};

@@ -367,7 +367,8 @@ impl RedisStore {
         let info = ConnectionAddr::Tcp(node.0.clone(), node.1)
             .into_connection_info()
             .map_err(unavailable)?
-            .set_redis_settings(settings);
+            .set_redis_settings(settings)
+            .set_tcp_settings(bloomgate_redis::tcp_settings());
         let client = redis::Client::open(info).map_err(unavailable)?;
         let c = client
             .get_connection_with_timeout(Duration::from_secs(2))
