@@ -43,7 +43,7 @@
 //! one `unsafe` in this crate is the call into that context, right after the
 //! run-time feature check.
 
-use crate::canon::{class, ESC, HOST_OK, IP_CHAR, MAX_INPUT_LEN, PLAIN};
+use crate::bytes::{class, ESC, HOST_OK, IP_CHAR, MAX_INPUT_LEN, PLAIN};
 use crate::host::ipv4_is_canonical_or_not_ip;
 
 /// Returns the offset where the canonical key starts (after `scheme://`, or

@@ -45,7 +45,7 @@
 use std::borrow::Cow;
 use std::net::Ipv6Addr;
 
-use crate::canon::push_escaped;
+use crate::bytes::push_escaped;
 use crate::error::UrlError;
 
 /// What kind of host a canonical host string is.

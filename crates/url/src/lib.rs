@@ -19,6 +19,11 @@
 //!   [`max_lookups`] define, in one place, how blacklist entries and queries
 //!   become filter keys for each kind of list.
 //!
+//! The modules depend one way: `canon` (the general algorithm) uses `fast`
+//! (the scan for inputs already canonical) and `host` (host rules), `fast`
+//! uses `host`'s IPv4 check, and all three read the byte classes and the
+//! escaper in `bytes`; none imports a module that imports it.
+//!
 //! Every function takes `&[u8]` (input may be invalid UTF-8), never panics,
 //! and reports failures through the [`UrlError`] / [`KeyError`] enums.
 //!
@@ -46,6 +51,7 @@
 // CPU feature check (see `fast.rs`).
 #![deny(unsafe_code)]
 
+mod bytes;
 mod canon;
 mod error;
 mod expressions;
@@ -53,7 +59,8 @@ mod fast;
 mod host;
 mod keys;
 
-pub use canon::{canonical_host, canonical_key, canonicalize, MAX_INPUT_LEN};
+pub use bytes::MAX_INPUT_LEN;
+pub use canon::{canonical_host, canonical_key, canonicalize};
 pub use error::{KeyError, UrlError};
 pub use expressions::{expressions, MAX_EXPRESSIONS};
 pub use keys::{
