@@ -10,14 +10,17 @@
 //! (`NAME.tmp-PID`) is left behind. A failed replace removes its temporary
 //! and leaves the target as it was.
 //!
-//! Filter files are written differently (see `format.rs` and `slice.rs`):
-//! their temporary is created first, memory-mapped and filled over time, and
-//! its header is written last, so they keep their own temporary handling and
-//! share only [`sync_parent`].
+//! Filter files are written differently (see `filter/file.rs` and
+//! `slice.rs`): their temporary is created first with a unique name
+//! ([`create_temp`]), memory-mapped and filled over time, and its header is
+//! written last; they share [`sync_parent`] (through [`sync_dir`]) with the
+//! replace above.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use crate::error::{io_err, Result};
 
 /// Why a file could not be replaced: the step that failed, and its error
 /// (whose kind tells a full disk, [`io::ErrorKind::StorageFull`], from
@@ -49,7 +52,7 @@ pub fn replace_with(
     path: &Path,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<(), ReplaceError> {
-    let tmp = temp_path(path);
+    let tmp = unique_temp_path(path);
     let step = |op: &'static str| move |source| ReplaceError { op, source };
     let result = (|| {
         let mut f = File::create(&tmp).map_err(step("create"))?;
@@ -84,6 +87,42 @@ pub fn sync_parent(path: &Path) {
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
+}
+
+/// Creates a new temporary file beside `path` (readable and writable; never
+/// an existing file), for writers that rename it into place when done.
+pub(crate) fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
+    let tmp = unique_temp_path(path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io_err(&tmp, "create"))?;
+    Ok((tmp, file))
+}
+
+fn unique_temp_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "filter".into());
+    name.push(format!(
+        ".tmp-{}-{:x}",
+        std::process::id(),
+        crate::params::random_seed() as u32
+    ));
+    path.with_file_name(name)
+}
+
+/// Makes a rename into the directory of `path` durable
+/// ([`sync_parent`]). Filter files are not replaced with
+/// [`replace_with`]: their temporary is created with a
+/// unique name first, memory-mapped and filled over time, and renamed by
+/// `persist`/`save` once its header is written.
+pub(crate) fn sync_dir(path: &Path) -> Result<()> {
+    crate::atomic::sync_parent(path);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -25,6 +25,13 @@
 //! than the memory a build may use is built a slice at a time ([`slice`](mod@slice)),
 //! bit for bit as it would be in memory.
 //!
+//! Each file says its role, and the modules depend one way: [`Params`]
+//! (`params.rs`, what a Bloom filter is) sits below both the header codec
+//! ([`format`](mod@format): the bytes of a file, its checksums) and the
+//! filter (`filter.rs`: lookups and inserts); the filter's file — open,
+//! save, verify, in-place updates — is `filter/file.rs`, which uses the
+//! codec; the codec never uses the filter.
+//!
 //! ```
 //! use bloomgate_engine::{plan, Filter, Layout};
 //!
@@ -49,6 +56,7 @@ mod filter;
 pub mod format;
 pub mod hash;
 pub mod math;
+mod params;
 pub mod slice;
 mod spin;
 mod storage;
@@ -57,9 +65,10 @@ pub use counting::{CountingFilter, CountingParams};
 pub use cuckoo::{ChainError, CuckooChain, CuckooFilter, CuckooFull, CuckooParams};
 pub use deletable::{delete_table, AmbiguousDelete, AnyFilter, FilterKind, Removal};
 pub use error::{Error, FormatProblem, Result};
-pub use filter::{random_seed, Filter, Params, Prepared};
+pub use filter::{Filter, Prepared};
 pub use format::{Access, Header};
 pub use math::{
     plan, plan_counting, plan_cuckoo, CountingPlan, CuckooPlan, Layout, Plan, PlanError,
 };
+pub use params::{random_seed, Params};
 pub use storage::mem_available;

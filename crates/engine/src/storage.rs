@@ -171,3 +171,18 @@ pub fn mem_available() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// How lookups will read a mapped filter file of `len` bytes. A file the
+/// page cache cannot keep (more than half the memory available) is read at
+/// random: without the hint every fault reads ahead a window around its
+/// page (128 KiB by default: 32 pages for the one a lookup needs), evicting
+/// pages later lookups would have found (BENCHMARKS.md, "Filters larger
+/// than memory"). Smaller files keep the kernel's read-ahead, which warms
+/// them faster. Only a hint.
+pub(crate) fn lookup_advice(len: u64) -> memmap2::Advice {
+    if mem_available().is_none_or(|avail| len > avail / 2) {
+        memmap2::Advice::Random
+    } else {
+        memmap2::Advice::Normal
+    }
+}
