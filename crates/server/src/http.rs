@@ -9,15 +9,20 @@
 //! CPU-light handlers (checks, adds) run inline on the runtime; anything that
 //! may touch whole files (create, reload, delete, snapshot, metrics with
 //! fill ratios) runs on the blocking pool.
+//!
+//! This file holds the router, the Bloom filters' handlers and the accept
+//! loop; `http/error.rs` the errors ([`ApiError`]) and access checks,
+//! `http/gate.rs` the middleware every request passes (timing, counting,
+//! refusals before the body is read, JSON errors), `http/cuckoo.rs` the
+//! handlers of deletable filters.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -28,117 +33,19 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 mod cuckoo;
+mod error;
+mod gate;
 
-use crate::auth::Denied;
-use crate::metrics::{Op, Proto};
+pub use error::ApiError;
+use error::{blocking, can_read, can_write, ApiResult, St};
+use gate::observe;
+
+use crate::metrics::Proto;
 use crate::store::{
     AddOutcome, FillPolicy, Filter, FilterSpec, LookupScratch, Purpose, StoreError,
 };
 use crate::App;
 use bloomgate_blacklist::spec::{parse_purpose, FillArgs, SpecError};
-
-/// An API error: status, machine code, message.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-    fn bad(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
-    }
-}
-
-/// The one place where store errors become HTTP errors.
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        let (status, code) = match &e {
-            e if e.is_no_space() => (StatusCode::INSUFFICIENT_STORAGE, "no_space"),
-            StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
-            StoreError::Ambiguous(_) => (StatusCode::CONFLICT, "ambiguous_delete"),
-            StoreError::BadName(_) | StoreError::Invalid(_) => {
-                (StatusCode::BAD_REQUEST, "bad_request")
-            }
-            StoreError::Io { .. }
-            | StoreError::File(_)
-            | StoreError::Files(_)
-            | StoreError::DirBusy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
-            StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
-            StoreError::Damaged(_) => (StatusCode::SERVICE_UNAVAILABLE, "damaged"),
-            StoreError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            StoreError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, "unsupported"),
-            StoreError::OutOfMemory(_) => (StatusCode::INSUFFICIENT_STORAGE, "out_of_memory"),
-        };
-        ApiError::new(status, code, e.to_string())
-    }
-}
-
-impl From<Denied> for ApiError {
-    fn from(d: Denied) -> Self {
-        match d {
-            Denied::NeedToken => {
-                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", d.message())
-            }
-            Denied::WritesDisabled => {
-                ApiError::new(StatusCode::FORBIDDEN, "forbidden", d.message())
-            }
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut r = (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        r
-    }
-}
-
-type ApiResult = Result<Response, ApiError>;
-type St = State<Arc<App>>;
-
-fn authed(app: &App, headers: &HeaderMap) -> bool {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .is_some_and(|t| app.access.token_matches(t.trim_ascii()))
-}
-
-fn can_read(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.access.check_read(authed(app, headers))?)
-}
-
-fn can_write(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    Ok(app.access.check_write(authed(app, headers))?)
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
-}
-
 /// The router (without the accept loop), for embedding and tests.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.limits.max_body_bytes;
@@ -162,264 +69,6 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), observe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(app)
-}
-
-/// Times every request, bounds its duration, and counts it.
-async fn observe(State(app): St, req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let path = req.uri().path();
-    let op = if path.ends_with("/check") {
-        Op::Check
-    } else if path.ends_with("/add") {
-        Op::Add
-    } else if path.starts_with("/v1/filters") && req.method() == axum::http::Method::GET {
-        Op::Info
-    } else if path.starts_with("/v1/") {
-        Op::Admin
-    } else {
-        Op::Other
-    };
-    if let Some(refused) = refuse_early(&app, &req) {
-        app.metrics.record(Proto::Http, op, start.elapsed(), true);
-        return refused.into_response();
-    }
-    // A body holds its share of the input budget while the request runs
-    // (its announced length, or the largest allowed for a chunked one):
-    // of the small budget of clients without the token, when one is
-    // configured and was not presented.
-    let body_bytes = declared_body(&req)
-        .map(|n| n.min(app.limits.max_body_bytes as u64) as usize)
-        .unwrap_or(0);
-    let anonymous = app.access.has_token() && !authed(&app, req.headers());
-    let budget = if anonymous {
-        &app.input_unauth
-    } else {
-        &app.input
-    };
-    let _reserved = if body_bytes > 0 {
-        match budget.reserve(body_bytes) {
-            Some(r) => Some(r),
-            None => {
-                app.metrics.record(Proto::Http, op, start.elapsed(), true);
-                let whose = if anonymous {
-                    "clients without the token"
-                } else {
-                    "all clients"
-                };
-                return ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "input_budget",
-                    format!(
-                        "the buffered input of {whose} is at its budget ({} MiB, --max-input-memory); retry later",
-                        budget.limit() >> 20
-                    ),
-                )
-                .into_response();
-            }
-        }
-    } else {
-        None
-    };
-    let timeout = app.limits.request_timeout;
-    let resp = match tokio::time::timeout(timeout, next.run(req)).await {
-        Ok(r) => r,
-        Err(_) => ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "timeout",
-            "request took too long",
-        )
-        .into_response(),
-    };
-    let error = resp.status().is_client_error() || resp.status().is_server_error();
-    let resp = if error { json_error(resp).await } else { resp };
-    app.metrics.record(Proto::Http, op, start.elapsed(), error);
-    resp
-}
-
-/// The body length a request announces: its `Content-Length`, `u64::MAX`
-/// for a chunked body (any length), `None` for no body. An unparsable
-/// `Content-Length` counts as no body here (hyper refuses the request).
-fn declared_body(req: &Request) -> Option<u64> {
-    let h = req.headers();
-    if let Some(v) = h.get(header::CONTENT_LENGTH) {
-        return v
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&n| n > 0);
-    }
-    h.contains_key(header::TRANSFER_ENCODING)
-        .then_some(u64::MAX)
-}
-
-/// True if a `Host` header names this machine's loopback: `localhost` or
-/// a name under `.localhost` (which resolve to loopback by definition,
-/// RFC 6761), or a loopback IPv4/IPv6 address; with or without a port.
-fn loopback_host(host: &[u8]) -> bool {
-    let Ok(host) = std::str::from_utf8(host) else {
-        return false;
-    };
-    let host = host.trim();
-    if let Some(rest) = host.strip_prefix('[') {
-        // [IPv6]:port
-        return rest
-            .split_once(']')
-            .and_then(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().ok())
-            .is_some_and(|ip| ip.is_loopback());
-    }
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
-        return ip.is_loopback();
-    }
-    name == "localhost" || name.ends_with(".localhost")
-}
-
-/// What is refused from the headers alone, before a byte of the body is
-/// read or any of the input budget is taken:
-///
-/// * on a server open to the machine (no token, loopback listeners), a
-///   `Host` that is not a loopback name (403 `foreign_host`): DNS
-///   rebinding makes a web page's own name resolve to 127.0.0.1, and its
-///   requests would then be same-origin;
-/// * a `Content-Length` over the body limit: 413 at once (waiting for the
-///   body would hold the connection until the request timeout);
-/// * for a request that is not a plain read (any method but `GET`, `HEAD`
-///   and `OPTIONS`), what a web page on another site could make a browser
-///   send (cross-site request forgery; writes are open to anyone on the
-///   machine when no token is configured): an `Origin` other than this
-///   server's own (from its `Host`), a `Sec-Fetch-Site` other than
-///   `same-origin` or `none` (403 `cross_origin`), and a body that is not
-///   declared `application/json` (415): browsers send `text/plain`, form
-///   and multipart bodies to other sites without asking, JSON only after a
-///   CORS preflight, which this server never grants;
-/// * a body from a client without the token where reads need it (401):
-///   every endpoint refuses it anyway, so it is not read.
-fn refuse_early(app: &App, req: &Request) -> Option<ApiError> {
-    let body = declared_body(req);
-    let max = app.limits.max_body_bytes as u64;
-    if body.is_some_and(|n| n != u64::MAX && n > max) {
-        return Some(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("a body of {} bytes; the limit is {max}", body.unwrap_or(0)),
-        ));
-    }
-    let h = req.headers();
-    if app.access.open_on_loopback() {
-        if let Some(host) = h.get(header::HOST) {
-            if !loopback_host(host.as_bytes()) {
-                return Some(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "foreign_host",
-                    format!(
-                        "Host {:?} is not a loopback name: without --token-file this server answers only requests to localhost or a loopback address (a page whose own name resolves to 127.0.0.1 must not reach it)",
-                        String::from_utf8_lossy(host.as_bytes())
-                    ),
-                ));
-            }
-        }
-    }
-    let method = req.method();
-    let plain_read = method == axum::http::Method::GET
-        || method == axum::http::Method::HEAD
-        || method == axum::http::Method::OPTIONS;
-    if !plain_read {
-        if let Some(origin) = h.get(header::ORIGIN) {
-            let host = h
-                .get(header::HOST)
-                .map(|v| v.as_bytes())
-                .unwrap_or_default();
-            let own = |scheme: &[u8]| {
-                origin.as_bytes().strip_prefix(scheme) == Some(host) && !host.is_empty()
-            };
-            if !own(b"http://") && !own(b"https://") {
-                return Some(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "cross_origin",
-                    format!(
-                        "requests from another origin ({}) may only read: this server grants no CORS",
-                        String::from_utf8_lossy(origin.as_bytes())
-                    ),
-                ));
-            }
-        }
-        if let Some(site) = h.get("sec-fetch-site") {
-            if !matches!(site.as_bytes(), b"same-origin" | b"none") {
-                return Some(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "cross_origin",
-                    format!(
-                        "a request from another site (Sec-Fetch-Site: {}) may only read",
-                        String::from_utf8_lossy(site.as_bytes())
-                    ),
-                ));
-            }
-        }
-        let json = h.get(header::CONTENT_TYPE).is_some_and(|v| {
-            let v = v.as_bytes();
-            let essence = v.split(|&b| b == b';').next().unwrap_or_default();
-            essence
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"application/json")
-        });
-        if body.is_some() && !json {
-            return Some(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "a request body must be JSON, sent with Content-Type: application/json",
-            ));
-        }
-    }
-    if body.is_some()
-        && req.uri().path() != "/healthz"
-        && app.access.check_read(authed(app, h)).is_err()
-    {
-        return Some(Denied::NeedToken.into());
-    }
-    None
-}
-
-/// An error answer that is not JSON yet (axum's own: 405, a bad query
-/// string or path, a body over the limit) in the API's error shape,
-/// headers (`Allow`) kept.
-async fn json_error(resp: Response) -> Response {
-    let is_json = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if is_json {
-        return resp;
-    }
-    let (mut parts, body) = resp.into_parts();
-    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
-    let status = parts.status;
-    let code = match status {
-        StatusCode::BAD_REQUEST => "bad_request",
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::REQUEST_TIMEOUT => "timeout",
-        s if s.is_client_error() => "bad_request",
-        _ => "internal",
-    };
-    let mut message = String::from_utf8_lossy(&text).trim().to_string();
-    if message.is_empty() {
-        message = status.canonical_reason().unwrap_or("error").to_string();
-    }
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.remove(header::CONTENT_TYPE);
-    let mut r = ApiError::new(status, code, message).into_response();
-    for (k, v) in parts.headers.iter() {
-        r.headers_mut().entry(k).or_insert(v.clone());
-    }
-    r
 }
 
 /// Always 200 while the server answers (reads work); `status` is
@@ -986,67 +635,4 @@ pub async fn serve(
 /// Builds an empty body (helper for tests).
 pub fn empty() -> Body {
     Body::empty()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_hosts_are_the_machine_s_own_names() {
-        for ok in [
-            "localhost",
-            "localhost:8080",
-            "LOCALHOST.",
-            "app.localhost:1",
-            "127.0.0.1",
-            "127.0.0.1:8080",
-            "127.9.9.9",
-            "[::1]:8080",
-            "[::1]",
-        ] {
-            assert!(loopback_host(ok.as_bytes()), "{ok}");
-        }
-        for bad in [
-            "attacker.example",
-            "attacker.example:8080",
-            "127.0.0.1.attacker.example",
-            "localhost.attacker.example",
-            "10.0.0.1:8080",
-            "[::2]:8080",
-            "[::1",
-            "localhost:80x",
-            "",
-            "\u{ff}",
-        ] {
-            assert!(!loopback_host(bad.as_bytes()), "{bad}");
-        }
-    }
-
-    #[test]
-    fn store_errors_become_http_errors() {
-        let full = || std::io::Error::new(std::io::ErrorKind::StorageFull, "full");
-        for (e, status, code) in [
-            (StoreError::io("f.bgf.whitelist", full()), 507, "no_space"),
-            (
-                StoreError::Files(bloomgate_blacklist::Error::Io {
-                    path: "f".into(),
-                    source: full(),
-                }),
-                507,
-                "no_space",
-            ),
-            (
-                StoreError::io("f.bgf", std::io::ErrorKind::PermissionDenied.into()),
-                422,
-                "file_error",
-            ),
-            (StoreError::Unavailable("shard".into()), 503, "unavailable"),
-            (StoreError::Unsupported("reload"), 501, "unsupported"),
-            (StoreError::NotFound("f".into()), 404, "not_found"),
-        ] {
-            let a = ApiError::from(e);
-            assert_eq!((a.status.as_u16(), a.code), (status, code), "{}", a.message);
-        }
-    }
 }

@@ -20,7 +20,8 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{can_write, parse_items, ApiError, ApiResult, ItemQuery, St};
+use super::error::{blocking, can_write, ApiError, ApiResult, St};
+use super::{parse_items, ItemQuery};
 use crate::store::cuckoo::{CfAdded, CfLayout, CfNamed, CfSpec};
 use crate::App;
 
@@ -181,7 +182,7 @@ pub(super) async fn create(
         kind,
         mode,
     };
-    let n = super::blocking(move || app.store.cf_create(&name, &spec)).await??;
+    let n = blocking(move || app.store.cf_create(&name, &spec)).await??;
     let mut v = serde_json::to_value(n.info()).unwrap_or_default();
     v["type"] = json!(layout.name());
     Ok((StatusCode::CREATED, Json(v)).into_response())

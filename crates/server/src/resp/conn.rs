@@ -10,93 +10,32 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
-use super::bf::{add_replies, exists_replies};
+use super::cmd::{self, add_replies, classify, error_reply, exists_replies, lossy, Class};
 use super::codec::{Out, Parsed, ProtocolError, MAX_PARSED};
-use super::commands::error_reply;
+use super::session::{Later, Session};
 use crate::metrics::{Op, Proto};
-use crate::store::{
-    add_failed, worker_gone, Ack, AddOutcome, Added, Checked, Filter, LookupScratch, StoreError,
-};
+use crate::store::{add_failed, worker_gone, Ack, StoreError};
 use crate::App;
 
+/// One connection's state beside its socket and buffers: the [`Session`]
+/// its commands read and change, and what the connection does after them
+/// (waiting for acknowledgements, answering queued requests, timing).
 pub(super) struct Conn {
-    pub(super) app: Arc<App>,
-    pub(super) authed: bool,
-    pub(super) outcomes: Vec<AddOutcome>,
+    pub(super) s: Session,
     /// Writes of this batch waiting to be durable, each with the range of
     /// `Out::buf` holding its command's reply (replaced by an error if the
     /// log fails to write it).
     pub(super) pending: Vec<(Ack, std::ops::Range<usize>)>,
-    /// The acknowledgement of the command being executed, if it wrote.
-    pub(super) ack: Option<Ack>,
-    pub(super) quit: bool,
-    /// The client spoke HTTP, not RESP: close without another word.
-    pub(super) hang_up: bool,
-    pub(super) name: Option<Vec<u8>>,
-    pub(super) id: u64,
-    /// The filter of the last lookup (see [`Lookup`]).
-    pub(super) last: Lookup,
-    pub(super) lookup_scratch: LookupScratch,
-    /// Items looked up and hits not yet added to the shared metrics.
-    pub(super) items_checked: u64,
-    pub(super) hits: u64,
     /// The run of commands being timed (see [`Conn::execute`]).
     pub(super) run: Run,
-    /// Whether a command may queue its request in a remote store's batch
-    /// and leave its reply for later ([`Later`]): true on the event loop,
-    /// false on the blocking pool (which waits for the answer instead).
-    pub(super) queueing: bool,
-    /// The queued request of the command being executed, if it queued one.
-    pub(super) later: Option<Later>,
     /// Commands of this batch whose replies come later, each with the
     /// place in `Out::buf` where its reply goes.
     pub(super) queued: Vec<(Later, usize)>,
 }
 
-/// A command's request queued in a remote store's batch
-/// ([`Filter::check_later`], [`Store::add_later`](crate::store::Store::add_later)):
-/// its reply is written when the answer arrives, before the batch's
-/// replies are sent. A connection queues lookups, or adds, one after the
-/// other; any other command first waits for what is queued, so that
-/// commands still take effect in the order they were sent (an add, then a
-/// lookup of the same item, finds it).
-pub(super) enum Later {
-    /// `BF.EXISTS`/`BF.MEXISTS`; the filter's counters are added to when
-    /// the answer arrives.
-    Check {
-        rx: tokio::sync::oneshot::Receiver<Checked>,
-        multi: bool,
-        filter: Filter,
-    },
-    /// `BF.ADD`/`BF.MADD`.
-    Add {
-        rx: tokio::sync::oneshot::Receiver<Added>,
-        multi: bool,
-    },
-}
-
 /// Requests a connection queues before it waits for their answers: a
 /// client's pipeline of more commands is taken in several batches.
 const MAX_QUEUED: usize = 1024;
-
-/// A connection's cached name lookup. Pipelined lookups usually name one
-/// filter over and over; while the store's generation is unchanged (no
-/// filter created, replaced or deleted) the cached [`Filter`] is the one
-/// [`Store::get`](crate::store::Store::get) would return, without taking the
-/// map's lock, hashing the name or touching a shared reference count. The
-/// filter's lookup counters are accumulated here and added once per batch.
-#[derive(Default)]
-pub(super) struct Lookup {
-    pub(super) valid: bool,
-    pub(super) generation: u64,
-    pub(super) key: Vec<u8>,
-    pub(super) named: Option<Filter>,
-    pub(super) checks: u64,
-    pub(super) hits: u64,
-}
-
-/// Longest filter name worth caching (longer ones are looked up each time).
-const MAX_CACHED_NAME: usize = 256;
 
 /// Consecutive commands of one kind, timed together: reading the clock
 /// twice per command cost more than a pipelined `BF.EXISTS` itself.
@@ -124,27 +63,14 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
     };
     let now = Instant::now();
     let mut conn = Conn {
-        authed: false,
-        app,
-        outcomes: Vec::new(),
+        s: Session::new(app, id),
         pending: Vec::new(),
-        ack: None,
-        quit: false,
-        hang_up: false,
-        name: None,
-        id,
-        last: Lookup::default(),
-        lookup_scratch: LookupScratch::default(),
-        items_checked: 0,
-        hits: 0,
         run: Run {
             op: Op::Other,
             n: 0,
             errors: 0,
             start: now,
         },
-        queueing: true,
-        later: None,
         queued: Vec::new(),
     };
     let mut buf = BytesMut::with_capacity(INITIAL_BUF);
@@ -155,7 +81,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
     // This connection's share of the input budget (see crate::budget): of
     // the separate budget of clients without the token while it has not
     // presented it (when one is configured).
-    let mut authed_account = !conn.anonymous();
+    let mut authed_account = !conn.s.anonymous();
     let mut account = conn.budget().register();
     let mut partial_since: Option<Instant> = None;
     // One timer for the idle and request timeouts, re-armed lazily: it is
@@ -170,7 +96,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         // Execute every complete command in the buffer, up to 1 MiB of replies.
         let mut more = false;
         loop {
-            let parsed_pre_auth = gated && !conn.authed;
+            let parsed_pre_auth = gated && !conn.s.authed;
             let error = batch.parse(&buf, if parsed_pre_auth { &pre_auth } else { &limits });
             if !batch.cmds.is_empty() {
                 partial_since = None;
@@ -186,9 +112,9 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 // and back (no copy of the arguments).
                 let args = batch.args[batch.cmds[i].0.clone()].to_vec();
                 let job = tokio::task::spawn_blocking(move || {
-                    conn.queueing = false;
+                    conn.s.queueing = false;
                     conn.execute_at(&buf, &args, &mut out);
-                    conn.queueing = true;
+                    conn.s.queueing = true;
                     (conn, out, buf)
                 });
                 let Ok(back) = job.await else {
@@ -196,7 +122,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 };
                 (conn, out, buf) = back;
                 next += 1;
-                if conn.quit || out.buf.len() > (1 << 20) {
+                if conn.s.quit || out.buf.len() > (1 << 20) {
                     break true;
                 }
             };
@@ -209,7 +135,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
             } else {
                 batch.need.saturating_sub(done)
             };
-            if conn.quit {
+            if conn.s.quit {
                 break;
             }
             if stopped {
@@ -218,17 +144,17 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 more = !buf.is_empty();
                 break;
             }
-            if conn.hang_up {
+            if conn.s.hang_up {
                 break;
             }
             if let Some(ProtocolError(msg)) = error {
-                if parsed_pre_auth && conn.authed {
+                if parsed_pre_auth && conn.s.authed {
                     // Parsed ahead under the unauthenticated caps; the
                     // `AUTH` before it succeeded: parse it again.
                     batch.need = 0;
                     continue;
                 }
-                conn.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
+                conn.s.app.metrics.connections_rejected[Proto::Resp as usize].fetch_add(1, Relaxed);
                 let unauthenticated = if parsed_pre_auth {
                     " (unauthenticated clients may send up to 10 arguments of up to 16 KiB: AUTH first)"
                 } else {
@@ -244,14 +170,14 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                 break;
             }
         }
-        if conn.hang_up {
+        if conn.s.hang_up {
             // Not a Redis client: nothing more is run, nothing is answered.
             return;
         }
         let Ok(now) = flush(&mut stream, &mut conn, &mut out).await else {
             return;
         };
-        if conn.quit {
+        if conn.s.quit {
             return;
         }
         if more {
@@ -270,9 +196,9 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
         if buf.capacity() - buf.len() < 4096 {
             grow(&mut buf, batch.need);
         }
-        if authed_account == conn.anonymous() {
+        if authed_account == conn.s.anonymous() {
             // `AUTH` (or `RESET`) moved the connection between budgets.
-            authed_account = !conn.anonymous();
+            authed_account = !conn.s.anonymous();
             account = conn.budget().register();
         }
         // A buffer that just grew is read into only once the budget holds
@@ -311,17 +237,17 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                     continue;
                 }
                 () = account.killed() => {
-                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                    conn.s.app.metrics.connections_rejected[Proto::Resp as usize]
                         .fetch_add(1, Relaxed);
                     out.error(&if authed_account {
                         format!(
                             "ERR client input buffer budget exceeded ({} MiB for all clients, --max-input-memory): this connection held the most and is closed",
-                            conn.app.input.limit() >> 20
+                            conn.s.app.input.limit() >> 20
                         )
                     } else {
                         format!(
                             "ERR client input buffer budget exceeded ({} MiB for all clients without the token): this connection held the most and is closed",
-                            conn.app.input_unauth.limit() >> 20
+                            conn.s.app.input_unauth.limit() >> 20
                         )
                     });
                     // The buffer goes before the reply is sent.
@@ -338,7 +264,7 @@ pub(super) async fn handle(mut stream: TcpStream, app: Arc<App>, id: u64) {
                         timer.as_mut().reset(armed.into());
                         continue;
                     }
-                    conn.app.metrics.connections_rejected[Proto::Resp as usize]
+                    conn.s.app.metrics.connections_rejected[Proto::Resp as usize]
                         .fetch_add(1, Relaxed);
                     out.error(if partial_since.is_some() {
                         "ERR request timeout: command not completed in time"
@@ -533,13 +459,6 @@ fn looks_like_http(cmd: &[u8], argv: &[&[u8]]) -> bool {
     method && argv.len() == 3 && argv[2].len() >= 5 && argv[2][..5].eq_ignore_ascii_case(b"HTTP/")
 }
 
-#[derive(PartialEq, Eq)]
-pub(super) enum Class {
-    Conn,
-    Read,
-    Write,
-}
-
 impl Conn {
     fn execute(&mut self, argv: &[&[u8]], out: &mut Out) {
         // Upper-case the command name on the stack (no allocation).
@@ -552,21 +471,7 @@ impl Conn {
         } else {
             b"\0unknown"
         };
-        let (class, op) = match cmd {
-            b"BF.EXISTS" | b"BF.MEXISTS" | b"CF.EXISTS" | b"CF.MEXISTS" | b"CF.COUNT" => {
-                (Class::Read, Op::Check)
-            }
-            b"BF.INFO" | b"BF.CARD" | b"BF.SCANDUMP" | b"BF.DEBUG" | b"EXISTS" | b"TYPE"
-            | b"KEYS" | b"SCAN" | b"DBSIZE" | b"INFO" | b"CF.INFO" | b"CF.SCANDUMP" => {
-                (Class::Read, Op::Info)
-            }
-            b"BF.ADD" | b"BF.MADD" | b"BF.INSERT" | b"CF.ADD" | b"CF.ADDNX" | b"CF.INSERT"
-            | b"CF.INSERTNX" | b"CF.DEL" => (Class::Write, Op::Add),
-            b"BF.RESERVE" | b"BF.LOADCHUNK" | b"DEL" | b"UNLINK" | b"CF.RESERVE"
-            | b"CF.LOADCHUNK" | b"CF.COMPACT" => (Class::Write, Op::Admin),
-            b"PING" | b"ECHO" | b"COMMAND" | b"CONFIG" | b"SELECT" => (Class::Read, Op::Other),
-            _ => (Class::Conn, Op::Other),
-        };
+        let (class, op) = classify(cmd);
         // Time runs of commands of one kind; adds and admin commands each
         // on their own (they can be slow).
         if self.run.n > 0 && self.run.op != op {
@@ -579,11 +484,11 @@ impl Conn {
             // commands (cross-protocol scripting).
             tracing::warn!(
                 "bloomgate serve: Redis-protocol connection {} sent an HTTP request ('{}'): possible cross-protocol attack, closed without running anything",
-                self.id,
-                super::commands::lossy(&argv[0][..argv[0].len().min(16)])
+                self.s.id,
+                lossy(&argv[0][..argv[0].len().min(16)])
             );
-            self.quit = true;
-            self.hang_up = true;
+            self.s.quit = true;
+            self.s.hang_up = true;
             return;
         }
         let before = out.buf.len();
@@ -591,23 +496,23 @@ impl Conn {
             // Before the token (where reads need it), every command but
             // these answers NOAUTH, as Redis's do.
             Class::Conn if !matches!(cmd, b"AUTH" | b"HELLO" | b"QUIT" | b"RESET") => {
-                self.app.access.check_read(self.authed).err()
+                self.s.app.access.check_read(self.s.authed).err()
             }
             Class::Conn => None,
-            Class::Read => self.app.access.check_read(self.authed).err(),
-            Class::Write => self.app.access.check_write(self.authed).err(),
+            Class::Read => self.s.app.access.check_read(self.s.authed).err(),
+            Class::Write => self.s.app.access.check_write(self.s.authed).err(),
         };
         match denied {
             Some(crate::auth::Denied::NeedToken) => out.error("NOAUTH Authentication required."),
             Some(d) => out.error(&format!("NOPERM {}", d.message())),
-            None => self.dispatch(cmd, argv, out),
+            None => cmd::execute(&mut self.s, cmd, argv, out),
         }
-        if let Some(ack) = self.ack.take().filter(|a| !a.is_done()) {
+        if let Some(ack) = self.s.ack.take().filter(|a| !a.is_done()) {
             self.pending.push((ack, before..out.buf.len()));
         }
         // A queued command's errors are counted, and its run timed, when
         // its answer arrives.
-        let queued = match self.later.take() {
+        let queued = match self.s.later.take() {
             Some(later) => {
                 self.queued.push((later, before));
                 true
@@ -637,7 +542,7 @@ impl Conn {
                     let checked = rx.await.unwrap_or_else(|_| Err(worker_gone()));
                     let (checks, hits) = exists_replies(&mut reply, multi, checked);
                     filter.count(checks, hits);
-                    self.hits += hits;
+                    self.s.hits += hits;
                 }
                 Later::Add { rx, multi } => match rx.await.unwrap_or_else(|_| Err(worker_gone())) {
                     Ok(outcomes) => add_replies(&mut reply, multi, &outcomes),
@@ -683,18 +588,12 @@ impl Conn {
         }
     }
 
-    /// True while a token is configured and this client has not presented
-    /// it: its input is accounted in the separate budget of such clients.
-    fn anonymous(&self) -> bool {
-        self.app.access.has_token() && !self.authed
-    }
-
     /// The input budget this connection's buffers count against.
     fn budget(&self) -> &Arc<crate::budget::InputBudget> {
-        if self.anonymous() {
-            &self.app.input_unauth
+        if self.s.anonymous() {
+            &self.s.app.input_unauth
         } else {
-            &self.app.input
+            &self.s.app.input
         }
     }
 
@@ -728,7 +627,7 @@ impl Conn {
                 return (i, Stop::Blocking);
             }
             self.execute_at(buf, args, out);
-            if self.quit || out.buf.len() > (1 << 20) {
+            if self.s.quit || out.buf.len() > (1 << 20) {
                 return (i + 1, Stop::Full);
             }
         }
@@ -778,23 +677,28 @@ impl Conn {
         if is(b"KEYS") || is(b"SCAN") {
             return true;
         }
-        if self.app.store.is_remote() {
+        if self.s.app.store.is_remote() {
             // Lookups and adds of a filter served already are queued in
             // the store's batch (see `Later`); the rest may wait on Redis.
             let add = is(b"BF.ADD") || is(b"BF.MADD");
             let queues = add || is(b"BF.EXISTS") || is(b"BF.MEXISTS");
-            if queues && args.len() >= 3 && self.app.store.can_queue(&buf[args[1].clone()], add) {
+            if queues && args.len() >= 3 && self.s.app.store.can_queue(&buf[args[1].clone()], add) {
                 return false;
             }
             return cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"BF.");
         }
         if cmd.len() > 3 && cmd[..3].eq_ignore_ascii_case(b"CF.") && args.len() >= 2 {
             let key = String::from_utf8_lossy(&buf[args[1].clone()]);
-            return self.app.store.cf_would_block(cmd, &key);
+            return self.s.app.store.cf_would_block(cmd, &key);
         }
         if (is(b"BF.ADD") || is(b"BF.MADD") || is(b"BF.INSERT")) && args.len() >= 2 {
-            self.look_up(&buf[args[1].clone()]);
-            return self.last.named.as_ref().is_none_or(|n| n.add_would_block());
+            self.s.look_up(&buf[args[1].clone()]);
+            return self
+                .s
+                .last
+                .named
+                .as_ref()
+                .is_none_or(|n| n.add_would_block());
         }
         false
     }
@@ -806,12 +710,12 @@ impl Conn {
     #[inline]
     fn prefetch(&self, buf: &[u8], args: &[std::ops::Range<usize>]) {
         if let [cmd, key, item] = args {
-            let l = &self.last;
+            let l = &self.s.last;
             if let Some(n) = &l.named {
                 if l.valid
                     && buf[key.clone()] == l.key[..]
                     && buf[cmd.clone()].eq_ignore_ascii_case(b"BF.EXISTS")
-                    && l.generation == self.app.store.generation()
+                    && l.generation == self.s.app.store.generation()
                 {
                     n.prefetch(&buf[item.clone()]);
                 }
@@ -822,7 +726,7 @@ impl Conn {
     /// Records the current run of commands as ending at `now`.
     fn end_run(&mut self, now: Instant) {
         let r = &mut self.run;
-        self.app.metrics.record_many(
+        self.s.app.metrics.record_many(
             Proto::Resp,
             r.op,
             r.n,
@@ -841,44 +745,16 @@ impl Conn {
         if self.run.n > 0 {
             self.end_run(now);
         }
-        self.flush_lookup_counts();
-        let m = &self.app.metrics;
-        if self.items_checked > 0 {
-            m.items_checked.fetch_add(self.items_checked, Relaxed);
-            self.items_checked = 0;
+        self.s.flush_lookup_counts();
+        let m = &self.s.app.metrics;
+        if self.s.items_checked > 0 {
+            m.items_checked.fetch_add(self.s.items_checked, Relaxed);
+            self.s.items_checked = 0;
         }
-        if self.hits > 0 {
-            m.hits.fetch_add(self.hits, Relaxed);
-            self.hits = 0;
+        if self.s.hits > 0 {
+            m.hits.fetch_add(self.s.hits, Relaxed);
+            self.s.hits = 0;
         }
         now
-    }
-
-    fn flush_lookup_counts(&mut self) {
-        let l = &mut self.last;
-        if let Some(n) = &l.named {
-            n.count(l.checks, l.hits);
-        }
-        l.checks = 0;
-        l.hits = 0;
-    }
-
-    /// Points `self.last` at the filter called `key` (or at nothing).
-    pub(super) fn look_up(&mut self, key: &[u8]) {
-        let generation = self.app.store.generation();
-        let l = &self.last;
-        if l.valid && l.generation == generation && l.key == key {
-            return;
-        }
-        self.flush_lookup_counts();
-        let named = self.named(key);
-        let l = &mut self.last;
-        l.named = named;
-        l.generation = generation;
-        l.key.clear();
-        l.valid = key.len() <= MAX_CACHED_NAME;
-        if l.valid {
-            l.key.extend_from_slice(key);
-        }
     }
 }

@@ -21,7 +21,7 @@
 //! store in Redis, a connection's pipelined `BF.EXISTS`/`BF.MEXISTS` (or
 //! `BF.ADD`/`BF.MADD`) are queued in the store's batches together with
 //! other connections' requests, and their replies written in order when
-//! the answers arrive (`conn::Later`); other Redis-store commands run on
+//! the answers arrive (`session::Later`); other Redis-store commands run on
 //! the blocking pool.
 //!
 //! # Limits
@@ -66,7 +66,7 @@
 //! `EXISTS`, `TYPE`, `KEYS`, `SCAN`, `DBSIZE`; and the cuckoo filters'
 //! `CF.RESERVE`, `CF.ADD`, `CF.ADDNX`, `CF.INSERT`, `CF.INSERTNX`,
 //! `CF.EXISTS`, `CF.MEXISTS`, `CF.COUNT`, `CF.DEL`, `CF.INFO`,
-//! `CF.COMPACT`, `CF.SCANDUMP`, `CF.LOADCHUNK` (see `cf`). Replies and error strings
+//! `CF.COMPACT`, `CF.SCANDUMP`, `CF.LOADCHUNK` (see `cmd/cf.rs`). Replies and error strings
 //! follow Redis and RedisBloom; RESP3 connections get maps for `HELLO` and
 //! `BF.INFO`, booleans for `BF.EXISTS`/`BF.ADD` results and `_` nulls.
 //!
@@ -75,18 +75,19 @@
 //! | file | role |
 //! |---|---|
 //! | [`codec`] | the wire format: command parser, pipelined batches, reply writer ([`Out`]) |
-//! | `conn` | one connection: reads, pipelining with prefetch, timeouts, input budget, waiting for acks, writes |
-//! | `commands` | dispatch, and the connection and keyspace commands (`PING`, `HELLO`, `AUTH`, `KEYS`, …) |
-//! | `bf` | the `BF.*` commands |
-//! | `cf` | the `CF.*` commands (cuckoo filters) |
+//! | `conn` | one connection: reads, pipelining with prefetch, timeouts, input budget, access checks, waiting for acks and queued answers, writes |
+//! | `session` | what a command may read and change of its connection (`Session`): authentication, name, the write to acknowledge, the queued request, the cached filter lookup |
+//! | `cmd` | the commands, mini-redis style: each parsed from its frame into a type (no connection, no store), then applied to the store through the session; `cmd/server.rs` the connection and keyspace commands, `cmd/bf.rs` the `BF.*` commands, `cmd/cf.rs` the `CF.*` commands, `cmd/glob.rs` Redis's patterns |
+//!
+//! The modules depend one way: `conn` uses `cmd`, `session` and `codec`;
+//! `cmd` uses `session` and `codec`; none imports `conn`.
 //!
 //! This file holds the listener and the pool of connection threads.
 
-mod bf;
-mod cf;
+mod cmd;
 pub mod codec;
-mod commands;
 mod conn;
+mod session;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -96,8 +97,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+pub use cmd::{glob, glob_reference};
 pub use codec::{parse, Out, ProtocolError};
-pub use commands::{glob, glob_reference};
 pub(crate) use conn::close_gracefully;
 
 use crate::metrics::Proto;
