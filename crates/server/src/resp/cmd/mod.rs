@@ -266,4 +266,85 @@ mod tests {
             "ERR not supported by this store: BF.SCANDUMP"
         );
     }
+
+    /// The reply a frame gets when it is refused while parsing, or `None`
+    /// when it parses into a command.
+    fn refusal(argv: &[&[u8]]) -> Option<String> {
+        let name = upper(argv[0]);
+        let mut out = Out {
+            buf: Vec::new(),
+            proto: 2,
+        };
+        Command::parse(&name, argv).err()?.reply(&mut out);
+        Some(String::from_utf8(out.buf).unwrap())
+    }
+
+    /// Commands are parsed from their frame alone, with no connection and
+    /// no store, and refused with Redis's and RedisBloom's texts.
+    #[test]
+    fn frames_parse_without_a_connection() {
+        let args: [&[u8]; 3] = [b"bf.exists", b"f", b"x"];
+        assert!(matches!(
+            Command::parse(b"BF.EXISTS", &args),
+            Ok(Command::Bf(bf::Bf::Exists { multi: false, .. }))
+        ));
+        let args: [&[u8]; 4] = [b"CF.INSERTNX", b"f", b"ITEMS", b"x"];
+        assert!(matches!(
+            Command::parse(b"CF.INSERTNX", &args),
+            Ok(Command::Cf(cf::Cf::Add(_)))
+        ));
+        assert_eq!(refusal(&[b"ping"]), None);
+        for (argv, reply) in [
+            (
+                &[&b"bf.add"[..], b"f"][..],
+                "-ERR wrong number of arguments for 'bf.add' command\r\n",
+            ),
+            (
+                &[&b"BF.RESERVE"[..], b"f", b"2", b"100"][..],
+                "-ERR error rate must be in the range (0.000000, 1.000000)\r\n",
+            ),
+            (
+                &[
+                    &b"BF.RESERVE"[..],
+                    b"f",
+                    b"0.01",
+                    b"100",
+                    b"NONSCALING",
+                    b"EXPANSION",
+                    b"2",
+                ][..],
+                "-Nonscaling filters cannot expand\r\n",
+            ),
+            (
+                &[&b"BF.LOADCHUNK"[..], b"f", b"x", b"data"][..],
+                "-ERR Second argument must be numeric\r\n",
+            ),
+            (
+                &[&b"CF.SCANDUMP"[..], b"f", b"-1"][..],
+                "-Invalid position\r\n",
+            ),
+            (
+                &[&b"CF.RESERVE"[..], b"f", b"100", b"BUCKETSIZE", b"0"][..],
+                "-BUCKETSIZE: value must be in the range [1, 255]\r\n",
+            ),
+            (
+                &[&b"config"[..], b"get"][..],
+                "-ERR wrong number of arguments for 'config|get' command\r\n",
+            ),
+            (
+                &[&b"SELECT"[..], b"1"][..],
+                "-ERR DB index is out of range\r\n",
+            ),
+            (
+                &[&b"HELLO"[..], b"4"][..],
+                "-NOPROTO unsupported protocol version\r\n",
+            ),
+            (
+                &[&b"nope"[..], b"a"][..],
+                "-ERR unknown command 'nope', with args beginning with: 'a' \r\n",
+            ),
+        ] {
+            assert_eq!(refusal(argv).as_deref(), Some(reply), "{argv:?}");
+        }
+    }
 }
