@@ -12,8 +12,8 @@
 //!
 //! Filter files are written differently (see `filter/file.rs` and
 //! `slice.rs`): their temporary is created first with a unique name
-//! ([`create_temp`]), memory-mapped and filled over time, and its header is
-//! written last; they share [`sync_parent`] (through [`sync_dir`]) with the
+//! (`create_temp`), memory-mapped and filled over time, and its header is
+//! written last; they share [`sync_parent`] (through `sync_dir`) with the
 //! replace above.
 
 use std::fs::{File, OpenOptions};

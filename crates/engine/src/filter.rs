@@ -1,6 +1,6 @@
 //! The filter itself: insertion, lookup, batches, union, statistics. Its
 //! parameters are [`Params`] (`params.rs`); its file (open, save, verify,
-//! in-place updates) is [`file`](self::file), a child of this module.
+//! in-place updates) is `filter/file.rs`, a child of this module.
 //!
 //! A [`Filter`] is one bit array plus the parameters needed to address it. It
 //! is `Sync`: any number of threads may insert and look up at once through

@@ -28,7 +28,7 @@
 //!   freshly computed checksum.
 //!
 //! This module is the header codec and the checksums, nothing more:
-//! [`Header`] for Bloom filters and, in [`deletable`](self::deletable), the
+//! [`Header`] for Bloom filters and, in `format/deletable.rs`, the
 //! headers and file images of counting and cuckoo filters. What a filter
 //! does with its file (open, save, verify, in-place updates) is in
 //! `filter/file.rs`; the parameters a header holds are [`Params`].

@@ -81,8 +81,8 @@
 //!
 //! # Deletable filters
 //!
-//! The sizing of counting Bloom filters is in [`counting`](self::counting)
-//! and that of cuckoo filters in [`cuckoo`](self::cuckoo), each with its
+//! The sizing of counting Bloom filters is in `math/counting.rs`
+//! and that of cuckoo filters in `math/cuckoo.rs`, each with its
 //! essay; both are re-exported here, so `math::plan_counting` and
 //! `math::plan_cuckoo` are the paths to use.
 

@@ -13,7 +13,7 @@
 //! an IPv4 spelling).
 
 /// Maximum accepted input length in bytes (8 KiB). Longer inputs are rejected
-/// with [`UrlError::TooLong`]; real URLs are far shorter, and the limit bounds
+/// with [`UrlError::TooLong`](crate::UrlError::TooLong); real URLs are far shorter, and the limit bounds
 /// the work (and output size, at most 3× the input) per call.
 pub const MAX_INPUT_LEN: usize = 8 * 1024;
 
