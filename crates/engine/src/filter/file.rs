@@ -234,6 +234,7 @@ impl Filter {
             .as_ref()
             .expect("a created file keeps its handle");
         file.set_len(total).map_err(io_err(&tmp, "size"))?;
+        reserve(file, total).map_err(io_err(&tmp, "reserve disk space for"))?;
         let map_len = usize::try_from(total).map_err(|_| Error::OutOfMemory(total))?;
         // SAFETY: the file was just created by us (create_new) under a unique
         // name; nothing else maps or truncates it.
@@ -555,3 +556,17 @@ impl Filter {
 
 #[cfg(test)]
 mod tests;
+
+/// Reserves the disk blocks of a file of `len` bytes (`fallocate`), so
+/// that writing it through a memory map cannot fail later: a write through
+/// a map to a sparse file on a full disk is a SIGBUS that kills the
+/// process (a build found it: exit 135, the temporary left behind), where
+/// an error here is reported and the temporary removed. A filesystem that
+/// cannot reserve blocks (`EOPNOTSUPP`) keeps the sparse file.
+fn reserve(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
