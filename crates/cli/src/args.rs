@@ -770,6 +770,15 @@ pub struct ServeArgs {
     /// milliseconds (default 1000).
     #[arg(long, value_name = "MS")]
     pub redis_wait_ms: Option<u64>,
+    /// With --store: a scaling filter (`BF.RESERVE` without `NONSCALING`,
+    /// an auto-create by `BF.ADD`) is one layer in Redis, planned for at
+    /// least this many items.
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_items)]
+    pub redis_scaling_items: u64,
+    /// A Redis-protocol lookup (`BF.EXISTS`, `CF.EXISTS`, …) of a filter
+    /// that does not exist answers `ERR not found` instead of RedisBloom's 0.
+    #[arg(long)]
+    pub unknown_filter_error: bool,
     /// HTTP/JSON listen address, or `off`.
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub http: Listen,

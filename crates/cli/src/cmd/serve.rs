@@ -35,6 +35,8 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         }),
         ..ServeConfig::default()
     };
+    config.limits.unknown_filter_error = a.unknown_filter_error;
+    config.limits.redis_scaling_items = a.redis_scaling_items;
     if let Some(s) = a.idle_secs {
         config.limits.idle_timeout = Duration::from_secs(s);
     }

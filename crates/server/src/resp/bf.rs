@@ -211,12 +211,6 @@ impl Conn {
         create: Option<FilterSpec>,
         out: &mut Out,
     ) {
-        if items.len() > self.app.limits.max_batch {
-            return out.error(&format!(
-                "ERR too many items in one command (limit {})",
-                self.app.limits.max_batch
-            ));
-        }
         let name = lossy(key);
         let named = match self.app.store.get(&name) {
             Some(n) => n,
@@ -234,7 +228,8 @@ impl Conn {
                 }
             }
         };
-        if self.queueing {
+        let batch = self.app.limits.max_batch.max(1);
+        if self.queueing && items.len() <= batch {
             if let Some(rx) = self.app.store.add_later(&named, items) {
                 self.later = Some(Later::Add { rx, multi });
                 return;
@@ -242,13 +237,20 @@ impl Conn {
         }
         self.outcomes.clear();
         let mut outcomes = std::mem::take(&mut self.outcomes);
-        match self.app.store.add(&named, items, &mut outcomes) {
-            Ok(ack) => {
-                self.ack = Some(ack);
+        // RedisBloom takes any number of items (the input budget bounds a
+        // command's memory): more than a batch are added a batch at a
+        // time, in order, with the same replies; the log is written in
+        // order, so the last batch's acknowledgement covers the others.
+        for part in items.chunks(batch) {
+            match self.app.store.add(&named, part, &mut outcomes) {
+                Ok(ack) => self.ack = Some(ack),
+                Err(e) => {
+                    self.outcomes = outcomes;
+                    return out.error(&error_reply(&e));
+                }
             }
-            Err(e) => {
-                self.outcomes = outcomes;
-                return out.error(&error_reply(&e));
+            if matches!(outcomes.last(), Some(AddOutcome::Full)) {
+                break;
             }
         }
         add_replies(out, multi, &outcomes);
@@ -256,14 +258,18 @@ impl Conn {
     }
 
     pub(super) fn exists(&mut self, key: &[u8], items: &[&[u8]], multi: bool, out: &mut Out) {
-        if items.len() > self.app.limits.max_batch {
-            return out.error(&format!(
-                "ERR too many items in one command (limit {})",
-                self.app.limits.max_batch
-            ));
-        }
+        let batch = self.app.limits.max_batch.max(1);
         self.look_up(key);
-        if self.queueing {
+        if self.last.named.is_none() {
+            self.app
+                .metrics
+                .unknown_filter_lookups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.app.limits.unknown_filter_error {
+                return out.error("ERR not found");
+            }
+        }
+        if self.queueing && items.len() <= batch {
             if let Some(rx) = self.last.named.as_ref().and_then(|n| n.check_later(items)) {
                 self.items_checked += items.len() as u64;
                 let filter = self.last.named.clone().expect("a filter");
@@ -293,10 +299,13 @@ impl Conn {
             }
             Err(e) => out.error(&format!("ERR invalid item: {e}")),
         };
-        if let Err(e) = named.contains_batch(items, &mut self.lookup_scratch, reply) {
-            // No partial answer: the replies given so far are void.
-            out.buf.truncate(start);
-            return out.error(&error_reply(&e));
+        let mut reply = reply;
+        for part in items.chunks(batch) {
+            if let Err(e) = named.contains_batch(part, &mut self.lookup_scratch, &mut reply) {
+                // No partial answer: the replies given so far are void.
+                out.buf.truncate(start);
+                return out.error(&error_reply(&e));
+            }
         }
         l.checks += checks;
         l.hits += hits;

@@ -283,12 +283,6 @@ impl Conn {
         create: Option<CfSpec>,
         out: &mut Out,
     ) {
-        if items.len() > self.app.limits.max_batch {
-            return out.error(&format!(
-                "ERR too many items in one command (limit {})",
-                self.app.limits.max_batch
-            ));
-        }
         let named = match self.cf_key(key) {
             Key::Cuckoo(n) => n,
             Key::Bloom => return out.error(WRONGTYPE),
@@ -341,15 +335,19 @@ impl Conn {
     /// "absent" for every item, as in RedisBloom.
     fn cf_exists(&mut self, argv: &[&[u8]], multi: bool, out: &mut Out) {
         let items = &argv[2..];
-        if items.len() > self.app.limits.max_batch {
-            return out.error(&format!(
-                "ERR too many items in one command (limit {})",
-                self.app.limits.max_batch
-            ));
-        }
         let hits = match self.cf_key(argv[1]) {
             Key::Cuckoo(n) => n.exists(items),
-            _ => vec![false; items.len()],
+            Key::Missing => {
+                self.app
+                    .metrics
+                    .unknown_filter_lookups
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if self.app.limits.unknown_filter_error {
+                    return out.error("ERR not found");
+                }
+                vec![false; items.len()]
+            }
+            Key::Bloom => vec![false; items.len()],
         };
         if multi {
             out.array(hits.len());
