@@ -324,3 +324,59 @@ fn builds_are_reproducible_across_threads_and_memory() {
         assert!(!files[0].1.contains("250,000 new items"), "{}", files[0].1);
     }
 }
+
+/// The address forms mail systems pass are keys of `--keys email`: a
+/// display name with the address in angle brackets, and address literals;
+/// a bracketed domain that is no address literal says what is expected.
+#[test]
+fn mail_address_forms_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("senders.txt");
+    write_lines(
+        &list,
+        [
+            "joe@mailinator.com",
+            "Ann Example <ann@example.org>",
+            "spam@[127.0.0.1]",
+            "v6@[IPv6:2001:DB8::1]",
+        ],
+    );
+    let f = dir.path().join("mail.bgf");
+    let o = bg(&[
+        "build",
+        "--keys",
+        "email",
+        "-n",
+        "100",
+        "-p",
+        "1e-6",
+        "-o",
+        p(&f),
+        p(&list),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("0 invalid"), "{}", stderr(&o));
+    let queries = "Joe Bloggs <joe@mailinator.com>\n\"Bloggs, Joe\" <joe@MAILINATOR.com>\n<ann@example.org>\nann@example.org\nspam@[127.0.0.1]\nv6@[ipv6:2001:db8:0::1]\nother@example.org\n";
+    let out = with_stdin(&["check", p(&f)], queries.as_bytes());
+    let shown = stdout(&out);
+    for hit in [
+        "Joe Bloggs <joe@mailinator.com>",
+        "\"Bloggs, Joe\" <joe@MAILINATOR.com>",
+        "<ann@example.org>",
+        "spam@[127.0.0.1]",
+        "v6@[ipv6:2001:db8:0::1]",
+    ] {
+        assert!(
+            shown.lines().any(|l| l.contains(hit)),
+            "{hit}: {shown}\n{}",
+            stderr(&out)
+        );
+    }
+    assert!(!shown.contains("other@example.org"), "{shown}");
+    let bad = with_stdin(&["check", p(&f)], b"x@[1.2.3]\n");
+    assert!(
+        stderr(&bad).contains("email address literal is not [IPv4 address] or [IPv6:IPv6 address]"),
+        "{}",
+        stderr(&bad)
+    );
+}

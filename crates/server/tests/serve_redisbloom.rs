@@ -616,7 +616,9 @@ fn large_batches_and_unknown_filters() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
     let mut c = s.resp();
-    let items: Vec<String> = (0..25_000).map(|i| format!("http://big.example/{i}")).collect();
+    let items: Vec<String> = (0..25_000)
+        .map(|i| format!("http://big.example/{i}"))
+        .collect();
     let mut args = vec!["BF.MADD", "big"];
     args.extend(items.iter().map(String::as_str));
     let v = c.cmd(&args);
@@ -645,9 +647,21 @@ fn large_batches_and_unknown_filters() {
 
     let s = Server::start(dir.path(), &["--unknown-filter-error"]);
     let mut c = s.resp();
-    assert_eq!(c.cmd(&["BF.EXISTS", "bgi", "x"]), V::Err("ERR not found".into()));
-    assert_eq!(c.cmd(&["BF.MEXISTS", "bgi", "x", "y"]), V::Err("ERR not found".into()));
-    assert_eq!(c.cmd(&["CF.EXISTS", "bgi", "x"]), V::Err("ERR not found".into()));
+    assert_eq!(
+        c.cmd(&["BF.EXISTS", "bgi", "x"]),
+        V::Err("ERR not found".into())
+    );
+    assert_eq!(
+        c.cmd(&["BF.MEXISTS", "bgi", "x", "y"]),
+        V::Err("ERR not found".into())
+    );
+    assert_eq!(
+        c.cmd(&["CF.EXISTS", "bgi", "x"]),
+        V::Err("ERR not found".into())
+    );
     // Known filters answer as ever.
-    assert_eq!(c.cmd(&["BF.EXISTS", "big", "http://big.example/7"]).int(), 1);
+    assert_eq!(
+        c.cmd(&["BF.EXISTS", "big", "http://big.example/7"]).int(),
+        1
+    );
 }
