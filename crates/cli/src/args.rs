@@ -124,7 +124,10 @@ pub struct PolicyArgs {
     /// at half the rate), rotate (a ring of --generations generations over a
     /// --window of adds: entries are forgotten after the window), clear
     /// (empty it when --clear-at of its bits are set), refuse (adds fail).
-    /// rotate and clear are refused for url and host blacklists.
+    /// A blacklist of url or host keys (`build`, `create` but with
+    /// `--purpose dedup`) refuses rotate
+    /// and clear (a forgotten entry would be a false negative); a `dedup`
+    /// state takes every policy.
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
     /// grow: capacity multiplier of each new layer (default 2, at most 32768).
@@ -747,11 +750,12 @@ pub fn parse_listen(s: &str) -> Result<Listen, String> {
         .map_err(|_| format!("{s:?} is not a listen address like 127.0.0.1:8080 (or `off`)"))
 }
 
-/// `bloomgate serve`.
+/// `bloomgate serve`: a directory or a Redis store, one of the two.
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["data_dir", "store"]))]
 pub struct ServeArgs {
     /// Directory of filter files (`NAME.bgf` is served as NAME); also holds the write-ahead log.
-    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    #[arg(long, conflicts_with = "store")]
     pub data_dir: Option<std::path::PathBuf>,
     /// Serve the filters stored in Redis instead of a directory's files:
     /// `redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]` or

@@ -380,3 +380,68 @@ fn mail_address_forms_are_accepted() {
         stderr(&bad)
     );
 }
+
+/// The smaller surprises: `serve` without a source names both sources,
+/// `BLOOMGATE_KERNEL` must name a kernel, `dedup --help` says which
+/// commands refuse rotate and clear, and counts of one are singular.
+#[test]
+fn smaller_surprises() {
+    let o = bg(&["serve"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--data-dir") && err.contains("--store"),
+        "{err}"
+    );
+    assert!(!err.contains("--http"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("one.txt");
+    write_lines(&list, ["http://one.example/"]);
+    let f = dir.path().join("one.bgf");
+    let o = bg(&["build", "-n", "10", "-p", "1e-3", "-o", p(&f), p(&list)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(": 1 line, 1 new item ("),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["info", p(&f)])
+        .env("BLOOMGATE_KERNEL", "bogus")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("BLOOMGATE_KERNEL=\"bogus\" is not a kernel"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["info", p(&f)])
+        .env("BLOOMGATE_KERNEL", "scalar")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let help = stdout(&bg(&["dedup", "--help"]));
+    assert!(
+        !help.contains("rotate and clear are refused for url and host blacklists"),
+        "{help}"
+    );
+    assert!(
+        help.contains("a `dedup` state takes every policy"),
+        "{help}"
+    );
+    let out = with_stdin(
+        &["dedup", "--policy", "rotate", "--window", "10"],
+        b"http://a.example/\nhttp://a.example/\n",
+    );
+    assert_eq!(stdout(&out), "http://a.example/\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("dedup: 2 lines read, 1 passed"),
+        "{}",
+        stderr(&out)
+    );
+}

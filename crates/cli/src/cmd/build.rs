@@ -350,9 +350,9 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
         .saturating_sub(stats.invalid)
         .saturating_sub(stats.new);
     eprintln!(
-        "{verb} {path}: {} lines, {} new items{} ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, {}",
-        thousands(stats.lines),
-        thousands(stats.new),
+        "{verb} {path}: {}, {}{} ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, {}",
+        report::count(stats.lines, "line", "lines"),
+        report::count(stats.new, "new item", "new items"),
         if present > 0 {
             format!(
                 ", {} already present (a repeated entry, or a distinct one that collided with the filter's bits: a false positive)",
@@ -613,8 +613,8 @@ fn build_sliced(
         if ranges.len() - spilled == 1 { "" } else { "es" },
         if spilled > 0 {
             format!(
-                "; the first also writes the records of the last {spilled} slice{}'s items to {} (about {})",
-                if spilled == 1 { "" } else { "s" },
+                "; the first also writes the records of the items of the last {} to {} (about {})",
+                report::count(spilled as u64, "slice", "slices"),
                 dir.display(),
                 bytes(expected)
             )

@@ -468,15 +468,16 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "dedup: {} lines read, {} passed, {} dropped as seen, {} invalid; {} lines/s; state: {} entries, {}, policy {}; predicted rate of new entries wrongly taken as seen: {:.3e}",
-        thousands(counts.lines),
+        "dedup: {} read, {} passed, {} dropped as seen, {} invalid; {} lines/s; state: {}, {}, policy {}; predicted rate of new entries wrongly taken as seen: {:.3e}",
+        crate::report::count(counts.lines, "line", "lines"),
         thousands(counts.passed),
         thousands(counts.seen),
         thousands(counts.invalid),
         thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
-        thousands(layers.items()),
+        crate::report::count(layers.items(), "entry", "entries"),
         match (layers.policy(), layers.layers.len()) {
-            (FillPolicy::Rotate(_), n) => format!("{n} generation(s)"),
+            (FillPolicy::Rotate(_), 1) => "1 generation".into(),
+            (FillPolicy::Rotate(_), n) => format!("{n} generations"),
             (_, 1) => "1 layer".into(),
             (_, n) => format!("{n} layers"),
         },
