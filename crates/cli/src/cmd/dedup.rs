@@ -190,28 +190,17 @@ fn canonicalize(
     out
 }
 
-/// Holds `FILE.lock` while a run uses the state `FILE`.
-fn lock_state(state: &Path) -> Result<std::fs::File> {
+/// Holds `FILE.lock` while a run uses the state `FILE` (removed after).
+fn lock_state(state: &Path) -> Result<crate::lockfile::Lock> {
     let mut name = state.as_os_str().to_os_string();
     name.push(".lock");
     let path = PathBuf::from(name);
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("{}: cannot create the state's lock file", path.display()))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
-            "{}: another bloomgate dedup is using this state (its lock {} is held)",
-            state.display(),
-            path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("{}: cannot lock", path.display()))
-        }
-    }
+    let msg = format!(
+        "{}: another bloomgate dedup is using this state (its lock {} is held)",
+        state.display(),
+        path.display()
+    );
+    crate::lockfile::lock(&path, crate::lockfile::Busy::Fail(&msg))
 }
 
 /// The spec of a new state as the arguments ask (the defaults filled in).
