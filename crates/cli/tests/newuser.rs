@@ -444,4 +444,31 @@ fn smaller_surprises() {
         "{}",
         stderr(&out)
     );
+
+    // Lock files are removed when the command is done.
+    let state = dir.path().join("seen.bgf");
+    let o = with_stdin(&["dedup", "--state", p(&state)], b"http://a.example/\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cf = dir.path().join("del.bgf");
+    let o = bg(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "-n",
+        "100",
+        "-p",
+        "1e-3",
+        "-o",
+        p(&cf),
+        p(&list),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = with_stdin(&["add", p(&cf)], b"http://two.example/\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let locks: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lock"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
 }
