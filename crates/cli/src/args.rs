@@ -124,10 +124,7 @@ pub struct PolicyArgs {
     /// at half the rate), rotate (a ring of --generations generations over a
     /// --window of adds: entries are forgotten after the window), clear
     /// (empty it when --clear-at of its bits are set), refuse (adds fail).
-    /// A blacklist of url or host keys (`build`, `create` but with
-    /// `--purpose dedup`) refuses rotate
-    /// and clear (a forgotten entry would be a false negative); a `dedup`
-    /// state takes every policy.
+    /// url and host blacklists (`build`, `create`) refuse rotate and clear; dedup states take them.
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
     /// grow: capacity multiplier of each new layer (default 2, at most 32768).
@@ -750,9 +747,8 @@ pub fn parse_listen(s: &str) -> Result<Listen, String> {
         .map_err(|_| format!("{s:?} is not a listen address like 127.0.0.1:8080 (or `off`)"))
 }
 
-/// `bloomgate serve`: a directory or a Redis store, one of the two.
+/// `bloomgate serve`.
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("source").required(true).args(["data_dir", "store"]))]
 pub struct ServeArgs {
     /// Directory of filter files (`NAME.bgf` is served as NAME); also holds the write-ahead log.
     #[arg(long, conflicts_with = "store")]
@@ -774,15 +770,8 @@ pub struct ServeArgs {
     /// milliseconds (default 1000).
     #[arg(long, value_name = "MS")]
     pub redis_wait_ms: Option<u64>,
-    /// With --store: a scaling filter (`BF.RESERVE` without `NONSCALING`,
-    /// an auto-create by `BF.ADD`) is one layer in Redis, planned for at
-    /// least this many items.
-    #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_items)]
-    pub redis_scaling_items: u64,
-    /// A Redis-protocol lookup (`BF.EXISTS`, `CF.EXISTS`, …) of a filter
-    /// that does not exist answers `ERR not found` instead of RedisBloom's 0.
-    #[arg(long)]
-    pub unknown_filter_error: bool,
+    #[command(flatten)]
+    pub compat: crate::cmd::serve::Compat,
     /// HTTP/JSON listen address, or `off`.
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub http: Listen,

@@ -11,7 +11,7 @@ mod plan;
 pub mod redis;
 mod remove;
 mod repair;
-mod serve;
+pub mod serve;
 mod spill;
 mod union;
 mod url;
