@@ -20,14 +20,15 @@ use anyhow::{Context, Result};
 /// A held `FILE.lock`; dropping it removes the file and unlocks.
 #[derive(Debug)]
 pub struct Lock {
-    file: File,
+    /// Held for its lock, released when it closes.
+    _file: File,
     path: PathBuf,
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
         // Removed while still locked (see the module doc); the unlock
-        // follows when `file` closes.
+        // follows when `_file` closes.
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -71,7 +72,7 @@ pub fn lock(path: &Path, busy: Busy<'_>) -> Result<Lock> {
         match std::fs::metadata(path) {
             Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => {
                 return Ok(Lock {
-                    file,
+                    _file: file,
                     path: path.to_path_buf(),
                 })
             }
