@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit::RedisServer;
+use testkit::redis::{redis_missing, RedisServer};
 
 const SKIP: &str = "<!-- not run by the README test:";
 
@@ -242,7 +242,7 @@ fn python(run: &Run, b: &Block) {
 
 #[test]
 fn readme_examples_run_in_order() {
-    if testkit::redis_missing() {
+    if redis_missing() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
