@@ -169,10 +169,10 @@ fn insert_inputs(
     let (parallel, mut growing) = match sink {
         Sink::Build(f) => (Some(Par::Insert(f)), None),
         Sink::Slice(s, changed) => {
-            flagged = changed.map(|c| {
+            flagged = changed;
+            if let Some(c) = flagged.as_deref_mut() {
                 c.next = 0;
-                c
-            });
+            }
             (Some(Par::Slice(s)), None)
         }
         Sink::Update(f) => (Some(Par::Update(f)), None),
