@@ -124,7 +124,7 @@ pub struct PolicyArgs {
     /// at half the rate), rotate (a ring of --generations generations over a
     /// --window of adds: entries are forgotten after the window), clear
     /// (empty it when --clear-at of its bits are set), refuse (adds fail).
-    /// rotate and clear are refused for url and host blacklists.
+    /// url and host blacklists (`build`, `create`) refuse rotate and clear; dedup states take them.
     #[arg(long, value_enum)]
     pub policy: Option<PolicyArg>,
     /// grow: capacity multiplier of each new layer (default 2, at most 32768).
@@ -751,7 +751,7 @@ pub fn parse_listen(s: &str) -> Result<Listen, String> {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Directory of filter files (`NAME.bgf` is served as NAME); also holds the write-ahead log.
-    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    #[arg(long, conflicts_with = "store")]
     pub data_dir: Option<std::path::PathBuf>,
     /// Serve the filters stored in Redis instead of a directory's files:
     /// `redis://[USER[:PASSWORD]@]HOST[:PORT][/DB]` or
@@ -770,6 +770,8 @@ pub struct ServeArgs {
     /// milliseconds (default 1000).
     #[arg(long, value_name = "MS")]
     pub redis_wait_ms: Option<u64>,
+    #[command(flatten)]
+    pub compat: crate::cmd::serve::Compat,
     /// HTTP/JSON listen address, or `off`.
     #[arg(long, default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub http: Listen,

@@ -15,4 +15,5 @@ pub mod args;
 pub mod cmd;
 pub mod input;
 pub mod keynotes;
+pub mod lockfile;
 pub mod report;

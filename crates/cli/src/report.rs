@@ -22,6 +22,12 @@ pub fn one_line(err: &anyhow::Error) -> String {
     parts.join(": ").replace('\n', " ")
 }
 
+/// `n` (with thousands separators) and the noun for it: `1 line`,
+/// `2 lines`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
 /// Formats an integer with thousands separators.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();

@@ -152,6 +152,9 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("seen.bgf"))
+        // The lock is no part of the state: removed by a run that ends,
+        // left (empty, and free) by one that is killed.
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".lock"))
         .map(|e| {
             (
                 e.file_name().to_string_lossy().into_owned(),

@@ -252,3 +252,220 @@ fn answers_stream_when_the_writer_pauses() {
         assert_eq!(got.as_deref(), Ok("http://s.example/1\n"), "{args:?}");
     }
 }
+
+/// The same inputs and seed give the same file, byte for byte, whatever the
+/// thread count and the memory budget (so a slicing): which of two colliding
+/// items counts as new — the header's item count — follows the inputs'
+/// order, not the threads'. The filter is small for its items, so that many
+/// items collide and an order-dependent count would show.
+#[test]
+fn builds_are_reproducible_across_threads_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.txt");
+    let b = dir.path().join("b.txt");
+    write_lines(&a, (0..150_000).map(|i| format!("http://a.example/p/{i}")));
+    write_lines(
+        &b,
+        (100_000..250_000).map(|i| format!("http://a.example/p/{i}")),
+    );
+    for layout in ["blocked", "classic"] {
+        let mut files = Vec::new();
+        // In memory on 1 and 2 threads; sliced with a pass per slice; sliced
+        // with the blocked layout's spilled records.
+        let runs = [
+            ("1", None, "0"),
+            ("2", None, "0"),
+            ("3", Some("64K"), "0"),
+            ("2", Some("40K"), "1G"),
+        ];
+        for (threads, memory, spill) in runs {
+            let out = dir
+                .path()
+                .join(format!("{layout}-{threads}-{memory:?}.bgf"));
+            let mut args = vec![
+                "build",
+                "--seed",
+                "7",
+                "--layout",
+                layout,
+                "-n",
+                "300000",
+                "-p",
+                "0.05",
+                "-o",
+                p(&out),
+                p(&a),
+                p(&b),
+            ];
+            if let Some(m) = memory {
+                args.extend(["--memory", m, "--spill", spill]);
+            }
+            let o = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+                .args(&args)
+                .env("RAYON_NUM_THREADS", threads)
+                .output()
+                .unwrap();
+            ok(&o);
+            let err = stderr(&o);
+            assert!(memory.is_none() || err.contains("slices"), "{err}");
+            files.push((out, err));
+        }
+        let first = std::fs::read(&files[0].0).unwrap();
+        for (f, err) in &files[1..] {
+            assert!(
+                std::fs::read(f).unwrap() == first,
+                "{layout}: {} differs from {}\n{err}\n{}",
+                p(f),
+                p(&files[0].0),
+                files[0].1
+            );
+        }
+        // Some items did collide: the count is below the distinct entries.
+        assert!(!files[0].1.contains("250,000 new items"), "{}", files[0].1);
+    }
+}
+
+/// The address forms mail systems pass are keys of `--keys email`: a
+/// display name with the address in angle brackets, and address literals;
+/// a bracketed domain that is no address literal says what is expected.
+#[test]
+fn mail_address_forms_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("senders.txt");
+    write_lines(
+        &list,
+        [
+            "joe@mailinator.com",
+            "Ann Example <ann@example.org>",
+            "spam@[127.0.0.1]",
+            "v6@[IPv6:2001:DB8::1]",
+        ],
+    );
+    let f = dir.path().join("mail.bgf");
+    let o = bg(&[
+        "build",
+        "--keys",
+        "email",
+        "-n",
+        "100",
+        "-p",
+        "1e-6",
+        "-o",
+        p(&f),
+        p(&list),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("0 invalid"), "{}", stderr(&o));
+    let queries = "Joe Bloggs <joe@mailinator.com>\n\"Bloggs, Joe\" <joe@MAILINATOR.com>\n<ann@example.org>\nann@example.org\nspam@[127.0.0.1]\nv6@[ipv6:2001:db8:0::1]\nother@example.org\n";
+    let out = with_stdin(&["check", p(&f)], queries.as_bytes());
+    let shown = stdout(&out);
+    for hit in [
+        "Joe Bloggs <joe@mailinator.com>",
+        "\"Bloggs, Joe\" <joe@MAILINATOR.com>",
+        "<ann@example.org>",
+        "spam@[127.0.0.1]",
+        "v6@[ipv6:2001:db8:0::1]",
+    ] {
+        assert!(
+            shown.lines().any(|l| l.contains(hit)),
+            "{hit}: {shown}\n{}",
+            stderr(&out)
+        );
+    }
+    assert!(!shown.contains("other@example.org"), "{shown}");
+    let bad = with_stdin(&["check", p(&f)], b"x@[1.2.3]\n");
+    assert!(
+        stderr(&bad).contains("email address literal is not [IPv4 address] or [IPv6:IPv6 address]"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+/// The smaller surprises: `serve` without a source names both sources,
+/// `BLOOMGATE_KERNEL` must name a kernel, `dedup --help` says which
+/// commands refuse rotate and clear, and counts of one are singular.
+#[test]
+fn smaller_surprises() {
+    let o = bg(&["serve"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--data-dir") && err.contains("--store"),
+        "{err}"
+    );
+    assert!(!err.contains("--http"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("one.txt");
+    write_lines(&list, ["http://one.example/"]);
+    let f = dir.path().join("one.bgf");
+    let o = bg(&["build", "-n", "10", "-p", "1e-3", "-o", p(&f), p(&list)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(": 1 line, 1 new item ("),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["info", p(&f)])
+        .env("BLOOMGATE_KERNEL", "bogus")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("BLOOMGATE_KERNEL=\"bogus\" is not a kernel"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_bloomgate"))
+        .args(["info", p(&f)])
+        .env("BLOOMGATE_KERNEL", "scalar")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let help = stdout(&bg(&["dedup", "--help"]));
+    assert!(
+        !help.contains("rotate and clear are refused for url and host blacklists"),
+        "{help}"
+    );
+    assert!(help.contains("dedup states take them"), "{help}");
+    let out = with_stdin(
+        &["dedup", "--policy", "rotate", "--window", "10"],
+        b"http://a.example/\nhttp://a.example/\n",
+    );
+    assert_eq!(stdout(&out), "http://a.example/\n", "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("dedup: 2 lines read, 1 passed"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Lock files are removed when the command is done.
+    let state = dir.path().join("seen.bgf");
+    let o = with_stdin(&["dedup", "--state", p(&state)], b"http://a.example/\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cf = dir.path().join("del.bgf");
+    let o = bg(&[
+        "build",
+        "--layout",
+        "cuckoo",
+        "-n",
+        "100",
+        "-p",
+        "1e-3",
+        "-o",
+        p(&cf),
+        p(&list),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = with_stdin(&["add", p(&cf)], b"http://two.example/\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let locks: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lock"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
+}

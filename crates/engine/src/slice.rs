@@ -503,6 +503,44 @@ impl Slice {
         self.new.fetch_add(new, Relaxed);
     }
 
+    /// Sets the bits of classic `items` that fall inside this slice, in
+    /// order and written directly (never staged), and sets `changed[i]`
+    /// when item `i` set a bit that was clear. An item is new to the whole
+    /// filter exactly when it changed some slice, so a caller that keeps
+    /// these flags across the passes of all slices (OR-ed per item) counts
+    /// the items an in-memory build in the same order counts, whatever the
+    /// slicing. Sequential by design: the count depends on the order.
+    ///
+    /// # Panics
+    /// If the layout is not classic or `changed` is shorter than `items`.
+    pub fn insert_classic_flagged<T: AsRef<[u8]>>(&self, items: &[T], changed: &mut [bool]) {
+        assert_eq!(self.params.layout, Layout::Classic);
+        assert!(changed.len() >= items.len());
+        self.settle();
+        let words = self.bits.words();
+        let (start, end) = (self.range.start, self.range.end);
+        let set = |p: &Prepared, flag: &mut bool| {
+            for_each_position(&self.params, p, |word, mask| {
+                if (start..end).contains(&word) {
+                    *flag |= set_word(&words[(word - start) as usize], mask);
+                }
+            });
+        };
+        let mut ring = [Prepared { a: 0, b: 0 }; CLASSIC_PIPELINE];
+        for (i, item) in items.iter().enumerate() {
+            let p = position_of(&self.params, item.as_ref());
+            self.prefetch_classic(&p);
+            let slot = &mut ring[i % CLASSIC_PIPELINE];
+            if i >= CLASSIC_PIPELINE {
+                set(slot, &mut changed[i - CLASSIC_PIPELINE]);
+            }
+            *slot = p;
+        }
+        for i in items.len().saturating_sub(CLASSIC_PIPELINE)..items.len() {
+            set(&ring[i % CLASSIC_PIPELINE], &mut changed[i]);
+        }
+    }
+
     /// Appends records through `fill` to an idle staging buffer (one per
     /// thread staging at once), and writes the buffer when it is full.
     fn stage(&self, stage: &Stage, fill: impl FnOnce(&mut Vec<u64>)) {
@@ -767,6 +805,13 @@ impl SliceWriter {
         self.items += slice.new_items();
         self.next_word = slice.range.end;
         Ok(())
+    }
+
+    /// Replaces the item count the slices' [`Slice::new_items`] added up to
+    /// (for a caller that counted them itself, as
+    /// [`Slice::insert_classic_flagged`] lets it).
+    pub fn set_items(&mut self, items: u64) {
+        self.items = items;
     }
 
     /// Writes the header, syncs and renames the file into place. Every slice

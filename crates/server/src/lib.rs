@@ -58,7 +58,9 @@ use std::time::Duration;
 pub struct Limits {
     /// Largest HTTP request body, in bytes.
     pub max_body_bytes: usize,
-    /// Most items in one batch (HTTP check/add, `BF.MADD`, `BF.MEXISTS`, `BF.INSERT`).
+    /// Most items in one HTTP check or add; Redis-protocol commands of more
+    /// items (`BF.MADD`, `BF.MEXISTS`, `BF.INSERT`) are done this many at
+    /// a time, as RedisBloom takes any number.
     pub max_batch: usize,
     /// Longest item, in bytes.
     pub max_item_bytes: usize,
@@ -96,6 +98,16 @@ pub struct Limits {
     /// an authenticated client ([`budget`]). 0: an eighth of
     /// [`Limits::max_input_bytes`] (no limit if that is 0).
     pub max_unauth_input_bytes: usize,
+    /// A Redis-protocol lookup (`BF.EXISTS`, `BF.MEXISTS`, `CF.EXISTS`,
+    /// `CF.MEXISTS`) of a filter that does not exist answers `ERR not
+    /// found` instead of RedisBloom's 0 (counted either way:
+    /// `bloomgate_unknown_filter_lookups_total`).
+    pub unknown_filter_error: bool,
+    /// With a Redis store, a scaling filter (`BF.RESERVE` without
+    /// `NONSCALING`, an auto-create by `BF.ADD`) is one layer planned for
+    /// at least this many items at the rate asked: a filter in Redis
+    /// cannot add layers.
+    pub redis_scaling_items: u64,
 }
 
 impl Default for Limits {
@@ -114,6 +126,8 @@ impl Default for Limits {
             max_input_bytes: 256 << 20,
             memory: Arc::new(memory::MemoryBudget::new(memory::default_limit())),
             max_unauth_input_bytes: 0,
+            unknown_filter_error: false,
+            redis_scaling_items: 1_000_000,
         }
     }
 }

@@ -90,6 +90,9 @@ pub struct Metrics {
     pub journal_records: AtomicU64,
     /// Live adds (journal and log) re-inserted into reloaded filter files.
     pub journal_replayed: AtomicU64,
+    /// Redis-protocol lookups (`BF.EXISTS`, `CF.EXISTS`, …) of a filter
+    /// that does not exist: a typo in a name makes every key "absent".
+    pub unknown_filter_lookups: AtomicU64,
 }
 
 impl Metrics {
@@ -157,7 +160,7 @@ impl Metrics {
                 );
             }
         }
-        let counters: [(&str, &str, &AtomicU64); 15] = [
+        let counters: [(&str, &str, &AtomicU64); 16] = [
             (
                 "bloomgate_items_checked_total",
                 "Items looked up.",
@@ -232,6 +235,11 @@ impl Metrics {
                 "bloomgate_journal_lost_bytes_total",
                 "Bytes of damaged live-add journal tails discarded.",
                 &self.journal_lost_bytes,
+            ),
+            (
+                "bloomgate_unknown_filter_lookups_total",
+                "Redis-protocol lookups of a filter that does not exist (answered 0, or an error with --unknown-filter-error).",
+                &self.unknown_filter_lookups,
             ),
         ];
         for (name, help, v) in counters {

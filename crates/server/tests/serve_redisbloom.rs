@@ -605,3 +605,63 @@ fn redis_py_sees_redisbloom_replies() {
         &["--port".into(), s.resp.port().to_string()],
     );
 }
+
+/// A cache guard's traps: `BF.MADD` and `BF.MEXISTS` of more than one HTTP
+/// batch (10,000) are answered whole, as RedisBloom does; a lookup of a
+/// filter that does not exist answers 0 as RedisBloom does, is counted
+/// (`bloomgate_unknown_filter_lookups_total`), and with
+/// `--unknown-filter-error` is an error instead.
+#[test]
+fn large_batches_and_unknown_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.resp();
+    let items: Vec<String> = (0..25_000)
+        .map(|i| format!("http://big.example/{i}"))
+        .collect();
+    let mut args = vec!["BF.MADD", "big"];
+    args.extend(items.iter().map(String::as_str));
+    let v = c.cmd(&args);
+    assert_eq!(v.arr().len(), 25_000, "{:?}", &v.arr()[..1]);
+    assert!(v.arr().iter().filter(|x| x.int() == 1).count() > 24_000);
+    args[0] = "BF.MEXISTS";
+    let v = c.cmd(&args);
+    assert_eq!(v.arr().len(), 25_000);
+    assert!(v.arr().iter().all(|x| x.int() == 1), "no false negative");
+    // Every item was added: the count is the new ones of the first reply.
+    let card = c.cmd(&["BF.CARD", "big"]).int();
+    assert!(card > 24_000, "{card}");
+
+    // A typo: RedisBloom's 0, counted.
+    assert_eq!(c.cmd(&["BF.EXISTS", "bgi", "x"]), V::Int(0));
+    assert_eq!(c.cmd(&["CF.EXISTS", "bgi", "x"]).int(), 0);
+    let (st, m) = s.http("GET", "/metrics", None, None);
+    assert_eq!(st, 200);
+    let metrics = m["text"].as_str().unwrap().to_string();
+    assert!(
+        metrics.contains("bloomgate_unknown_filter_lookups_total 2"),
+        "{m}"
+    );
+    drop(c);
+    drop(s);
+
+    let s = Server::start(dir.path(), &["--unknown-filter-error"]);
+    let mut c = s.resp();
+    assert_eq!(
+        c.cmd(&["BF.EXISTS", "bgi", "x"]),
+        V::Err("ERR not found".into())
+    );
+    assert_eq!(
+        c.cmd(&["BF.MEXISTS", "bgi", "x", "y"]),
+        V::Err("ERR not found".into())
+    );
+    assert_eq!(
+        c.cmd(&["CF.EXISTS", "bgi", "x"]),
+        V::Err("ERR not found".into())
+    );
+    // Known filters answer as ever.
+    assert_eq!(
+        c.cmd(&["BF.EXISTS", "big", "http://big.example/7"]).int(),
+        1
+    );
+}

@@ -69,7 +69,7 @@ pub enum KeyError {
     #[error("empty key")]
     Empty,
     /// An email address has no `@`.
-    #[error("email address has no '@'")]
+    #[error("email address has no '@' (expected local@domain, `Name <local@domain>` or local@[IP address])")]
     EmailMissingAt,
     /// An email address has more than one `@`.
     #[error("email address has more than one '@'")]
@@ -82,8 +82,12 @@ pub enum KeyError {
     EmailEmptyDomain,
     /// The part after `@` is not a bare domain (it contains URL syntax such as
     /// `/`, `?`, `#` or a port).
-    #[error("email domain is not a bare domain")]
+    #[error("email domain is not a bare domain (expected local@domain, `Name <local@domain>` or local@[IP address])")]
     EmailBadDomain,
+    /// The part after `@` is bracketed but not an address literal
+    /// (`[127.0.0.1]`, `[IPv6:2001:db8::1]`).
+    #[error("email address literal is not [IPv4 address] or [IPv6:IPv6 address]")]
+    EmailBadLiteral,
     /// A `url` entry or query that is not a URL by the shape rules of
     /// [`entry_key`](crate::entry_key): no scheme and a host without a dot
     /// (`user:1`, `5`), or user info without a scheme (`a@b.com`).

@@ -381,9 +381,40 @@ fn host_lookups(host: &[u8], out: &mut Vec<Vec<u8>>) {
     out.truncate(n);
 }
 
-/// Normalize an email address: `local@canonical-domain`.
+/// The address of a mail header's `Display Name <local@domain>` (or
+/// `<local@domain>`): what lies between the last `<` and a final `>`;
+/// anything else as it is.
+fn angle_address(s: &[u8]) -> &[u8] {
+    match (s.last(), memchr::memrchr(b'<', s)) {
+        (Some(b'>'), Some(open)) => s[open + 1..s.len() - 1].trim_ascii(),
+        _ => s,
+    }
+}
+
+/// The canonical form of an address literal's inside (`127.0.0.1` of
+/// `[127.0.0.1]`, `IPv6:2001:db8::1` of `[IPv6:2001:db8::1]`, RFC 5321
+/// 4.1.3), bracketed: `[127.0.0.1]`, `[2001:db8::1]`.
+fn address_literal(inner: &[u8]) -> Result<String, KeyError> {
+    let bad = || KeyError::EmailBadLiteral;
+    let tagged = inner.len() > 5 && inner[..5].eq_ignore_ascii_case(b"IPv6:");
+    if tagged || inner.contains(&b':') {
+        // The tag is RFC 5321's; an untagged `[::1]` is taken as well.
+        let v6 = if tagged { &inner[5..] } else { inner };
+        let v6 = [&b"["[..], v6, &b"]"[..]].concat();
+        return canonical_host(&v6).map_err(|_| bad());
+    }
+    let text = std::str::from_utf8(inner).map_err(|_| bad())?;
+    let ip: std::net::Ipv4Addr = text.parse().map_err(|_| bad())?;
+    Ok(format!("[{ip}]"))
+}
+
+/// Normalize an email address: `local@canonical-domain`. The forms mail
+/// systems pass are accepted: a display name with the address in angle
+/// brackets (`Joe Bloggs <joe@example.com>`, keyed as `joe@example.com`)
+/// and address literals (`joe@[127.0.0.1]`, `joe@[IPv6:2001:db8::1]`,
+/// keyed with the address canonical and bracketed).
 fn email_key(input: &[u8]) -> Result<Vec<u8>, KeyError> {
-    let s = input.trim_ascii();
+    let s = angle_address(input.trim_ascii());
     if s.is_empty() {
         return Err(KeyError::Url(UrlError::Empty));
     }
@@ -398,14 +429,19 @@ fn email_key(input: &[u8]) -> Result<Vec<u8>, KeyError> {
     if domain.is_empty() {
         return Err(KeyError::EmailEmptyDomain);
     }
-    let bracketed = domain.first() == Some(&b'[');
-    if domain
-        .iter()
-        .any(|&b| matches!(b, b'/' | b'?' | b'#' | b'\\') || (b == b':' && !bracketed))
-    {
-        return Err(KeyError::EmailBadDomain);
-    }
-    let host = canonical_host(domain)?;
+    let host = match domain {
+        [b'[', inner @ .., b']'] => address_literal(inner)?,
+        [b'[', ..] => return Err(KeyError::EmailBadLiteral),
+        _ => {
+            if domain
+                .iter()
+                .any(|&b| matches!(b, b'/' | b'?' | b'#' | b'\\' | b':' | b'<' | b'>'))
+            {
+                return Err(KeyError::EmailBadDomain);
+            }
+            canonical_host(domain)?
+        }
+    };
     let mut key = Vec::with_capacity(local.len() + 1 + host.len());
     key.extend_from_slice(local);
     key.push(b'@');
@@ -631,6 +667,39 @@ mod tests {
             msg,
             "invalid host: contains whitespace or control characters"
         );
+    }
+
+    #[test]
+    fn email_forms_of_mail_systems() {
+        let k = |s: &[u8]| e(KeyKind::Email, MatchMode::Exact, s);
+        assert_eq!(
+            k(b"Joe Bloggs <joe@Mailinator.COM>").unwrap(),
+            b"joe@mailinator.com".to_vec()
+        );
+        assert_eq!(
+            k(b"<joe@mailinator.com>").unwrap(),
+            b"joe@mailinator.com".to_vec()
+        );
+        assert_eq!(k(b"joe@[127.0.0.1]").unwrap(), b"joe@[127.0.0.1]".to_vec());
+        assert_eq!(
+            k(b"joe@[IPv6:2001:DB8::1]").unwrap(),
+            b"joe@[2001:db8::1]".to_vec()
+        );
+        assert_eq!(k(b"joe@[::1]").unwrap(), b"joe@[::1]".to_vec());
+        for bad in [
+            &b"joe@[1.2.3]"[..],
+            b"joe@[example.com]",
+            b"joe@[127.0.0.1",
+            b"joe@[IPv6:zz]",
+        ] {
+            assert_eq!(
+                k(bad),
+                Err(KeyError::EmailBadLiteral),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(k(b"Joe <joe@b.com> x"), Err(KeyError::EmailBadDomain));
     }
 
     #[test]

@@ -50,8 +50,9 @@ struct ChunkOut {
     invalid: Vec<(u64, String)>,
     /// The filter refused the write (only in-place updates can fail).
     failed: Option<String>,
-    /// Normalized keys left for the sequential writer ([`Sink::Growing`]).
-    keys: Vec<Vec<u8>>,
+    /// Normalized keys left for the writer, which runs in input order
+    /// (every sink but [`Sink::Update`]).
+    keys: Packed,
     /// Lines of single-label host entries.
     single_label: Vec<u64>,
     /// The records of the items of spilled later slices, one list per slice.
@@ -62,14 +63,72 @@ struct ChunkOut {
     bare_domains: u64,
 }
 
+/// The keys of one chunk packed in one buffer: one allocation per chunk
+/// for the trip from a worker to the writer, not one per key.
+#[derive(Default)]
+struct Packed {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Packed {
+    fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn keys(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let key = &self.bytes[start..end];
+                start = end;
+                key
+            })
+            .collect()
+    }
+}
+
+/// Which entries of a sliced classic build set a clear bit in some slice so
+/// far, one bit each by their order among the valid entries: a classic
+/// item's bits lie in several slices, and it is new when it changed any
+/// of them, so its count is only known after the last pass (the same count
+/// as an in-memory build's). Costs one bit per entry beside the slice.
+#[derive(Default)]
+struct Changed {
+    bits: Vec<u64>,
+    /// Entries seen in the current pass.
+    next: u64,
+}
+
+impl Changed {
+    fn take(&mut self, flags: &[bool]) {
+        for &f in flags {
+            let (w, b) = ((self.next / 64) as usize, self.next % 64);
+            if w >= self.bits.len() {
+                self.bits.resize(w + 1, 0);
+            }
+            self.bits[w] |= (f as u64) << b;
+            self.next += 1;
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.bits.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
 /// How the entries are written into the filter.
 enum Sink<'a> {
-    /// A new filter: batches from all cores at once.
+    /// A new filter: the keys canonicalized on all cores, the bits set in
+    /// input order (so the item count is reproducible).
     Build(Arc<Filter>),
     /// One slice of a new filter too large for memory (see
-    /// `bloomgate_engine::slice`): batches from all cores, only the bits in
-    /// the slice are set.
-    Slice(&'a Slice),
+    /// `bloomgate_engine::slice`): as [`Sink::Build`], only the bits in the
+    /// slice are set. A classic filter's items also mark in [`Changed`]
+    /// whether they changed this slice.
+    Slice(&'a Slice, Option<&'a mut Changed>),
     /// An in-place update of a fixed filter: batches from all cores through
     /// the engine's page log, so that only the checksum pages that change
     /// are rehashed at the end.
@@ -106,9 +165,16 @@ fn insert_inputs(
         Update(Arc<Filter>),
         Slice(&'s Slice),
     }
+    let mut flagged = None;
     let (parallel, mut growing) = match sink {
         Sink::Build(f) => (Some(Par::Insert(f)), None),
-        Sink::Slice(s) => (Some(Par::Slice(s)), None),
+        Sink::Slice(s, changed) => {
+            flagged = changed;
+            if let Some(c) = flagged.as_deref_mut() {
+                c.next = 0;
+            }
+            (Some(Par::Slice(s)), None)
+        }
         Sink::Update(f) => (Some(Par::Update(f)), None),
         Sink::Growing(list) => (None, Some(list)),
     };
@@ -130,7 +196,7 @@ fn insert_inputs(
                 new: 0,
                 invalid: Vec::new(),
                 failed: None,
-                keys: Vec::new(),
+                keys: Packed::default(),
                 single_label: Vec::new(),
                 spills: Vec::new(),
                 pairs: Vec::new(),
@@ -160,27 +226,41 @@ fn insert_inputs(
                 }
             });
             match &parallel {
-                Some(Par::Insert(f)) => out.new = f.insert_batch(&keys),
-                // A slice counts its new items itself (Slice::new_items).
-                Some(Par::Slice(s)) if !spill_ranges.is_empty() => {
-                    out.spills = vec![Vec::new(); spill_ranges.len()];
-                    s.insert_and_spill(&keys, &spill_ranges, &mut out.spills);
-                }
-                Some(Par::Slice(s)) => s.insert_batch(&keys),
                 Some(Par::Update(f)) => match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
                 },
-                None => out.keys = keys.into_iter().map(Cow::into_owned).collect(),
+                _ => keys.iter().for_each(|k| out.keys.push(k)),
             }
             out
         },
         |chunk, mut out| {
-            if let Some(list) = growing.as_deref_mut() {
-                match list.update_keys(&out.keys, false) {
+            // A new filter's bits are set here, in input order, so that
+            // which of two colliding items counts as new (the header's
+            // item count) is the same whatever the thread count and the
+            // slicing: the workers canonicalize, the writer only hashes
+            // and sets bits.
+            let keys = out.keys.keys();
+            match (&parallel, growing.as_deref_mut()) {
+                (Some(Par::Slice(s)), _) if flagged.is_some() => {
+                    let mut flags = vec![false; keys.len()];
+                    s.insert_classic_flagged(&keys, &mut flags);
+                    if let Some(c) = flagged.as_deref_mut() {
+                        c.take(&flags);
+                    }
+                }
+                (Some(Par::Insert(f)), _) => out.new = f.insert_batch(&keys),
+                // A slice counts its new items itself (Slice::new_items).
+                (Some(Par::Slice(s)), _) if !spill_ranges.is_empty() => {
+                    out.spills = vec![Vec::new(); spill_ranges.len()];
+                    s.insert_and_spill(&keys, &spill_ranges, &mut out.spills);
+                }
+                (Some(Par::Slice(s)), _) => s.insert_batch(&keys),
+                (_, Some(list)) => match list.update_keys(&keys, false) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
-                }
+                },
+                _ => {}
             }
             if let Some(e) = out.failed {
                 bail!("{}: {e}", names[chunk.input]);
@@ -270,9 +350,9 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
         .saturating_sub(stats.invalid)
         .saturating_sub(stats.new);
     eprintln!(
-        "{verb} {path}: {} lines, {} new items{} ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, {}",
-        thousands(stats.lines),
-        thousands(stats.new),
+        "{verb} {path}: {}, {}{} ({} in filter{}), {} invalid, {}, {secs:.2} s, {} lines/s, {}",
+        report::count(stats.lines, "line", "lines"),
+        report::count(stats.new, "new item", "new items"),
         if present > 0 {
             format!(
                 ", {} already present (a repeated entry, or a distinct one that collided with the filter's bits: a false positive)",
@@ -533,8 +613,8 @@ fn build_sliced(
         if ranges.len() - spilled == 1 { "" } else { "es" },
         if spilled > 0 {
             format!(
-                "; the first also writes the records of the last {spilled} slice{}'s items to {} (about {})",
-                if spilled == 1 { "" } else { "s" },
+                "; the first also writes the records of the items of the last {} to {} (about {})",
+                report::count(spilled as u64, "slice", "slices"),
                 dir.display(),
                 bytes(expected)
             )
@@ -544,6 +624,7 @@ fn build_sliced(
     );
     let (inputs, _spool) = input::respoolable(&a.inputs, &dir)?;
     let mut writer = SliceWriter::create(&a.output, &params)?;
+    let mut changed = (params.layout == bloomgate_engine::Layout::Classic).then(Changed::default);
     let mut stats = Stats::default();
     let mut steps = Vec::new();
     for (i, range) in ranges.iter().enumerate() {
@@ -565,7 +646,8 @@ fn build_sliced(
             of: ranges.len(),
         };
         let first = spill.as_mut().filter(|_| i == 0);
-        let mut st = insert_inputs(rules, &inputs, a.strict, Sink::Slice(&s), pass, first)?;
+        let sink = Sink::Slice(&s, changed.as_mut());
+        let mut st = insert_inputs(rules, &inputs, a.strict, sink, pass, first)?;
         writer.write(&s)?;
         st.new = s.new_items();
         if i == 0 {
@@ -583,6 +665,10 @@ fn build_sliced(
         steps.push(format!("{:.1} s (pass)", t.elapsed().as_secs_f64()));
     }
     drop(spill);
+    if let Some(c) = &changed {
+        stats.new = c.count();
+        writer.set_items(stats.new);
+    }
     let predicted = params
         .layout
         .predicted_fp(params.bits, stats.new as f64, params.k);

@@ -190,28 +190,17 @@ fn canonicalize(
     out
 }
 
-/// Holds `FILE.lock` while a run uses the state `FILE`.
-fn lock_state(state: &Path) -> Result<std::fs::File> {
+/// Holds `FILE.lock` while a run uses the state `FILE` (removed after).
+fn lock_state(state: &Path) -> Result<crate::lockfile::Lock> {
     let mut name = state.as_os_str().to_os_string();
     name.push(".lock");
     let path = PathBuf::from(name);
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("{}: cannot create the state's lock file", path.display()))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => bail!(
-            "{}: another bloomgate dedup is using this state (its lock {} is held)",
-            state.display(),
-            path.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("{}: cannot lock", path.display()))
-        }
-    }
+    let msg = format!(
+        "{}: another bloomgate dedup is using this state (its lock {} is held)",
+        state.display(),
+        path.display()
+    );
+    crate::lockfile::lock(&path, crate::lockfile::Busy::Fail(&msg))
 }
 
 /// The spec of a new state as the arguments ask (the defaults filled in).
@@ -468,15 +457,16 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
     }
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "dedup: {} lines read, {} passed, {} dropped as seen, {} invalid; {} lines/s; state: {} entries, {}, policy {}; predicted rate of new entries wrongly taken as seen: {:.3e}",
-        thousands(counts.lines),
+        "dedup: {} read, {} passed, {} dropped as seen, {} invalid; {} lines/s; state: {}, {}, policy {}; predicted rate of new entries wrongly taken as seen: {:.3e}",
+        crate::report::count(counts.lines, "line", "lines"),
         thousands(counts.passed),
         thousands(counts.seen),
         thousands(counts.invalid),
         thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
-        thousands(layers.items()),
+        crate::report::count(layers.items(), "entry", "entries"),
         match (layers.policy(), layers.layers.len()) {
-            (FillPolicy::Rotate(_), n) => format!("{n} generation(s)"),
+            (FillPolicy::Rotate(_), 1) => "1 generation".into(),
+            (FillPolicy::Rotate(_), n) => format!("{n} generations"),
             (_, 1) => "1 layer".into(),
             (_, n) => format!("{n} layers"),
         },

@@ -364,33 +364,16 @@ fn lock_data_dir(path: &str) -> Result<Option<DirLock>> {
     })
 }
 
-/// Holds `FILE.lock` (created beside the filter, and left there) while an
-/// `add` or `remove` changes `FILE`, or a `build --force` replaces it. Each
-/// reads the file, changes it in memory and replaces it whole, so two at
-/// once would each save without the other's changes: entries one of them
-/// reported added would be lost (false negatives). A second one waits for
-/// the first, then reads what that one saved.
-fn lock_file(path: &str) -> Result<std::fs::File> {
+/// Holds `FILE.lock` (created beside the filter, removed when done) while
+/// an `add` or `remove` changes `FILE`, or a `build --force` replaces it.
+/// Each reads the file, changes it in memory and replaces it whole, so two
+/// at once would each save without the other's changes: entries one of
+/// them reported added would be lost (false negatives). A second one waits
+/// for the first, then reads what that one saved.
+fn lock_file(path: &str) -> Result<crate::lockfile::Lock> {
     let lock = format!("{path}.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .with_context(|| format!("{lock}: cannot create the filter's lock file"))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            eprintln!(
-                "bloomgate: waiting for another bloomgate that is changing {path} ({lock} is held)"
-            );
-            f.lock().with_context(|| format!("{lock}: cannot lock"))?;
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("{lock}: cannot lock"))
-        }
-    }
-    Ok(f)
+    let msg = format!("waiting for another bloomgate that is changing {path} ({lock} is held)");
+    crate::lockfile::lock(Path::new(&lock), crate::lockfile::Busy::Wait(&msg))
 }
 
 /// `bloomgate add` or `bloomgate remove` on a counting or cuckoo filter

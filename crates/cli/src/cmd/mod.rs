@@ -11,7 +11,7 @@ mod plan;
 pub mod redis;
 mod remove;
 mod repair;
-mod serve;
+pub mod serve;
 mod spill;
 mod union;
 mod url;
@@ -36,6 +36,7 @@ impl std::error::Error for UsageError {}
 
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<i32> {
+    check_kernel_name()?;
     // Commands that read inputs stop cleanly on Ctrl-C (the server handles
     // its signals itself).
     if matches!(
@@ -171,4 +172,22 @@ pub fn check_kind(
         }
     }
     Ok(())
+}
+
+/// A `BLOOMGATE_KERNEL` that names no kernel this CPU runs is a usage
+/// error, not silently the default.
+fn check_kernel_name() -> Result<()> {
+    use bloomgate_engine::arch::Kernel;
+    match std::env::var("BLOOMGATE_KERNEL") {
+        Ok(name) if Kernel::by_name(&name).is_none() => Err(UsageError(format!(
+            "BLOOMGATE_KERNEL={name:?} is not a kernel this CPU supports (supported: {})",
+            Kernel::supported()
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into()),
+        _ => Ok(()),
+    }
 }

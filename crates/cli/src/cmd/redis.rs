@@ -312,10 +312,10 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let planned = filter.meta().params.planned_items;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "added to {}: {} lines, {} new items ({} in filter), {} invalid, {secs:.2} s, {} lines/s, {}",
+        "added to {}: {}, {} ({} in filter), {} invalid, {secs:.2} s, {} lines/s, {}",
         filter.address().display(),
-        thousands(lines),
-        thousands(new),
+        report::count(lines, "line", "lines"),
+        report::count(new, "new item", "new items"),
         thousands(items),
         thousands(invalid),
         thousands((lines as f64 / secs.max(1e-9)) as u64),

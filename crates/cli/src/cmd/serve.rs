@@ -10,6 +10,24 @@ use bloomgate_server::ServeConfig;
 
 use crate::args::ServeArgs;
 
+/// `serve`'s choices where RedisBloom's behaviour is a trap, and the rule
+/// that a directory or a store is served (one of the two, named together
+/// when neither is given). Flattened into [`ServeArgs`].
+#[derive(clap::Args, Debug)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["data_dir", "store"]))]
+pub struct Compat {
+    /// With --store: a scaling filter (`BF.RESERVE` without `NONSCALING`,
+    /// an auto-create by `BF.ADD`) is one layer in Redis, planned for at
+    /// least this many items.
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = crate::args::parse_items)]
+    pub redis_scaling_items: u64,
+    /// A Redis-protocol lookup (`BF.EXISTS`, `CF.EXISTS`, …) of a filter
+    /// that does not exist answers `ERR not found` instead of RedisBloom's 0.
+    #[arg(long)]
+    pub unknown_filter_error: bool,
+}
+
+/// Runs the service until it is stopped.
 pub fn run(a: ServeArgs) -> Result<i32> {
     if a.store.is_none() && (a.redis_wait.is_some() || a.redis_wait_ms.is_some()) {
         return Err(crate::cmd::UsageError(
@@ -35,6 +53,8 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         }),
         ..ServeConfig::default()
     };
+    config.limits.unknown_filter_error = a.compat.unknown_filter_error;
+    config.limits.redis_scaling_items = a.compat.redis_scaling_items;
     if let Some(s) = a.idle_secs {
         config.limits.idle_timeout = Duration::from_secs(s);
     }

@@ -22,7 +22,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 
 use bloomgate_engine::slice::{can_spill, Slice, RECORD_BYTES};
 use bloomgate_engine::Params;
@@ -173,9 +172,13 @@ impl Spill {
                 if n == 0 {
                     break;
                 }
-                buf[..n]
-                    .par_chunks(1 << 20)
-                    .try_for_each(|c| s.insert_records(c))?;
+                // In file order (the inputs' order), one call at a time: an
+                // item's count as new depends on the items of its block
+                // before it, and a build's item count must not depend on
+                // the thread count.
+                for c in buf[..n].chunks(1 << 20) {
+                    s.insert_records(c)?;
+                }
                 read += n as u64;
                 progress.fetch_add(n as u64, Relaxed);
             }

@@ -42,10 +42,13 @@
 //! * **Credentials.** A password or user that Redis refuses is a clear
 //!   error (`ERR … authentication failed …`, HTTP 400), at startup and on
 //!   any request, not `TRYAGAIN`: retrying cannot fix it.
-//! * **Not offered:** scaling filters (a Redis filter has one layer),
-//!   `BF.SCANDUMP`/`BF.LOADCHUNK`, snapshots and reloads
-//!   ([`StoreError::Unsupported`]). A non-scaling filter is not refused
-//!   adds past its capacity: its false-positive rate rises instead.
+//! * **One layer.** A Redis filter cannot add layers: a scaling filter
+//!   (`BF.RESERVE` without `NONSCALING`, an auto-create by `BF.ADD`) is
+//!   made one layer planned for at least `Limits::redis_scaling_items`,
+//!   and no filter is refused adds past its capacity: its false-positive
+//!   rate rises instead.
+//! * **Not offered:** `BF.SCANDUMP`/`BF.LOADCHUNK`, snapshots and reloads
+//!   ([`StoreError::Unsupported`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -522,10 +525,24 @@ impl RedisStore {
         self.all().iter().map(|n| n.name.clone()).collect()
     }
 
-    /// Creates an empty filter in Redis (the blocked layout only; a
-    /// scaling filter is [`StoreError::Unsupported`]): a zero file of the
-    /// planned size is written to a temporary directory and pushed.
+    /// Creates an empty filter in Redis (the blocked layout only): a zero
+    /// file of the planned size is written to a temporary directory and
+    /// pushed. A filter in Redis has one layer, so a scaling filter is
+    /// made one non-scaling layer planned for at least
+    /// [`Limits::redis_scaling_items`](crate::Limits) items.
     pub fn create(&self, name: &str, spec: &FilterSpec) -> Result<Arc<RedisNamed>, StoreError> {
+        let scaled;
+        let spec = match spec.fill {
+            FillPolicy::Grow { .. } => {
+                scaled = FilterSpec {
+                    items: spec.items.max(self.limits.redis_scaling_items),
+                    fill: FillPolicy::Fixed,
+                    ..spec.clone()
+                };
+                &scaled
+            }
+            _ => spec,
+        };
         let addr = Self::address_of(&self.opts, name)?;
         spec.validate()
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
@@ -533,10 +550,7 @@ impl RedisStore {
             FillPolicy::Rotate(_) | FillPolicy::Clear { .. } => return Err(StoreError::Unsupported(
                 "the rotate and clear fill policies: a filter stored in Redis has one layer that is never replaced; serve it from a data directory",
             )),
-            FillPolicy::Grow { .. } => return Err(StoreError::Unsupported(
-                "scaling filters (EXPANSION): a filter stored in Redis has one layer; create it with NONSCALING, or with BF.RESERVE and a capacity",
-            )),
-            FillPolicy::Fixed | FillPolicy::Refuse => {}
+            FillPolicy::Grow { .. } | FillPolicy::Fixed | FillPolicy::Refuse => {}
         }
         if spec.layout != Layout::Blocked {
             return Err(StoreError::Invalid(

@@ -7,7 +7,7 @@ use bloomgate_blacklist::layers::{DEFAULT_EXPANSION, MAX_EXPANSION};
 use bloomgate_blacklist::spec::check_rate;
 use bloomgate_url::KeyError;
 
-use super::{error_reply, lossy, parse_f64, parse_i64, too_many, upper, Parsed, Refusal};
+use super::{error_reply, lossy, parse_f64, parse_i64, upper, Parsed, Refusal};
 use crate::resp::codec::Out;
 use crate::resp::session::{Later, Session};
 use crate::store::{AddOutcome, Checked, FillPolicy, FilterSpec, Info, StoreError};
@@ -314,9 +314,6 @@ impl Add<'_> {
             multi,
             create,
         } = self;
-        if too_many(s, items.len(), out) {
-            return;
-        }
         let name = lossy(key);
         let named = match s.app.store.get(&name) {
             Some(n) => n,
@@ -334,7 +331,8 @@ impl Add<'_> {
                 }
             }
         };
-        if s.queueing {
+        let batch = s.app.limits.max_batch.max(1);
+        if s.queueing && items.len() <= batch {
             if let Some(rx) = s.app.store.add_later(&named, items) {
                 s.later = Some(Later::Add { rx, multi });
                 return;
@@ -342,13 +340,20 @@ impl Add<'_> {
         }
         s.outcomes.clear();
         let mut outcomes = std::mem::take(&mut s.outcomes);
-        match s.app.store.add(&named, items, &mut outcomes) {
-            Ok(ack) => {
-                s.ack = Some(ack);
+        // RedisBloom takes any number of items (the input budget bounds a
+        // command's memory): more than a batch are added a batch at a
+        // time, in order, with the same replies; the log is written in
+        // order, so the last batch's acknowledgement covers the others.
+        for part in items.chunks(batch) {
+            match s.app.store.add(&named, part, &mut outcomes) {
+                Ok(ack) => s.ack = Some(ack),
+                Err(e) => {
+                    s.outcomes = outcomes;
+                    return out.error(&error_reply(&e));
+                }
             }
-            Err(e) => {
-                s.outcomes = outcomes;
-                return out.error(&error_reply(&e));
+            if matches!(outcomes.last(), Some(AddOutcome::Full)) {
+                break;
             }
         }
         add_replies(out, multi, &outcomes);
@@ -358,11 +363,18 @@ impl Add<'_> {
 
 /// `BF.EXISTS` / `BF.MEXISTS`, through the connection's cached lookup.
 fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut Out) {
-    if too_many(s, items.len(), out) {
-        return;
-    }
+    let batch = s.app.limits.max_batch.max(1);
     s.look_up(key);
-    if s.queueing {
+    if s.last.named.is_none() {
+        s.app
+            .metrics
+            .unknown_filter_lookups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if s.app.limits.unknown_filter_error {
+            return out.error("ERR not found");
+        }
+    }
+    if s.queueing && items.len() <= batch {
         if let Some(rx) = s.last.named.as_ref().and_then(|n| n.check_later(items)) {
             s.items_checked += items.len() as u64;
             let filter = s.last.named.clone().expect("a filter");
@@ -392,10 +404,13 @@ fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut O
         }
         Err(e) => out.error(&format!("ERR invalid item: {e}")),
     };
-    if let Err(e) = named.contains_batch(items, &mut s.lookup_scratch, reply) {
-        // No partial answer: the replies given so far are void.
-        out.buf.truncate(start);
-        return out.error(&error_reply(&e));
+    let mut reply = reply;
+    for part in items.chunks(batch) {
+        if let Err(e) = named.contains_batch(part, &mut s.lookup_scratch, &mut reply) {
+            // No partial answer: the replies given so far are void.
+            out.buf.truncate(start);
+            return out.error(&error_reply(&e));
+        }
     }
     l.checks += checks;
     l.hits += hits;

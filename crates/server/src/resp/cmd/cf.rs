@@ -30,7 +30,7 @@
 //!   leave no space that moving fingerprints to older sub-filters would
 //!   need to reclaim for correctness).
 
-use super::{error_reply, lossy, parse_f64, parse_i64, too_many, upper, Parsed, Refusal};
+use super::{error_reply, lossy, parse_f64, parse_i64, upper, Parsed, Refusal};
 use crate::resp::codec::Out;
 use crate::resp::session::Session;
 use crate::store::cuckoo::{
@@ -350,9 +350,6 @@ impl Add<'_> {
             multi,
             create,
         } = self;
-        if too_many(s, items.len(), out) {
-            return;
-        }
         let named = match cf_key(s, key) {
             Key::Cuckoo(n) => n,
             Key::Bloom => return out.error(WRONGTYPE),
@@ -401,12 +398,19 @@ impl Add<'_> {
 /// `CF.EXISTS` / `CF.MEXISTS`: a missing key, or a Bloom filter's, is
 /// "absent" for every item, as in RedisBloom.
 fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut Out) {
-    if too_many(s, items.len(), out) {
-        return;
-    }
     let hits = match cf_key(s, key) {
         Key::Cuckoo(n) => n.exists(items),
-        _ => vec![false; items.len()],
+        Key::Missing => {
+            s.app
+                .metrics
+                .unknown_filter_lookups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if s.app.limits.unknown_filter_error {
+                return out.error("ERR not found");
+            }
+            vec![false; items.len()]
+        }
+        Key::Bloom => vec![false; items.len()],
     };
     if multi {
         out.array(hits.len());

@@ -87,19 +87,6 @@ pub(super) fn wrong_arity(out: &mut Out, cmd: &[u8]) {
     ));
 }
 
-/// `ERR too many items in one command`, or nothing when `items` fit the
-/// server's batch limit.
-pub(super) fn too_many(s: &Session, items: usize, out: &mut Out) -> bool {
-    if items > s.app.limits.max_batch {
-        out.error(&format!(
-            "ERR too many items in one command (limit {})",
-            s.app.limits.max_batch
-        ));
-        return true;
-    }
-    false
-}
-
 /// Why a frame is not a command that can be applied, found while parsing.
 pub(super) enum Refusal<'a> {
     /// The wrong number of arguments for the command named so.
