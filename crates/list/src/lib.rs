@@ -52,7 +52,7 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{verdict_ref, Blacklist, LogMode, Opened, Whitelist};
+use bloomgate_blacklist::{verdict_ref, Blacklist, LogMode, Opened, VerdictRef, Whitelist};
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
 use bloomgate_engine::{Access, AnyFilter, Removal};
 use bloomgate_redis::{Added, Address, RedisFilter};
@@ -119,6 +119,16 @@ impl Verdict {
         match self {
             Verdict::Absent => None,
             Verdict::Present { matched } | Verdict::Whitelisted { matched } => Some(matched),
+        }
+    }
+
+    /// The verdict as the whitelist rule's borrowed form
+    /// ([`bloomgate_blacklist::VerdictRef`]: hit, whitelisted, matched key).
+    pub fn as_ref(&self) -> VerdictRef<'_> {
+        VerdictRef {
+            hit: self.hit(),
+            whitelisted: self.whitelisted(),
+            matched: self.matched(),
         }
     }
 }
