@@ -140,7 +140,7 @@ fn the_same_items_give_the_same_verdicts_through_every_kind() {
     let q = queries();
     for (i, (query, v)) in q.iter().zip(want).enumerate() {
         match (i % 4, i < 800) {
-            _ if query.contains("evil7.example/phish/") => {
+            _ if query.to_lowercase().contains("//evil7.example") && query.contains("/phish/") => {
                 assert_eq!(
                     v.as_ref().unwrap(),
                     &Verdict::Whitelisted {
@@ -178,6 +178,7 @@ fn add_says_new_once_and_remove_takes_one_copy() {
         assert!(list.add(b"http://x.example/a").unwrap(), "{layout}");
         assert!(!list.add(b"HTTP://X.example:80/a#b").unwrap(), "{layout}");
         list.save().unwrap();
+        drop(list);
         let hit = |list: &List| list.check(b"http://x.example/a").unwrap().unwrap().hit();
         let mut list = List::open_with(s(&path), &update()).unwrap();
         assert!(hit(&list), "{layout}: saved");
@@ -209,6 +210,8 @@ fn add_says_new_once_and_remove_takes_one_copy() {
             list.add(b"http://[::1"),
             Err(Error::InvalidItem { .. })
         ));
+        list.save().unwrap();
+        drop(list);
         // A list opened for reading takes no changes.
         let mut read = List::open(s(&path)).unwrap();
         assert!(matches!(
