@@ -23,7 +23,7 @@ pub enum Error {
     /// "absent" ([`bloomgate_redis::Error::Unavailable`],
     /// [`bloomgate_redis::Error::Damaged`]).
     #[error(transparent)]
-    Redis(#[from] bloomgate_redis::Error),
+    Redis(Box<bloomgate_redis::Error>),
     /// A filter in Redis could not be opened (not found, no connection).
     #[error("opening {address}")]
     RedisOpen {
@@ -31,7 +31,7 @@ pub enum Error {
         address: String,
         /// Why.
         #[source]
-        source: bloomgate_redis::Error,
+        source: Box<bloomgate_redis::Error>,
     },
     /// The file's header names a key kind or match mode this build does
     /// not know.
@@ -91,9 +91,16 @@ impl Error {
     /// bad address, an option of another store or layout): a usage error
     /// for a command line, as opposed to a failure while doing the work.
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            Error::Unsupported { .. } | Error::Redis(bloomgate_redis::Error::Address { .. })
-        )
+        match self {
+            Error::Unsupported { .. } => true,
+            Error::Redis(e) => matches!(**e, bloomgate_redis::Error::Address { .. }),
+            _ => false,
+        }
+    }
+}
+
+impl From<bloomgate_redis::Error> for Error {
+    fn from(e: bloomgate_redis::Error) -> Error {
+        Error::Redis(Box::new(e))
     }
 }

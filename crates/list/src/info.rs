@@ -434,7 +434,7 @@ pub(crate) fn table(
     ));
     lines.push(format!("whitelist       {} items", whitelist));
     if o.verify {
-        lines.push(format!("checksum        verified"));
+        lines.push("checksum        verified".to_string());
     }
     Ok(Info {
         json: v,

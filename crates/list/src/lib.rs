@@ -158,11 +158,11 @@ struct Table {
 enum Store {
     /// A Bloom filter file, blocked or classic, with all its layers; in a
     /// data directory with its live adds (unless snapshot-only).
-    Bloom(Blacklist),
+    Bloom(Box<Blacklist>),
     /// A counting or cuckoo filter file.
-    Table(Table),
+    Table(Box<Table>),
     /// A blocked filter in Redis or Redis Cluster.
-    Redis(RedisFilter),
+    Redis(Box<RedisFilter>),
 }
 
 /// A list: one filter with its key rules and whitelist, in a file or in
@@ -206,11 +206,11 @@ impl List {
             }
             let f = RedisFilter::open(&a).map_err(|source| Error::RedisOpen {
                 address: shown.clone(),
-                source,
+                source: Box::new(source),
             })?;
             return Ok(List {
                 address: shown,
-                store: Store::Redis(f),
+                store: Store::Redis(Box::new(f)),
                 options: options.clone(),
                 _lock: None,
             });
@@ -225,18 +225,18 @@ impl List {
             if options.verify {
                 filter.verify()?;
             }
-            Store::Table(Table {
+            Store::Table(Box::new(Table {
                 filter,
                 kind,
                 mode,
                 whitelist,
-            })
+            }))
         } else {
             if options.verify {
                 verify_layers(address)?;
             }
             if options.update {
-                Store::Bloom(Blacklist::open_for_update(address)?)
+                Store::Bloom(Box::new(Blacklist::open_for_update(address)?))
             } else {
                 if options.lock {
                     lock = lock_dir(address)?;
@@ -245,7 +245,7 @@ impl List {
                     true => LogMode::SnapshotOnly,
                     false => LogMode::Replay,
                 };
-                Store::Bloom(Blacklist::open_read(address, log)?)
+                Store::Bloom(Box::new(Blacklist::open_read(address, log)?))
             }
         };
         Ok(List {
@@ -261,13 +261,13 @@ impl List {
     pub fn from_table(filter: AnyFilter, path: &str) -> Result<List, Error> {
         let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
         let store = match filter {
-            AnyFilter::Bloom(f) => Store::Bloom(Blacklist::from_filter(f)?),
-            filter => Store::Table(Table {
+            AnyFilter::Bloom(f) => Store::Bloom(Box::new(Blacklist::from_filter(f)?)),
+            filter => Store::Table(Box::new(Table {
                 filter,
                 kind,
                 mode,
                 whitelist: Whitelist::default(),
-            }),
+            })),
         };
         Ok(List {
             address: path.to_string(),
@@ -450,7 +450,7 @@ impl List {
             problem,
         };
         match &self.store {
-            Store::Bloom(b) => Ok((b.layers().bytes() > budget).then_some(b)),
+            Store::Bloom(b) => Ok((b.layers().bytes() > budget).then_some(&**b)),
             Store::Table(t) if budget < t.filter.data_bytes() => Err(refuse(format!(
                 "checking in slices (--memory {}) is for Bloom filters; this {} filter's {} are memory-mapped whole: leave out --memory",
                 units::bytes(budget),
@@ -536,16 +536,18 @@ impl List {
     pub fn remove_key(&mut self, key: &[u8]) -> Result<Removal, Error> {
         self.removable()?;
         self.writable()?;
-        match &self.store {
-            Store::Table(Table {
-                filter: AnyFilter::Counting(f),
-                ..
-            }) => Ok(f.remove(key)),
-            Store::Table(Table {
-                filter: AnyFilter::Cuckoo(f),
-                ..
-            }) => Ok(f.remove(key)),
-            _ => Err(Error::ReadOnly(self.address.clone())),
+        let table = match &self.store {
+            Store::Table(t) => &t.filter,
+            // Refused by `removable` above.
+            Store::Bloom(_) | Store::Redis(_) => return Ok(Removal::NotPresent),
+        };
+        match table {
+            AnyFilter::Counting(f) => Ok(f.remove(key)),
+            AnyFilter::Cuckoo(f) => Ok(f.remove(key)),
+            AnyFilter::Bloom(f) => Err(Error::CannotRemove {
+                address: self.address.clone(),
+                layout: f.params().layout.name(),
+            }),
         }
     }
 

@@ -345,7 +345,7 @@ fn a_missing_redis_shard_is_an_error_never_absent() {
         )
         .unwrap_err();
     assert!(
-        matches!(e, Error::Redis(bloomgate_redis::Error::Damaged { .. })),
+        matches!(&e, Error::Redis(r) if matches!(**r, bloomgate_redis::Error::Damaged { .. })),
         "{e}"
     );
     assert!(out.is_empty(), "no verdict when the store cannot tell");
