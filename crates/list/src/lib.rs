@@ -187,69 +187,15 @@ impl List {
     /// apply to the store are refused ([`Error::Unsupported`]) before it is
     /// read.
     pub fn open_with(address: &str, options: &OpenOptions) -> Result<List, Error> {
-        let mut lock = None;
-        let store = if bloomgate_redis::is_redis_address(address) {
-            let mut a = Address::parse(address)?;
-            let shown = a.display();
-            let refuse = |problem: &str| Error::Unsupported {
-                address: shown.clone(),
-                problem: problem.into(),
-            };
-            if options.verify {
-                return Err(refuse("a filter in Redis has no checksum to verify (--verify applies to filter files)"));
-            }
-            if options.snapshot_only {
-                return Err(refuse("a filter in Redis has no snapshot apart from its live state (--snapshot-only applies to filter files)"));
-            }
-            if let Some(p) = &options.password_file {
-                a = a.with_password_file(p)?;
-            }
-            let f = RedisFilter::open(&a).map_err(|source| Error::RedisOpen {
-                address: shown.clone(),
-                source: Box::new(source),
-            })?;
-            return Ok(List {
-                address: shown,
-                store: Store::Redis(Box::new(f)),
-                options: options.clone(),
-                _lock: None,
-            });
+        let (shown, store, lock) = if bloomgate_redis::is_redis_address(address) {
+            open_redis(address, options)?
         } else if is_table(address) {
-            if options.lock || options.update {
-                lock = lock_dir(address)?;
-            }
-            let filter = AnyFilter::open(address, Access::ReadOnly)?;
-            let (kind, mode) = rules_of(address, filter.key_kind(), filter.match_mode())?;
-            let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(address)))
-                .map_err(bloomgate_blacklist::Error::from)?;
-            if options.verify {
-                filter.verify()?;
-            }
-            Store::Table(Box::new(Table {
-                filter,
-                kind,
-                mode,
-                whitelist,
-            }))
+            open_table(address, options)?
         } else {
-            if options.verify {
-                verify_layers(address)?;
-            }
-            if options.update {
-                Store::Bloom(Box::new(Blacklist::open_for_update(address)?))
-            } else {
-                if options.lock {
-                    lock = lock_dir(address)?;
-                }
-                let log = match options.snapshot_only {
-                    true => LogMode::SnapshotOnly,
-                    false => LogMode::Replay,
-                };
-                Store::Bloom(Box::new(Blacklist::open_read(address, log)?))
-            }
+            open_bloom(address, options)?
         };
         Ok(List {
-            address: address.to_string(),
+            address: shown,
             store,
             options: options.clone(),
             _lock: lock,
@@ -654,6 +600,83 @@ impl List {
             Store::Redis(r) => info::redis(r),
         }
     }
+}
+
+/// What an opener returns: the address to show, the store, and the data
+/// directory's lock when one was taken.
+type Opening = (String, Store, Option<DirLock>);
+
+/// Opens a filter in Redis. The options of files are refused before any
+/// connection is made.
+fn open_redis(address: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    let mut a = Address::parse(address)?;
+    let shown = a.display();
+    let refuse = |problem: &str| Error::Unsupported {
+        address: shown.clone(),
+        problem: problem.into(),
+    };
+    if options.verify {
+        return Err(refuse(
+            "a filter in Redis has no checksum to verify (--verify applies to filter files)",
+        ));
+    }
+    if options.snapshot_only {
+        return Err(refuse("a filter in Redis has no snapshot apart from its live state (--snapshot-only applies to filter files)"));
+    }
+    if let Some(p) = &options.password_file {
+        a = a.with_password_file(p)?;
+    }
+    let f = RedisFilter::open(&a).map_err(|source| Error::RedisOpen {
+        address: shown.clone(),
+        source: Box::new(source),
+    })?;
+    Ok((shown, Store::Redis(Box::new(f)), None))
+}
+
+/// Opens a counting or cuckoo filter file (mapped copy-on-write: changes
+/// reach the file only through [`List::save`], whole).
+fn open_table(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    let lock = match options.lock || options.update {
+        true => lock_dir(path)?,
+        false => None,
+    };
+    let filter = AnyFilter::open(path, Access::ReadOnly)?;
+    let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
+    let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))
+        .map_err(bloomgate_blacklist::Error::from)?;
+    if options.verify {
+        filter.verify()?;
+    }
+    let table = Table {
+        filter,
+        kind,
+        mode,
+        whitelist,
+    };
+    Ok((path.to_string(), Store::Table(Box::new(table)), lock))
+}
+
+/// Opens a Bloom filter file with all its layers: for an update writable
+/// (its data directory locked by the opener), otherwise read-only with a
+/// served data directory's live adds replayed (unless snapshot-only).
+fn open_bloom(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    if options.verify {
+        verify_layers(path)?;
+    }
+    if options.update {
+        let list = Blacklist::open_for_update(path)?;
+        return Ok((path.to_string(), Store::Bloom(Box::new(list)), None));
+    }
+    let lock = match options.lock {
+        true => lock_dir(path)?,
+        false => None,
+    };
+    let log = match options.snapshot_only {
+        true => LogMode::SnapshotOnly,
+        false => LogMode::Replay,
+    };
+    let list = Blacklist::open_read(path, log)?;
+    Ok((path.to_string(), Store::Bloom(Box::new(list)), lock))
 }
 
 /// True if `path` is a counting or cuckoo filter file. Anything else,
