@@ -8,6 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::input::Progress;
 
+pub use bloomgate_list::units::{bytes, thousands};
+
 /// An error and its causes on one line, outermost first, without repeats
 /// (library errors already name the file).
 pub fn one_line(err: &anyhow::Error) -> String {
@@ -26,19 +28,6 @@ pub fn one_line(err: &anyhow::Error) -> String {
 /// `2 lines`.
 pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", thousands(n), if n == 1 { one } else { many })
-}
-
-/// Formats an integer with thousands separators.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The predicted and target false-positive rates of a filter, per query
@@ -61,22 +50,6 @@ pub fn rates(
         q(predicted),
         q(target)
     )
-}
-
-/// Formats a byte count with a binary unit.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 /// Peak resident memory of this process (`VmHWM`), in bytes.

@@ -714,8 +714,8 @@ pub fn add(a: AddArgs) -> Result<i32> {
     // All layers, writable; in a data directory also its lock (refused
     // while a server runs there) and the live adds its files lack.
     let mut list = Blacklist::open_for_update(&a.filter)?;
-    crate::cmd::report_opened(&a.filter, &list, false);
-    crate::cmd::check_kind(&a.filter, &list, a.keys, None)?;
+    crate::cmd::report_opened(&a.filter, list.opened(), false);
+    crate::cmd::check_kind(&a.filter, (list.kind(), list.mode()), a.keys, None)?;
     let rules = (list.kind(), list.mode());
     let result = if list.layers().fill == FillPolicy::Fixed {
         let layer = list.layers().layers[0].clone();

@@ -5,8 +5,9 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
-use bloomgate_blacklist::{verdict_ref, Blacklist, CheckScratch, VerdictRef};
+use bloomgate_blacklist::{verdict_ref, Blacklist, VerdictRef};
 use bloomgate_engine::slice::{self, position_of, Slice};
+use bloomgate_list::{CheckScratch, OpenOptions};
 use bloomgate_url::{query_keys, KeyError, KeyKind};
 
 use crate::args::CheckArgs;
@@ -195,37 +196,43 @@ pub fn run(a: CheckArgs) -> Result<i32> {
 
 /// Runs `bloomgate check`, answering into `out` (for callers that want the
 /// answers rather than the text on standard output). Returns the exit code.
+///
+/// Every list is checked the same way ([`bloomgate_list::List::check_many`]: each chunk's
+/// lookups in one batch, then the whitelist rule), whatever its layout or
+/// store; a lookup the store cannot answer (a Redis node down, a shard
+/// evicted) fails the command: no answer is printed as a miss. A Bloom
+/// filter larger than `--memory` is checked a slice at a time
+/// ([`check_sliced`]).
 pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
-    if crate::cmd::redis::is_address(&a.filter) {
-        return check_redis(a, out);
-    }
-    if crate::cmd::deletable::kind_of(&a.filter).is_some() {
-        return check_deletable(a, out);
-    }
-    if a.verify {
-        crate::cmd::verify_files(&a.filter)?;
-    }
-    let list = crate::cmd::open_read(&a.filter, a.snapshot_only)?;
-    crate::cmd::check_kind(&a.filter, &list, a.keys, a.match_mode)?;
+    let options = OpenOptions {
+        snapshot_only: a.snapshot_only,
+        verify: a.verify,
+        password_file: a.redis.redis_password_file.clone(),
+        ..OpenOptions::default()
+    };
+    let list = crate::cmd::open_list(&a.filter, &options)?;
+    crate::cmd::check_kind(&a.filter, (list.kind(), list.mode()), a.keys, a.match_mode)?;
     let output = Output::of(&a);
     let mut report = Report::new(out, &a.inputs, list.kind());
-    match a.memory {
-        Some(budget) if list.layers().bytes() > budget => {
-            check_sliced(&a, &list, budget, output, &mut report)?
-        }
+    match (
+        list.sliced(a.memory).map_err(crate::cmd::list_error)?,
+        a.memory,
+    ) {
+        (Some(bloom), Some(budget)) => check_sliced(&a, bloom, budget, output, &mut report)?,
         _ => input::process(
             a.inputs.clone(),
             Progress::default(),
-            |chunk| {
+            |chunk| -> Result<ChunkOut, bloomgate_list::Error> {
                 let (mut r, lines) = ChunkOut::split(chunk);
-                // All lookups of the chunk (~4 MiB of input) in one pipelined
-                // batch (see Blacklist::check_many), then the answers in order.
+                // All lookups of the chunk (~4 MiB of input) in one batch
+                // (pipelined in memory, one pipeline per Redis node), then
+                // the answers in order.
                 let mut verdicts = Vec::new();
                 list.check_many(
                     lines.iter().map(|&(_, l)| l),
                     &mut CheckScratch::default(),
                     &mut verdicts,
-                );
+                )?;
                 for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
                     let verdict = match verdict {
                         Ok(v) => Ok(v.as_ref()),
@@ -233,116 +240,14 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
                     };
                     r.answer(output, line_no, line, verdict);
                 }
-                r
+                Ok(r)
             },
-            |chunk, r| report.take(chunk, r),
+            |chunk, r| {
+                let r = r.with_context(|| format!("checking against {}", list.address()))?;
+                report.take(chunk, r)
+            },
         )?,
     }
-    report.finish(output)
-}
-
-/// `bloomgate check` against a filter stored in Redis: the same chunks,
-/// lookup keys, whitelist rules and output as for a file
-/// ([`bloomgate_redis::RedisFilter::check_many`]), each chunk's lookups one
-/// pipeline per node. A lookup Redis cannot answer fails the command: no
-/// answer is printed as a miss.
-fn check_redis(a: CheckArgs, out: impl Write) -> Result<i32> {
-    use crate::cmd::redis::refuse;
-    refuse(a.verify, "--verify")?;
-    refuse(a.memory.is_some(), "--memory")?;
-    refuse(a.snapshot_only, "--snapshot-only")?;
-    let filter = crate::cmd::redis::open(&a.filter, &a.redis)?;
-    let kind_given = a.keys.map(KeyKind::from);
-    if kind_given.is_some_and(|k| k != filter.kind()) {
-        return Err(crate::cmd::UsageError(format!(
-            "{} holds {} keys, but --keys {} was given",
-            a.filter,
-            filter.kind(),
-            kind_given.expect("given")
-        ))
-        .into());
-    }
-    if let Some(m) = a.match_mode.map(bloomgate_url::MatchMode::from) {
-        if m != filter.mode() {
-            return Err(crate::cmd::UsageError(format!(
-                "{} was built for {} matching, but --match {m} was given",
-                a.filter,
-                filter.mode()
-            ))
-            .into());
-        }
-    }
-    let output = Output::of(&a);
-    let mut report = Report::new(out, &a.inputs, filter.kind());
-    input::process(
-        a.inputs.clone(),
-        Progress::default(),
-        |chunk| -> Result<ChunkOut, bloomgate_redis::Error> {
-            let (mut r, lines) = ChunkOut::split(chunk);
-            let mut verdicts = Vec::new();
-            filter.check_many(lines.iter().map(|&(_, l)| l), &mut verdicts)?;
-            for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
-                let verdict = match verdict {
-                    Ok(v) => Ok(v.as_ref()),
-                    Err(e) => Err(e.clone()),
-                };
-                r.answer(output, line_no, line, verdict);
-            }
-            Ok(r)
-        },
-        |chunk, r| {
-            let r =
-                r.with_context(|| format!("checking against {}", filter.address().display()))?;
-            report.take(chunk, r)
-        },
-    )?;
-    report.finish(output)
-}
-
-/// `bloomgate check` against a counting or cuckoo filter file: the same
-/// lookup keys, whitelist rule, output and exit codes as for a Bloom file,
-/// one lookup at a time (these filters have no batched lookup). The file is
-/// memory-mapped whole; checking in slices (`--memory`) is for Bloom filters,
-/// so a budget smaller than the filter is refused rather than ignored.
-fn check_deletable(a: CheckArgs, out: impl Write) -> Result<i32> {
-    use crate::cmd::deletable::Deletable;
-    let d = Deletable::open(&a.filter)?;
-    if a.verify {
-        d.filter.verify()?;
-    }
-    d.check_rules(&a.filter, a.keys, a.match_mode)?;
-    if let Some(budget) = a.memory.filter(|&m| m < d.filter.data_bytes()) {
-        return Err(crate::cmd::UsageError(format!(
-            "{}: checking in slices (--memory {}) is for Bloom filters; this {} filter's {} are memory-mapped whole: leave out --memory",
-            a.filter,
-            bytes(budget),
-            d.filter.kind(),
-            bytes(d.filter.data_bytes())
-        ))
-        .into());
-    }
-    let output = Output::of(&a);
-    let mut report = Report::new(out, &a.inputs, d.kind);
-    let filter = &d.filter;
-    input::process(
-        a.inputs.clone(),
-        Progress::default(),
-        |chunk| {
-            let (mut r, lines) = ChunkOut::split(chunk);
-            let mut keys = Vec::new();
-            for (line_no, line) in lines {
-                let verdict = query_keys(d.kind, d.mode, line, &mut keys).map(|()| {
-                    verdict_ref(
-                        &d.whitelist,
-                        keys.iter().map(|k| (k.as_slice(), filter.contains(k))),
-                    )
-                });
-                r.answer(output, line_no, line, verdict);
-            }
-            r
-        },
-        |chunk, r| report.take(chunk, r),
-    )?;
     report.finish(output)
 }
 

@@ -45,19 +45,17 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::json;
 
-use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{per_lookup_rate, Whitelist};
-use bloomgate_engine::format::{peek_layout_code, DeletableKind, FORMAT_VERSION};
-use bloomgate_engine::math::{self, CUCKOO_DEFAULT_BUCKET_SIZE, CUCKOO_PLANNED_LOAD};
+use bloomgate_blacklist::per_lookup_rate;
+use bloomgate_engine::format::{peek_layout_code, DeletableKind};
+use bloomgate_engine::math::{self, CUCKOO_DEFAULT_BUCKET_SIZE};
 use bloomgate_engine::{
-    random_seed, Access, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams,
-    Removal,
+    random_seed, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams, Removal,
 };
+use bloomgate_list::{List, OpenOptions};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
-use crate::args::{BuildArgs, InfoArgs, KeysArg, MatchArg};
+use crate::args::{BuildArgs, KeysArg};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
@@ -75,86 +73,6 @@ pub fn kind_of(path: &str) -> Option<DeletableKind> {
     peek_layout_code(Path::new(path))
         .ok()
         .and_then(DeletableKind::from_code)
-}
-
-/// A counting or cuckoo filter file with its key rules and whitelist.
-pub struct Deletable {
-    /// The filter (never [`AnyFilter::Bloom`]).
-    pub filter: AnyFilter,
-    /// What its entries are.
-    pub kind: KeyKind,
-    /// How queries match them.
-    pub mode: MatchMode,
-    /// The exact list of known false positives (`FILE.whitelist`).
-    pub whitelist: Whitelist,
-}
-
-impl Deletable {
-    /// Opens the counting or cuckoo filter file at `path` (the header is
-    /// checked, the data mapped copy-on-write) and its whitelist.
-    pub fn open(path: &str) -> Result<Deletable> {
-        let filter = AnyFilter::open(path, Access::ReadOnly)?;
-        if !filter.kind().deletable() {
-            bail!(
-                "{path}: a {} Bloom filter, not a counting or cuckoo filter",
-                filter.kind()
-            );
-        }
-        let (kind, mode) = rules_of(path, &filter)?;
-        let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))?;
-        Ok(Deletable {
-            filter,
-            kind,
-            mode,
-            whitelist,
-        })
-    }
-
-    /// Fails with a usage error if `keys` or `mode` is given and differs
-    /// from the filter's (the messages of `cmd::check_kind`).
-    pub fn check_rules(
-        &self,
-        path: &str,
-        keys: Option<KeysArg>,
-        mode: Option<MatchArg>,
-    ) -> Result<()> {
-        if let Some(k) = keys.map(KeyKind::from) {
-            if k != self.kind {
-                return Err(UsageError(format!(
-                    "{path} holds {} keys, but --keys {k} was given",
-                    self.kind
-                ))
-                .into());
-            }
-        }
-        if let Some(m) = mode.map(MatchMode::from) {
-            if m != self.mode {
-                return Err(UsageError(format!(
-                    "{path} was built for {} matching, but --match {m} was given",
-                    self.mode
-                ))
-                .into());
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The key kind and match mode stored in a filter's header.
-fn rules_of(path: &str, filter: &AnyFilter) -> Result<(KeyKind, MatchMode)> {
-    let kind = KeyKind::from_u8(filter.key_kind()).ok_or_else(|| {
-        anyhow!(
-            "{path}: unknown key kind code {} (written by a newer bloomgate?)",
-            filter.key_kind()
-        )
-    })?;
-    let mode = MatchMode::from_u8(filter.match_mode()).ok_or_else(|| {
-        anyhow!(
-            "{path}: unknown match mode code {} (written by a newer bloomgate?)",
-            filter.match_mode()
-        )
-    })?;
-    Ok((kind, mode))
 }
 
 /// What is done to each entry.
@@ -214,14 +132,14 @@ struct ChunkKeys {
 /// Returns what was done and how the pass ended; on an error the filter
 /// holds the changes made before it, and the caller decides whether to save.
 pub fn apply(
-    filter: &AnyFilter,
-    (kind, mode): (KeyKind, MatchMode),
+    list: &mut List,
     inputs: &[String],
     strict: bool,
     op: Op,
     full: &mut Option<Full>,
 ) -> (Tally, Result<()>) {
     let mut t = Tally::default();
+    let (kind, mode) = (list.kind(), list.mode());
     let names = inputs.to_vec();
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(inputs), &progress, None);
@@ -281,46 +199,34 @@ pub fn apply(
                 let key = &out.arena[start..end];
                 start = end;
                 t.lines += 1;
-                match (op, filter) {
-                    (Op::Add, AnyFilter::Counting(f)) => {
-                        t.done += 1;
-                        t.other += !f.insert(key) as u64;
-                    }
-                    (Op::Add, AnyFilter::Cuckoo(f)) => match f.insert(key) {
+                match op {
+                    Op::Add => match list.add_key(key) {
                         Ok(new) => {
                             t.done += 1;
                             t.other += !new as u64;
                         }
                         Err(e) => {
-                            *full = Some(Full {
-                                at: format!("{name}:{line}"),
-                                kicks: e.kicks,
-                            });
-                            bail!("{e}");
+                            if let bloomgate_list::Error::Full { kicks } = e {
+                                *full = Some(Full {
+                                    at: format!("{name}:{line}"),
+                                    kicks,
+                                });
+                            }
+                            return Err(e.into());
                         }
                     },
-                    (Op::Remove, AnyFilter::Counting(_) | AnyFilter::Cuckoo(_)) => {
-                        let removal = match filter {
-                            AnyFilter::Counting(f) => f.remove(key),
-                            AnyFilter::Cuckoo(f) => f.remove(key),
-                            AnyFilter::Bloom(_) => unreachable!("matched above"),
-                        };
-                        match removal {
-                            Removal::Removed => t.done += 1,
-                            Removal::NotPresent => {
-                                t.other += 1;
-                                if t.absent_at.len() < SHOW {
-                                    t.absent_at.push(format!(
-                                        "{name}:{line} ({})",
-                                        String::from_utf8_lossy(key)
-                                    ));
-                                }
+                    Op::Remove => match list.remove_key(key)? {
+                        Removal::Removed => t.done += 1,
+                        Removal::NotPresent => {
+                            t.other += 1;
+                            if t.absent_at.len() < SHOW {
+                                t.absent_at.push(format!(
+                                    "{name}:{line} ({})",
+                                    String::from_utf8_lossy(key)
+                                ));
                             }
                         }
-                    }
-                    (_, AnyFilter::Bloom(_)) => {
-                        bail!("a Bloom filter cannot take this path (internal error)")
-                    }
+                    },
                 }
             }
             Ok(())
@@ -352,16 +258,6 @@ pub fn apply(
         );
     }
     (t, result)
-}
-
-/// Takes the data directory's lock if the file is in one: a running server
-/// holds it (the change would be lost to, or lose, the server's state), so
-/// the edit is refused then, as `add` is for Bloom files.
-fn lock_data_dir(path: &str) -> Result<Option<DirLock>> {
-    Ok(match datadir::locate(Path::new(path)) {
-        Some((dir, _)) => Some(DirLock::acquire(&dir)?),
-        None => None,
-    })
 }
 
 /// Holds `FILE.lock` (created beside the filter, removed when done) while
@@ -399,26 +295,38 @@ pub fn edit(
         Op::Add => "added to",
         Op::Remove => "removed from",
     };
-    let _lock = lock_data_dir(path)?;
+    // Refused before anything is locked or changed: a Bloom file or a
+    // filter in Redis cannot delete.
+    if op == Op::Remove {
+        List::open(path)
+            .and_then(|list| list.removable())
+            .map_err(crate::cmd::list_error)?;
+    }
     let _file_lock = lock_file(path)?;
-    let d = Deletable::open(path)?;
-    d.check_rules(path, keys, None)?;
+    // Opened for update: in a data directory under its lock (refused while
+    // a server runs there: the change would be lost to, or lose, the
+    // server's state, as `add` is for Bloom files).
+    let update = OpenOptions {
+        update: true,
+        ..OpenOptions::default()
+    };
+    let mut list = crate::cmd::open_list(path, &update)?;
+    crate::cmd::check_kind(path, (list.kind(), list.mode()), keys, None)?;
     // The file is rewritten whole with a fresh checksum: check the data it
     // holds first, or damage would be sealed in as if it were valid.
-    d.filter
-        .verify()
+    list.verify()
         .with_context(|| format!("refusing to change {path}: its data is damaged"))?;
     let mut full = None;
-    let (t, result) = apply(&d.filter, (d.kind, d.mode), inputs, strict, op, &mut full);
+    let (t, result) = apply(&mut list, inputs, strict, op, &mut full);
     match (result, full) {
         (Ok(()), _) => {
-            d.filter.save(path)?;
-            summary(verb, op, path, &d.filter, &t, started);
+            list.save()?;
+            summary(verb, op, path, &list, &t, started);
             Ok(0)
         }
         (Err(_), Some(full)) => {
-            d.filter.save(path)?;
-            summary(verb, op, path, &d.filter, &t, started);
+            list.save()?;
+            summary(verb, op, path, &list, &t, started);
             bail!(
                 "{path}: the cuckoo filter is full: the entry at {} found no room after {} evictions (all undone); the {} entries before it were added and saved, it and the rest were not. Nothing stored was lost. Build a larger filter (bloomgate build --layout cuckoo --items …) for more",
                 full.at,
@@ -435,7 +343,10 @@ pub fn edit(
 
 /// The last line of `build`, `add` and `remove`: what was done and what the
 /// filter holds now.
-fn summary(verb: &str, op: Op, path: &str, filter: &AnyFilter, t: &Tally, started: Instant) {
+fn summary(verb: &str, op: Op, path: &str, list: &List, t: &Tally, started: Instant) {
+    let Some(filter) = list.table() else {
+        return;
+    };
     let secs = started.elapsed().as_secs_f64();
     let what = match op {
         Op::Add if t.other > 0 => format!(
@@ -577,19 +488,13 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
             AnyFilter::Cuckoo(CuckooFilter::new(params)?)
         }
     };
+    let mut list = List::from_table(filter, &a.output)?;
     let mut full = None;
-    let (t, result) = apply(
-        &filter,
-        (kind, mode),
-        &a.inputs,
-        a.strict,
-        Op::Add,
-        &mut full,
-    );
+    let (t, result) = apply(&mut list, &a.inputs, a.strict, Op::Add, &mut full);
     match (result, full) {
         (Ok(()), _) => {
-            filter.save(&a.output)?;
-            summary("built", Op::Add, &a.output, &filter, &t, started);
+            list.save()?;
+            summary("built", Op::Add, &a.output, &list, &t, started);
             Ok(0)
         }
         (Err(_), Some(full)) => bail!(
@@ -606,164 +511,4 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
             a.output
         )),
     }
-}
-
-/// `bloomgate info` on a counting or cuckoo filter file. Unlike a Bloom
-/// filter's (which reads only the header), it makes one pass over the data
-/// to count non-zero and saturated counters, or occupied slots.
-pub fn info(a: InfoArgs) -> Result<i32> {
-    use std::io::Write;
-    let d = Deletable::open(&a.filter)?;
-    if a.verify {
-        d.filter.verify()?;
-    }
-    let f = &d.filter;
-    let data_bytes = f.data_bytes();
-    let planned = f.planned_items();
-    let mut v = json!({
-        "path": a.filter,
-        "format_version": FORMAT_VERSION,
-        "layout": f.kind().name(),
-        "deletable": true,
-        "bits": data_bytes * 8,
-        "bytes": data_bytes,
-        "bits_per_item": (data_bytes * 8) as f64 / planned.max(1) as f64,
-        "hash": "xxh3-128",
-        "seed": format!("{:#018x}", f.seed()),
-        "key_kind": d.kind.to_string(),
-        "match_mode": d.mode.to_string(),
-        "items": f.items(),
-        "planned_items": planned,
-        "target_fp": f.target_fp(),
-        "predicted_fp": f.predicted_fp(),
-        "whitelist_items": d.whitelist.len(),
-        "verified": a.verify,
-    });
-    let mut lines: Vec<(&str, String)> = Vec::new();
-    match f {
-        AnyFilter::Counting(c) => {
-            let p = c.params();
-            let nonzero = c.nonzero_counters();
-            let saturated = c.saturated_counters();
-            v["counters"] = json!(p.counters);
-            v["counter_bits"] = json!(math::COUNTER_BITS);
-            v["k"] = json!(p.k);
-            v["load"] = json!(c.load());
-            v["nonzero_counters"] = json!(nonzero);
-            v["fill_ratio"] = json!(nonzero as f64 / p.counters as f64);
-            v["saturated_counters"] = json!(saturated);
-            lines.push((
-                "layout",
-                format!(
-                    "counting ({}-bit counters, {} to a 64-byte block, k = {})",
-                    math::COUNTER_BITS,
-                    math::COUNTING_BLOCK_COUNTERS,
-                    p.k
-                ),
-            ));
-            lines.push((
-                "size",
-                format!("{} counters = {}", thousands(p.counters), bytes(data_bytes)),
-            ));
-            lines.push((
-                "load",
-                format!(
-                    "{:.4} ({} items of {} planned)",
-                    c.load(),
-                    thousands(c.items()),
-                    thousands(planned)
-                ),
-            ));
-            lines.push((
-                "fill ratio",
-                format!(
-                    "{:.4} ({} counters above zero)",
-                    nonzero as f64 / p.counters as f64,
-                    thousands(nonzero)
-                ),
-            ));
-            lines.push((
-                "saturated",
-                format!(
-                    "{} counters at {} (never changed again: a delete cannot clear them)",
-                    thousands(saturated),
-                    math::COUNTER_MAX
-                ),
-            ));
-        }
-        AnyFilter::Cuckoo(c) => {
-            let p = c.params();
-            let occupied = c.occupied_slots();
-            v["buckets"] = json!(p.buckets);
-            v["bucket_size"] = json!(p.bucket_size);
-            v["fingerprint_bits"] = json!(p.fingerprint_bits);
-            v["max_kicks"] = json!(p.max_kicks);
-            v["slots"] = json!(p.slots());
-            v["occupied_slots"] = json!(occupied);
-            v["load"] = json!(c.load());
-            v["fill_ratio"] = json!(occupied as f64 / p.slots() as f64);
-            lines.push((
-                "layout",
-                format!(
-                    "cuckoo ({}-bit fingerprints, buckets of {} slots, up to {} evictions per insert)",
-                    p.fingerprint_bits, p.bucket_size, p.max_kicks
-                ),
-            ));
-            lines.push((
-                "size",
-                format!(
-                    "{} buckets = {} slots = {}",
-                    thousands(p.buckets),
-                    thousands(p.slots()),
-                    bytes(data_bytes)
-                ),
-            ));
-            lines.push((
-                "load",
-                format!(
-                    "{:.4} ({} of {} slots occupied; {} items planned, inserts may fail past about {:.0} %)",
-                    occupied as f64 / p.slots() as f64,
-                    thousands(occupied),
-                    thousands(p.slots()),
-                    thousands(planned),
-                    CUCKOO_PLANNED_LOAD * 100.0
-                ),
-            ));
-        }
-        AnyFilter::Bloom(_) => bail!("{}: not a counting or cuckoo filter", a.filter),
-    }
-    let stdout = std::io::stdout();
-    let mut o = stdout.lock();
-    if a.json {
-        writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(0);
-    }
-    writeln!(o, "file            {}", a.filter)?;
-    writeln!(o, "format          version {FORMAT_VERSION}")?;
-    for (name, line) in &lines[..2] {
-        writeln!(o, "{name:<16}{line}")?;
-    }
-    writeln!(o, "keys            {} ({} matching)", d.kind, d.mode)?;
-    writeln!(o, "hash            xxh3-128, seed {:#018x}", f.seed())?;
-    writeln!(
-        o,
-        "items           {} stored (adds minus removes), {} planned",
-        thousands(f.items()),
-        thousands(planned)
-    )?;
-    for (name, line) in &lines[2..] {
-        writeln!(o, "{name:<16}{line}")?;
-    }
-    writeln!(
-        o,
-        "false positives {:.3e} predicted at {} items (target {:.3e})",
-        f.predicted_fp(),
-        thousands(f.items()),
-        f.target_fp()
-    )?;
-    writeln!(o, "whitelist       {} items", d.whitelist.len())?;
-    if a.verify {
-        writeln!(o, "checksum        verified")?;
-    }
-    Ok(0)
 }

@@ -90,26 +90,47 @@ pub fn open_read(path: &str, snapshot_only: bool) -> Result<bloomgate_blacklist:
         LogMode::Replay
     };
     let list = Blacklist::open_read(path, mode)?;
-    report_opened(path, &list, snapshot_only);
+    report_opened(path, list.opened(), snapshot_only);
     Ok(list)
 }
 
-/// Reads every layer file of a filter whole and checks its data checksum
-/// (on the files as they are: before any live adds are re-inserted).
+/// Opens the list at `address` (a filter file of any layout, or a Redis
+/// address) as `options` say, with the stderr notes of [`report_opened`].
+pub fn open_list(
+    address: &str,
+    options: &bloomgate_list::OpenOptions,
+) -> Result<bloomgate_list::List> {
+    let list = bloomgate_list::List::open_with(address, options).map_err(list_error)?;
+    report_opened(address, list.opened(), options.snapshot_only);
+    Ok(list)
+}
+
+/// Reads every file of a list whole and checks its data checksum (a Bloom
+/// filter's layers as they are on disk: before any live adds are
+/// re-inserted).
 pub fn verify_files(path: &str) -> Result<()> {
-    let files = bloomgate_blacklist::Blacklist::open_read(
-        path,
-        bloomgate_blacklist::LogMode::SnapshotOnly,
-    )?;
-    for f in &files.layers().layers {
-        f.verify()?;
+    let snapshot = bloomgate_list::OpenOptions {
+        snapshot_only: true,
+        ..bloomgate_list::OpenOptions::default()
+    };
+    bloomgate_list::List::open_with(path, &snapshot)
+        .and_then(|list| list.verify())
+        .map_err(list_error)
+}
+
+/// A list's error for the command line: one that says the list was asked
+/// for something that does not apply to it (an option of another store, a
+/// bad address) is a usage error (exit code 2).
+pub fn list_error(e: bloomgate_list::Error) -> anyhow::Error {
+    if e.is_usage() {
+        UsageError(e.to_string()).into()
+    } else {
+        e.into()
     }
-    Ok(())
 }
 
 /// The stderr notes of [`open_read`] and of in-place updates.
-pub fn report_opened(path: &str, list: &bloomgate_blacklist::Blacklist, snapshot_only: bool) {
-    let o = list.opened();
+pub fn report_opened(path: &str, o: &bloomgate_blacklist::Opened, snapshot_only: bool) {
     for d in &o.damaged {
         eprintln!("bloomgate: warning: {d}");
     }
@@ -144,29 +165,28 @@ pub fn report_opened(path: &str, list: &bloomgate_blacklist::Blacklist, snapshot
     }
 }
 
-/// Fails with a usage error if `given` is set and differs from the filter's kind/mode.
+/// Fails with a usage error if `keys` or `mode` is given and differs from
+/// the filter's key kind or match mode.
 pub fn check_kind(
     path: &str,
-    list: &bloomgate_blacklist::Blacklist,
+    (kind, match_mode): (bloomgate_url::KeyKind, bloomgate_url::MatchMode),
     keys: Option<crate::args::KeysArg>,
     mode: Option<crate::args::MatchArg>,
 ) -> Result<()> {
     if let Some(k) = keys {
         let k: bloomgate_url::KeyKind = k.into();
-        if k != list.kind() {
+        if k != kind {
             return Err(UsageError(format!(
-                "{path} holds {} keys, but --keys {k} was given",
-                list.kind()
+                "{path} holds {kind} keys, but --keys {k} was given"
             ))
             .into());
         }
     }
     if let Some(m) = mode {
         let m: bloomgate_url::MatchMode = m.into();
-        if m != list.mode() {
+        if m != match_mode {
             return Err(UsageError(format!(
-                "{path} was built for {} matching, but --match {m} was given",
-                list.mode()
+                "{path} was built for {match_mode} matching, but --match {m} was given"
             ))
             .into());
         }

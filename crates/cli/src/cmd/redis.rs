@@ -1,6 +1,6 @@
 //! Filters stored in Redis (`bloomgate_redis`): `push`, `pull`, and the
-//! Redis side of `add`, `info` and `whitelist` (`check` is in
-//! [`check`](super::check), beside the file path it mirrors).
+//! Redis side of `add` (`check`, `info` and `whitelist` go through
+//! `bloomgate_list::List`, as for files).
 
 use std::io::Write;
 use std::path::Path;
@@ -8,12 +8,11 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use serde_json::json;
 
 use bloomgate_redis::{Address, RedisFilter};
 use bloomgate_url::entry_key;
 
-use crate::args::{AddArgs, InfoArgs, PullArgs, PushArgs, RedisOpts, WhitelistCmd};
+use crate::args::{AddArgs, PullArgs, PushArgs, RedisOpts};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
@@ -46,17 +45,6 @@ pub fn address(s: &str, opts: &RedisOpts) -> Result<Address> {
 pub fn open(s: &str, opts: &RedisOpts) -> Result<RedisFilter> {
     let a = address(s, opts)?;
     RedisFilter::open(&a).with_context(|| format!("opening {}", a.display()))
-}
-
-/// Refuses a file-only option given with a Redis filter.
-pub fn refuse(given: bool, option: &str) -> Result<()> {
-    if given {
-        return Err(UsageError(format!(
-            "{option} applies to filter files, not Redis filters"
-        ))
-        .into());
-    }
-    Ok(())
 }
 
 /// Runs `bloomgate push`.
@@ -341,199 +329,6 @@ pub fn add(a: AddArgs) -> Result<i32> {
             filter.predicted_fp(items),
             filter.meta().params.target_fp
         );
-    }
-    Ok(0)
-}
-
-/// Runs `bloomgate info` on a Redis filter.
-pub fn info(a: InfoArgs) -> Result<i32> {
-    refuse(a.verify, "--verify")?;
-    refuse(a.snapshot_only, "--snapshot-only")?;
-    let filter = open(&a.filter, &a.redis)?;
-    let i = filter.info()?;
-    let m = filter.meta();
-    let p = &m.params;
-    let predicted = filter.predicted_fp(i.items);
-    let fill = i.fill_ratio();
-    let fp_at_fill = filter.fp_at_fill(i.ones);
-    let estimated = bloomgate_engine::math::estimate_items(p.bits, p.k, i.ones);
-    let mut o = std::io::stdout().lock();
-    if a.json {
-        let v = json!({
-            "address": filter.address().display(),
-            "server": filter.store().server(),
-            "cluster": filter.address().cluster,
-            "name": filter.address().name,
-            "redis_format": m.format,
-            "layout": p.layout.name(),
-            "bits": p.bits,
-            "bytes": p.bits / 8,
-            "k": p.k,
-            "block_bits": 512,
-            "hash": "xxh3-128",
-            "seed": format!("{:#018x}", p.seed),
-            "key_kind": filter.kind().to_string(),
-            "match_mode": filter.mode().to_string(),
-            "items": i.items,
-            "planned_items": p.planned_items,
-            "target_fp": p.target_fp,
-            "bits_per_item": p.bits as f64 / p.planned_items.max(1) as f64,
-            "predicted_fp": predicted,
-            "ones": i.ones,
-            "fill_ratio": fill,
-            "estimated_items": estimated,
-            "fp_at_fill": fp_at_fill,
-            "shard_blocks": m.shard_blocks,
-            "shards": i.shards,
-            "shards_present": i.shards_present,
-            "shards_damaged": i.damaged.iter().map(|(shard, problem)| json!({
-                "shard": shard,
-                "key": bloomgate_redis::layout::shard_key(&filter.address().name, *shard),
-                "problem": problem,
-            })).collect::<Vec<_>>(),
-            "whitelist_items": i.whitelist,
-        });
-        writeln!(o, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(report_damage(&filter, &i));
-    }
-    writeln!(o, "redis           {}", filter.address().display())?;
-    writeln!(o, "format          redis layout version {}", m.format)?;
-    writeln!(
-        o,
-        "layout          {} (k = {}, 512-bit blocks)",
-        p.layout, p.k
-    )?;
-    writeln!(
-        o,
-        "size            {} bits = {}",
-        thousands(p.bits),
-        bytes(p.bits / 8)
-    )?;
-    writeln!(
-        o,
-        "shards          {} of {} blocks ({} each), {} present",
-        thousands(i.shards),
-        thousands(m.shard_blocks),
-        bytes(m.shard_blocks * 64),
-        thousands(i.shards_present)
-    )?;
-    writeln!(
-        o,
-        "keys            {} ({} matching)",
-        filter.kind(),
-        filter.mode()
-    )?;
-    writeln!(o, "hash            xxh3-128, seed {:#018x}", p.seed)?;
-    writeln!(
-        o,
-        "items           {} inserted, ~{} estimated from fill, {} planned",
-        thousands(i.items),
-        thousands(estimated.min(u64::MAX as f64) as u64),
-        thousands(p.planned_items)
-    )?;
-    writeln!(
-        o,
-        "fill ratio      {:.4} ({} of {} bits set)",
-        fill,
-        thousands(i.ones),
-        thousands(p.bits)
-    )?;
-    writeln!(
-        o,
-        "false positives {:.3e} predicted at {} items, {:.3e} from the fill (target {:.3e})",
-        predicted,
-        thousands(i.items),
-        fp_at_fill,
-        p.target_fp
-    )?;
-    writeln!(o, "whitelist       {} items", i.whitelist)?;
-    if !i.damaged.is_empty() {
-        writeln!(
-            o,
-            "damaged         {} shards missing or of the wrong length",
-            thousands(i.damaged.len() as u64)
-        )?;
-    }
-    Ok(report_damage(&filter, &i))
-}
-
-/// How many damaged shards are named one by one.
-const SHOW_DAMAGED: usize = 10;
-
-/// Names the damaged shards on stderr; the exit code: 1 if there are any.
-fn report_damage(filter: &RedisFilter, i: &bloomgate_redis::Info) -> i32 {
-    if i.damaged.is_empty() {
-        return 0;
-    }
-    let name = &filter.address().name;
-    eprintln!(
-        "bloomgate: {}: the filter is damaged: {} of {} shards are missing or of the wrong length (evicted by Redis's maxmemory policy, or deleted); lookups that need them fail — push the filter again, and set maxmemory-policy noeviction",
-        filter.address().display(),
-        thousands(i.damaged.len() as u64),
-        thousands(i.shards)
-    );
-    for (shard, problem) in i.damaged.iter().take(SHOW_DAMAGED) {
-        eprintln!(
-            "bloomgate: shard {shard} ({}): {problem}",
-            bloomgate_redis::layout::shard_key(name, *shard)
-        );
-    }
-    if i.damaged.len() > SHOW_DAMAGED {
-        eprintln!(
-            "bloomgate: ... and {} more",
-            thousands((i.damaged.len() - SHOW_DAMAGED) as u64)
-        );
-    }
-    1
-}
-
-/// Runs `bloomgate whitelist …` on a Redis filter.
-pub fn whitelist(c: WhitelistCmd) -> Result<i32> {
-    match c {
-        WhitelistCmd::Add {
-            filter,
-            items,
-            redis,
-        } => {
-            let mut f = open(&filter, &redis)?;
-            for item in &items {
-                if !f.whitelist_add(item.as_bytes())? {
-                    eprintln!(
-                        "bloomgate: warning: {item:?} is not a hit in {filter}; whitelisting it has no effect now"
-                    );
-                }
-            }
-            eprintln!(
-                "{}: whitelist has {} items",
-                f.address().display(),
-                f.whitelist().len()
-            );
-        }
-        WhitelistCmd::Remove {
-            filter,
-            items,
-            redis,
-        } => {
-            let mut f = open(&filter, &redis)?;
-            for item in &items {
-                if !f.whitelist_remove(item.as_bytes())? {
-                    eprintln!("bloomgate: warning: {item:?} was not whitelisted");
-                }
-            }
-            eprintln!(
-                "{}: whitelist has {} items",
-                f.address().display(),
-                f.whitelist().len()
-            );
-        }
-        WhitelistCmd::List { filter, redis } => {
-            let f = open(&filter, &redis)?;
-            let mut out = std::io::stdout().lock();
-            for key in f.whitelist().iter() {
-                out.write_all(key)?;
-                out.write_all(b"\n")?;
-            }
-        }
     }
     Ok(0)
 }

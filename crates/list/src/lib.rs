@@ -1,0 +1,720 @@
+//! One type for a list, whatever its layout or store: [`List`].
+//!
+//! bloomgate keeps a blacklist in several shapes. A `.bgf` file holds a
+//! Bloom filter (blocked or classic, possibly grown into layers, possibly
+//! inside a served data directory whose live adds are replayed), or a
+//! deletable filter (counting or cuckoo); a `redis://HOST/NAME` or
+//! `redis+cluster://…/NAME` address names a blocked filter stored in Redis
+//! shards. What a user asks of each is the same: is this URL on the list,
+//! add it, take it off, whitelist a false positive, describe the list. A
+//! front end (the CLI today, the server next) translates its arguments into
+//! those operations on a [`List`] and never asks which shape it holds.
+//!
+//! # One enum, one `match` per operation
+//!
+//! The shapes are a closed set kept in a private enum (`Store`), and each
+//! operation is one `match` over it, in this crate. A trait object was the
+//! alternative; it was not taken because the shapes differ in which
+//! operations they have at all (a Bloom filter cannot delete, a filter in
+//! Redis has no checksum), and an enum makes each such refusal one arm
+//! returning a typed [`Error`] beside the arms that work, where a reader
+//! sees all of them at once. Adding a shape is one variant, its opener in
+//! [`List::open_with`], and one arm per `match` below: a data directory
+//! served as a whole (rather than one `.bgf` in it, which the Bloom arm
+//! already answers with the live adds replayed), or a static (ribbon)
+//! layout, would each be one more variant.
+//!
+//! # The verdict, computed once
+//!
+//! [`List::check_many`] answers a batch of queries in three steps that are
+//! the same for every shape: each query becomes its lookup keys by the
+//! list's key kind and match mode ([`bloomgate_url::query_keys`]); the
+//! store says which keys it (probably) holds, for the whole batch at once
+//! (the engine's pipelined batch lookup, one Redis pipeline per node, or a
+//! lookup per key in a counting or cuckoo table) — the only step that
+//! differs; and the whitelist rule ([`bloomgate_blacklist::verdict_ref`])
+//! turns each query's keys and answers into one [`Verdict`]. The verdict
+//! is therefore computed in one place for every shape.
+//!
+//! # Never "absent" when the list cannot tell
+//!
+//! A truncated or damaged file fails to open (its header records its
+//! length and a checksum that [`OpenOptions::verify`] and [`List::verify`]
+//! compare); a Redis node that is down, or a shard that was evicted, fails
+//! the whole batch ([`Error::Redis`]). None of them is ever turned into an
+//! "absent" answer: an error is the only honest answer then.
+#![deny(missing_docs)]
+
+mod error;
+pub mod info;
+pub mod units;
+
+use std::path::{Path, PathBuf};
+
+use bloomgate_blacklist::datadir::{self, DirLock};
+use bloomgate_blacklist::{verdict_ref, Blacklist, LogMode, Opened, VerdictRef, Whitelist};
+use bloomgate_engine::format::{peek_layout_code, DeletableKind};
+use bloomgate_engine::{Access, AnyFilter, Removal};
+use bloomgate_redis::{Added, Address, RedisFilter};
+use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
+
+pub use error::Error;
+pub use info::Info;
+
+/// How a list is opened ([`List::open_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// A file in a served data directory: answer from the filter files
+    /// alone, without the live adds of its journal and log. Not for Redis.
+    pub snapshot_only: bool,
+    /// Read every file whole and compare it with its checksum before
+    /// answering (on the files as they are, before live adds are
+    /// replayed). Not for Redis.
+    pub verify: bool,
+    /// Redis: read the password from this file.
+    pub password_file: Option<PathBuf>,
+    /// Hold the data directory's lock while the list is open (refused
+    /// while a server runs there): for whitelist edits, which a running
+    /// server would write over.
+    pub lock: bool,
+    /// Open for adds and removes: a Bloom file's layers writable (its data
+    /// directory locked, every layer marked dirty until [`List::save`]); a
+    /// counting or cuckoo file changed in memory and written whole by
+    /// [`List::save`]. A filter in Redis takes changes in any case.
+    pub update: bool,
+}
+
+/// The answer to one query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// No lookup key of the query is on the list.
+    Absent,
+    /// The query is (probably) on the list: `matched` is the lookup key
+    /// that matched (for url/prefix the Safe Browsing expression, for host
+    /// the domain).
+    Present {
+        /// The matching lookup key.
+        matched: Vec<u8>,
+    },
+    /// The list matched, but the whitelist exempts the query.
+    Whitelisted {
+        /// The lookup key that matched.
+        matched: Vec<u8>,
+    },
+}
+
+impl Verdict {
+    /// True for [`Verdict::Present`]: the query is a hit.
+    pub fn hit(&self) -> bool {
+        matches!(self, Verdict::Present { .. })
+    }
+
+    /// True for [`Verdict::Whitelisted`].
+    pub fn whitelisted(&self) -> bool {
+        matches!(self, Verdict::Whitelisted { .. })
+    }
+
+    /// The matching lookup key, when there is one.
+    pub fn matched(&self) -> Option<&[u8]> {
+        match self {
+            Verdict::Absent => None,
+            Verdict::Present { matched } | Verdict::Whitelisted { matched } => Some(matched),
+        }
+    }
+
+    /// The verdict as the whitelist rule's borrowed form
+    /// ([`bloomgate_blacklist::VerdictRef`]: hit, whitelisted, matched key).
+    pub fn as_ref(&self) -> VerdictRef<'_> {
+        VerdictRef {
+            hit: self.hit(),
+            whitelisted: self.whitelisted(),
+            matched: self.matched(),
+        }
+    }
+}
+
+/// Reusable buffers of [`List::check_many`] (keep one per thread).
+#[derive(Debug, Default)]
+pub struct CheckScratch {
+    keys: Vec<Vec<u8>>,
+    arena: Vec<u8>,
+    ends: Vec<usize>,
+    spans: Vec<Result<(usize, usize), KeyError>>,
+    found: Vec<bool>,
+    layer: Vec<bool>,
+}
+
+/// A counting or cuckoo filter file with its key rules and whitelist.
+#[derive(Debug)]
+struct Table {
+    filter: AnyFilter,
+    kind: KeyKind,
+    mode: MatchMode,
+    whitelist: Whitelist,
+}
+
+/// The shapes of a list (see the crate documentation).
+#[derive(Debug)]
+enum Store {
+    /// A Bloom filter file, blocked or classic, with all its layers; in a
+    /// data directory with its live adds (unless snapshot-only).
+    Bloom(Box<Blacklist>),
+    /// A counting or cuckoo filter file.
+    Table(Box<Table>),
+    /// A blocked filter in Redis or Redis Cluster.
+    Redis(Box<RedisFilter>),
+}
+
+/// A list: one filter with its key rules and whitelist, in a file or in
+/// Redis (see the crate documentation).
+#[derive(Debug)]
+pub struct List {
+    /// The path as given, or the Redis address without its password.
+    address: String,
+    store: Store,
+    options: OpenOptions,
+    _lock: Option<DirLock>,
+}
+
+impl List {
+    /// Opens the list at `address` for reading: a `.bgf` file of any
+    /// layout, or a `redis://…/NAME` / `redis+cluster://…/NAME` address.
+    pub fn open(address: &str) -> Result<List, Error> {
+        List::open_with(address, &OpenOptions::default())
+    }
+
+    /// Opens the list at `address` as `options` say. Options that do not
+    /// apply to the store are refused ([`Error::Unsupported`]) before it is
+    /// read.
+    pub fn open_with(address: &str, options: &OpenOptions) -> Result<List, Error> {
+        let (shown, store, lock) = if bloomgate_redis::is_redis_address(address) {
+            open_redis(address, options)?
+        } else if is_table(address) {
+            open_table(address, options)?
+        } else {
+            open_bloom(address, options)?
+        };
+        Ok(List {
+            address: shown,
+            store,
+            options: options.clone(),
+            _lock: lock,
+        })
+    }
+
+    /// Wraps a counting or cuckoo filter made in memory as the list that
+    /// [`List::save`] writes to `path`, with an empty whitelist.
+    pub fn from_table(filter: AnyFilter, path: &str) -> Result<List, Error> {
+        let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
+        let store = match filter {
+            AnyFilter::Bloom(f) => Store::Bloom(Box::new(Blacklist::from_filter(f)?)),
+            filter => Store::Table(Box::new(Table {
+                filter,
+                kind,
+                mode,
+                whitelist: Whitelist::default(),
+            })),
+        };
+        Ok(List {
+            address: path.to_string(),
+            store,
+            options: OpenOptions {
+                update: true,
+                ..OpenOptions::default()
+            },
+            _lock: None,
+        })
+    }
+
+    /// The list's path as given, or its Redis address without the password.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// What the entries are.
+    pub fn kind(&self) -> KeyKind {
+        self.rules().0
+    }
+
+    /// How queries match them.
+    pub fn mode(&self) -> MatchMode {
+        self.rules().1
+    }
+
+    fn rules(&self) -> (KeyKind, MatchMode) {
+        match &self.store {
+            Store::Bloom(b) => (b.kind(), b.mode()),
+            Store::Table(t) => (t.kind, t.mode),
+            Store::Redis(r) => (r.kind(), r.mode()),
+        }
+    }
+
+    /// The layout's name: `blocked`, `classic`, `counting`, `cuckoo`.
+    pub fn layout(&self) -> &'static str {
+        match &self.store {
+            Store::Bloom(b) => b.filter().params().layout.name(),
+            Store::Table(t) => t.filter.kind().name(),
+            Store::Redis(r) => r.meta().params.layout.name(),
+        }
+    }
+
+    /// The exact list of known false positives.
+    pub fn whitelist(&self) -> &Whitelist {
+        match &self.store {
+            Store::Bloom(b) => b.whitelist(),
+            Store::Table(t) => &t.whitelist,
+            Store::Redis(r) => r.whitelist(),
+        }
+    }
+
+    /// What opening found around a file (its data directory, the live adds
+    /// replayed, damaged log tails skipped); empty for other stores.
+    pub fn opened(&self) -> &Opened {
+        static NONE: std::sync::OnceLock<Opened> = std::sync::OnceLock::new();
+        match &self.store {
+            Store::Bloom(b) => b.opened(),
+            Store::Table(_) | Store::Redis(_) => NONE.get_or_init(Opened::default),
+        }
+    }
+
+    /// The counting or cuckoo table behind a deletable list (for the
+    /// statistics a front end prints after changing it); `None` otherwise.
+    pub fn table(&self) -> Option<&AnyFilter> {
+        match &self.store {
+            Store::Table(t) => Some(&t.filter),
+            Store::Bloom(_) | Store::Redis(_) => None,
+        }
+    }
+
+    /// Normalizes one entry as the list's key kind requires.
+    pub fn entry_key<'a>(&self, entry: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
+        let (kind, mode) = self.rules();
+        entry_key(kind, mode, entry).map_err(|reason| Error::InvalidItem {
+            item: String::from_utf8_lossy(entry).into_owned(),
+            kind,
+            reason,
+        })
+    }
+
+    /// Whether the store (probably) holds each key: `found` gets one answer
+    /// per key. The one step of a lookup that differs between stores.
+    fn contains_many(&self, keys: &[&[u8]], s: &mut CheckScratch) -> Result<(), Error> {
+        match &self.store {
+            Store::Bloom(b) => b.layers().contains_batch(keys, &mut s.found, &mut s.layer),
+            Store::Table(t) => {
+                s.found.clear();
+                s.found.extend(keys.iter().map(|k| t.filter.contains(k)));
+            }
+            Store::Redis(r) => s.found = r.contains_keys(keys)?,
+        }
+        Ok(())
+    }
+
+    /// Answers many queries (lines as a user gives them), one result per
+    /// query in `out` (cleared first): a [`Verdict`], or why the query is
+    /// not a valid query of the list's key kind. The `Err` of the whole
+    /// call means the store could not answer (a Redis node down, a shard
+    /// missing): no verdict is given then, rather than "absent".
+    pub fn check_many<'q>(
+        &self,
+        queries: impl IntoIterator<Item = &'q [u8]>,
+        s: &mut CheckScratch,
+        out: &mut Vec<Result<Verdict, KeyError>>,
+    ) -> Result<(), Error> {
+        let (kind, mode) = self.rules();
+        s.arena.clear();
+        s.ends.clear();
+        s.spans.clear();
+        for query in queries {
+            let span = query_keys(kind, mode, query, &mut s.keys).map(|()| {
+                let first = s.ends.len();
+                for key in &s.keys {
+                    s.arena.extend_from_slice(key);
+                    s.ends.push(s.arena.len());
+                }
+                (first, s.ends.len())
+            });
+            s.spans.push(span);
+        }
+        let arena = std::mem::take(&mut s.arena);
+        let mut start = 0;
+        let keys: Vec<&[u8]> = s
+            .ends
+            .iter()
+            .map(|&end| {
+                let key = &arena[start..end];
+                start = end;
+                key
+            })
+            .collect();
+        let looked_up = self.contains_many(&keys, s);
+        out.clear();
+        if looked_up.is_ok() {
+            let whitelist = self.whitelist();
+            out.extend(s.spans.drain(..).map(|span| {
+                span.map(|(a, b)| {
+                    let probes = keys[a..b]
+                        .iter()
+                        .copied()
+                        .zip(s.found[a..b].iter().copied());
+                    let v = verdict_ref(whitelist, probes);
+                    match (v.hit, v.matched) {
+                        (true, Some(m)) => Verdict::Present {
+                            matched: m.to_vec(),
+                        },
+                        (false, Some(m)) => Verdict::Whitelisted {
+                            matched: m.to_vec(),
+                        },
+                        (_, None) => Verdict::Absent,
+                    }
+                })
+            }));
+        }
+        drop(keys);
+        s.arena = arena;
+        looked_up
+    }
+
+    /// Answers one query (see [`List::check_many`]).
+    pub fn check(&self, query: &[u8]) -> Result<Result<Verdict, KeyError>, Error> {
+        let mut out = Vec::with_capacity(1);
+        self.check_many([query], &mut CheckScratch::default(), &mut out)?;
+        Ok(out.pop().expect("one answer per query"))
+    }
+
+    /// For a check within a memory budget: the Bloom filter to check a slice
+    /// at a time when its bits exceed `budget` (`None` when it fits, or no
+    /// budget is given). Layouts that are only read whole refuse a budget
+    /// smaller than their data ([`Error::Unsupported`]); a filter in Redis
+    /// refuses any.
+    pub fn sliced(&self, budget: Option<u64>) -> Result<Option<&Blacklist>, Error> {
+        let Some(budget) = budget else {
+            return Ok(None);
+        };
+        let refuse = |problem: String| Error::Unsupported {
+            address: self.address.clone(),
+            problem,
+        };
+        match &self.store {
+            Store::Bloom(b) => Ok((b.layers().bytes() > budget).then_some(&**b)),
+            Store::Table(t) if budget < t.filter.data_bytes() => Err(refuse(format!(
+                "checking in slices (--memory {}) is for Bloom filters; this {} filter's {} are memory-mapped whole: leave out --memory",
+                units::bytes(budget),
+                t.filter.kind(),
+                units::bytes(t.filter.data_bytes())
+            ))),
+            Store::Table(_) => Ok(None),
+            Store::Redis(_) => Err(refuse(
+                "a filter in Redis is looked up where it is stored: --memory applies to filter files".into(),
+            )),
+        }
+    }
+
+    /// Fails unless the list was opened for changes.
+    fn writable(&self) -> Result<(), Error> {
+        match &self.store {
+            Store::Bloom(_) | Store::Table(_) if !self.options.update => {
+                Err(Error::ReadOnly(self.address.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Adds one entry (normalized by the key kind). Returns true if it was
+    /// new: not (probably) on the list before. See [`List::add_key`].
+    pub fn add(&mut self, entry: &[u8]) -> Result<bool, Error> {
+        let key = self.entry_key(entry)?.into_owned();
+        self.add_key(&key)
+    }
+
+    /// Adds one normalized key; true if it was new. A Bloom filter and a
+    /// filter in Redis set the key's bits, so an add of a present key
+    /// changes nothing (add-if-absent; Redis decides atomically among
+    /// racing writers, and a Bloom file grows by its fill policy). A
+    /// counting or cuckoo table stores one more copy of a key already
+    /// present (a multiset, as RedisBloom's `CF.ADD`), so that a later
+    /// remove takes back exactly one; a full cuckoo table is
+    /// [`Error::Full`].
+    pub fn add_key(&mut self, key: &[u8]) -> Result<bool, Error> {
+        self.writable()?;
+        match &mut self.store {
+            Store::Bloom(b) => Ok(b.update_keys(&[key], false)? == 1),
+            Store::Table(t) => match &t.filter {
+                AnyFilter::Counting(f) => Ok(f.insert(key)),
+                AnyFilter::Cuckoo(f) => f.insert(key).map_err(|e| Error::Full { kicks: e.kicks }),
+                AnyFilter::Bloom(f) => Ok(f.insert(key)),
+            },
+            Store::Redis(r) => {
+                let report = r.add_keys(&[key]);
+                match (report.error, report.outcomes.first()) {
+                    (Some(e), _) => Err(e.into()),
+                    (None, Some(Added::New)) => Ok(true),
+                    (None, _) => Ok(false),
+                }
+            }
+        }
+    }
+
+    /// Fails with [`Error::CannotRemove`] unless the layout can delete.
+    pub fn removable(&self) -> Result<(), Error> {
+        let cannot = |layout| Error::CannotRemove {
+            address: self.address.clone(),
+            layout,
+        };
+        match &self.store {
+            Store::Table(_) => Ok(()),
+            Store::Bloom(b) => Err(cannot(b.filter().params().layout.name())),
+            Store::Redis(r) => Err(cannot(r.meta().params.layout.name())),
+        }
+    }
+
+    /// Removes one copy of an entry (normalized by the key kind): see
+    /// [`List::remove_key`].
+    pub fn remove(&mut self, entry: &[u8]) -> Result<Removal, Error> {
+        let key = self.entry_key(entry)?.into_owned();
+        self.remove_key(&key)
+    }
+
+    /// Removes one copy of a normalized key from a counting or cuckoo
+    /// table. **Only remove what was added**: a key never added that tests
+    /// present (a false positive) takes another key's copy, which may then
+    /// test absent. A Bloom filter is [`Error::CannotRemove`].
+    pub fn remove_key(&mut self, key: &[u8]) -> Result<Removal, Error> {
+        self.removable()?;
+        self.writable()?;
+        let table = match &self.store {
+            Store::Table(t) => &t.filter,
+            // Refused by `removable` above.
+            Store::Bloom(_) | Store::Redis(_) => return Ok(Removal::NotPresent),
+        };
+        match table {
+            AnyFilter::Counting(f) => Ok(f.remove(key)),
+            AnyFilter::Cuckoo(f) => Ok(f.remove(key)),
+            AnyFilter::Bloom(f) => Err(Error::CannotRemove {
+                address: self.address.clone(),
+                layout: f.params().layout.name(),
+            }),
+        }
+    }
+
+    /// Whitelists an item (normalized by the key kind). Returns whether the
+    /// list reports it as a hit now: whitelisting something that is not a
+    /// hit has no effect, and callers should say so. A file's whitelist is
+    /// written by [`List::save_whitelist`]; Redis's at once.
+    pub fn whitelist_add(&mut self, item: &[u8]) -> Result<bool, Error> {
+        let key = self.entry_key(item)?.into_owned();
+        let (kind, mode) = self.rules();
+        let mut lookups = vec![key.clone()];
+        let mut scratch = Vec::new();
+        if query_keys(kind, mode, item, &mut scratch).is_ok() {
+            lookups.append(&mut scratch);
+        }
+        let keys: Vec<&[u8]> = lookups.iter().map(Vec::as_slice).collect();
+        let mut s = CheckScratch::default();
+        self.contains_many(&keys, &mut s)?;
+        let was_hit = s.found.iter().any(|&f| f);
+        match &mut self.store {
+            Store::Bloom(b) => {
+                b.whitelist_add(item).map_err(|reason| Error::InvalidItem {
+                    item: String::from_utf8_lossy(item).into_owned(),
+                    kind,
+                    reason,
+                })?;
+            }
+            Store::Table(t) => {
+                t.whitelist.insert(key);
+            }
+            Store::Redis(r) => {
+                r.whitelist_add(item)?;
+            }
+        }
+        Ok(was_hit)
+    }
+
+    /// Takes an item off the whitelist. Returns whether it was there.
+    pub fn whitelist_remove(&mut self, item: &[u8]) -> Result<bool, Error> {
+        let key = self.entry_key(item)?.into_owned();
+        Ok(match &mut self.store {
+            Store::Bloom(b) => b
+                .whitelist_remove(item)
+                .map_err(|reason| Error::InvalidItem {
+                    item: String::from_utf8_lossy(item).into_owned(),
+                    kind: b.kind(),
+                    reason,
+                })?,
+            Store::Table(t) => t.whitelist.remove(&key),
+            Store::Redis(r) => r.whitelist_remove(item)?,
+        })
+    }
+
+    /// Writes a file's whitelist beside it, atomically (a filter in Redis
+    /// wrote each change at once).
+    pub fn save_whitelist(&self) -> Result<(), Error> {
+        match &self.store {
+            Store::Bloom(b) => b.save_whitelist()?,
+            Store::Table(t) => t
+                .whitelist
+                .save(&Whitelist::path_for(Path::new(&self.address)))
+                .map_err(bloomgate_blacklist::Error::from)?,
+            Store::Redis(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Makes the adds and removes durable: a Bloom file's layers resealed
+    /// (bits already set stay set whatever happened), a counting or cuckoo
+    /// file replaced whole, atomically. A filter in Redis took each change
+    /// at once.
+    pub fn save(&mut self) -> Result<(), Error> {
+        self.writable()?;
+        match &mut self.store {
+            Store::Bloom(b) => b.commit()?,
+            Store::Table(t) => t.filter.save(&self.address)?,
+            Store::Redis(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Reads every file of the list whole and compares it with its
+    /// checksum (a Bloom file's layers as they are on disk, without the
+    /// live adds replayed into this process's copy). A filter in Redis has
+    /// no checksum: [`Error::Unsupported`].
+    pub fn verify(&self) -> Result<(), Error> {
+        match &self.store {
+            Store::Bloom(_) => verify_layers(&self.address),
+            Store::Table(t) => Ok(t.filter.verify()?),
+            Store::Redis(_) => Err(Error::Unsupported {
+                address: self.address.clone(),
+                problem: "a filter in Redis has no checksum to verify".into(),
+            }),
+        }
+    }
+
+    /// Describes the list: what `bloomgate info` prints (see [`info`]).
+    pub fn info(&self) -> Result<Info, Error> {
+        match &self.store {
+            Store::Bloom(b) => Ok(info::bloom(&self.address, b, &self.options)),
+            Store::Table(t) => {
+                info::table(&self.address, &t.filter, t.whitelist.len(), &self.options)
+            }
+            Store::Redis(r) => info::redis(r),
+        }
+    }
+}
+
+/// What an opener returns: the address to show, the store, and the data
+/// directory's lock when one was taken.
+type Opening = (String, Store, Option<DirLock>);
+
+/// Opens a filter in Redis. The options of files are refused before any
+/// connection is made.
+fn open_redis(address: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    let mut a = Address::parse(address)?;
+    let shown = a.display();
+    let refuse = |problem: &str| Error::Unsupported {
+        address: shown.clone(),
+        problem: problem.into(),
+    };
+    if options.verify {
+        return Err(refuse(
+            "a filter in Redis has no checksum to verify (--verify applies to filter files)",
+        ));
+    }
+    if options.snapshot_only {
+        return Err(refuse("a filter in Redis has no snapshot apart from its live state (--snapshot-only applies to filter files)"));
+    }
+    if let Some(p) = &options.password_file {
+        a = a.with_password_file(p)?;
+    }
+    let f = RedisFilter::open(&a).map_err(|source| Error::RedisOpen {
+        address: shown.clone(),
+        source: Box::new(source),
+    })?;
+    Ok((shown, Store::Redis(Box::new(f)), None))
+}
+
+/// Opens a counting or cuckoo filter file (mapped copy-on-write: changes
+/// reach the file only through [`List::save`], whole).
+fn open_table(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    let lock = match options.lock || options.update {
+        true => lock_dir(path)?,
+        false => None,
+    };
+    let filter = AnyFilter::open(path, Access::ReadOnly)?;
+    let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
+    let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))
+        .map_err(bloomgate_blacklist::Error::from)?;
+    if options.verify {
+        filter.verify()?;
+    }
+    let table = Table {
+        filter,
+        kind,
+        mode,
+        whitelist,
+    };
+    Ok((path.to_string(), Store::Table(Box::new(table)), lock))
+}
+
+/// Opens a Bloom filter file with all its layers: for an update writable
+/// (its data directory locked by the opener), otherwise read-only with a
+/// served data directory's live adds replayed (unless snapshot-only).
+fn open_bloom(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    if options.verify {
+        verify_layers(path)?;
+    }
+    if options.update {
+        let list = Blacklist::open_for_update(path)?;
+        return Ok((path.to_string(), Store::Bloom(Box::new(list)), None));
+    }
+    let lock = match options.lock {
+        true => lock_dir(path)?,
+        false => None,
+    };
+    let log = match options.snapshot_only {
+        true => LogMode::SnapshotOnly,
+        false => LogMode::Replay,
+    };
+    let list = Blacklist::open_read(path, log)?;
+    Ok((path.to_string(), Store::Bloom(Box::new(list)), lock))
+}
+
+/// True if `path` is a counting or cuckoo filter file. Anything else,
+/// including a file that cannot be read, is opened as a Bloom filter,
+/// whose opener says why it cannot be read.
+fn is_table(path: &str) -> bool {
+    peek_layout_code(Path::new(path))
+        .ok()
+        .and_then(DeletableKind::from_code)
+        .is_some()
+}
+
+/// The data directory's lock, if `path` is in one.
+fn lock_dir(path: &str) -> Result<Option<DirLock>, Error> {
+    Ok(match datadir::locate(Path::new(path)) {
+        Some((dir, _)) => Some(DirLock::acquire(&dir)?),
+        None => None,
+    })
+}
+
+/// Checks every layer file of a Bloom filter against its checksum.
+fn verify_layers(path: &str) -> Result<(), Error> {
+    let files = Blacklist::open_read(path, LogMode::SnapshotOnly)?;
+    for f in &files.layers().layers {
+        f.verify()?;
+    }
+    Ok(())
+}
+
+/// The key kind and match mode a file's header records.
+fn rules_of(path: &str, kind: u8, mode: u8) -> Result<(KeyKind, MatchMode), Error> {
+    let unknown = |what, code| Error::UnknownRules {
+        address: path.to_string(),
+        what,
+        code,
+    };
+    Ok((
+        KeyKind::from_u8(kind).ok_or_else(|| unknown("key kind", kind))?,
+        MatchMode::from_u8(mode).ok_or_else(|| unknown("match mode", mode))?,
+    ))
+}

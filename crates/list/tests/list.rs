@@ -1,0 +1,373 @@
+//! `List` on real files of every layout and on a real redis-server: the
+//! same items give the same verdicts through every kind; damage is an
+//! error, never "absent"; removal is refused with a typed error where the
+//! layout cannot delete.
+
+use std::path::{Path, PathBuf};
+
+use bloomgate_engine::math::{plan_counting, plan_cuckoo, CUCKOO_DEFAULT_BUCKET_SIZE};
+use bloomgate_engine::{
+    plan, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams, Filter, Layout,
+    Params, Removal,
+};
+use bloomgate_list::{CheckScratch, Error, List, OpenOptions, Verdict};
+use bloomgate_url::{KeyKind, MatchMode};
+use testkit::redis::{redis_missing, RedisServer};
+
+const LAYOUTS: [&str; 4] = ["blocked", "classic", "counting", "cuckoo"];
+
+/// A url/prefix filter file of `layout` (empty), planned for 1,000 entries
+/// at 10⁻⁶ per lookup, with a fixed seed.
+fn empty_file(dir: &Path, layout: &str) -> PathBuf {
+    let path = dir.join(format!("{layout}.bgf"));
+    let (kind, mode) = (KeyKind::Url.as_u8(), MatchMode::Prefix.as_u8());
+    let f = match layout {
+        "blocked" | "classic" => {
+            let l = if layout == "blocked" {
+                Layout::Blocked
+            } else {
+                Layout::Classic
+            };
+            let mut p = Params::from_plan(&plan(l, 1000, 1e-6).unwrap(), 7);
+            (p.key_kind, p.match_mode) = (kind, mode);
+            AnyFilter::Bloom(Filter::new(p).unwrap())
+        }
+        "counting" => {
+            let mut p = CountingParams::from_plan(&plan_counting(1000, 1e-6).unwrap(), 7);
+            (p.key_kind, p.match_mode) = (kind, mode);
+            AnyFilter::Counting(CountingFilter::new(p).unwrap())
+        }
+        _ => {
+            let plan = plan_cuckoo(1000, 1e-6, CUCKOO_DEFAULT_BUCKET_SIZE).unwrap();
+            let mut p = CuckooParams::from_plan(&plan, 7);
+            (p.key_kind, p.match_mode) = (kind, mode);
+            AnyFilter::Cuckoo(CuckooFilter::new(p).unwrap())
+        }
+    };
+    f.save(&path).unwrap();
+    path
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn update() -> OpenOptions {
+    OpenOptions {
+        update: true,
+        ..OpenOptions::default()
+    }
+}
+
+fn entries() -> Vec<String> {
+    (0..200)
+        .map(|i| format!("http://evil{i}.example/phish/"))
+        .collect()
+}
+
+/// A file of `layout` holding [`entries`] (added through [`List::add`])
+/// and one whitelisted entry.
+fn filled_file(dir: &Path, layout: &str) -> PathBuf {
+    let path = empty_file(dir, layout);
+    let mut list = List::open_with(s(&path), &update()).unwrap();
+    for e in entries() {
+        assert!(list.add(e.as_bytes()).unwrap(), "{layout}: {e} new");
+    }
+    assert!(list.whitelist_add(b"http://evil7.example/phish/").unwrap());
+    list.save_whitelist().unwrap();
+    list.save().unwrap();
+    path
+}
+
+fn queries() -> Vec<String> {
+    let mut q = Vec::new();
+    for i in 0..200 {
+        q.push(format!("http://evil{i}.example/phish/"));
+        q.push(format!("HTTP://EVIL{i}.example:80/phish/./login.php#frag"));
+        q.push(format!("http://good{i}.example/"));
+        q.push(format!("http://evil{i}.example/other/"));
+    }
+    q.push("http://evil7.example/phish/x".into());
+    q.push("http://[::1".into());
+    q.push("http://a.example:99999/".into());
+    q
+}
+
+/// The verdicts of `list` for [`queries`], errors as their messages.
+fn verdicts(list: &List) -> Vec<Result<Verdict, String>> {
+    let q = queries();
+    let mut out = Vec::new();
+    list.check_many(
+        q.iter().map(String::as_bytes),
+        &mut CheckScratch::default(),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), q.len());
+    out.into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_same_items_give_the_same_verdicts_through_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut answers = Vec::new();
+    for layout in LAYOUTS {
+        let path = filled_file(dir.path(), layout);
+        let list = List::open(s(&path)).unwrap();
+        assert_eq!(list.layout(), layout);
+        assert_eq!(
+            (list.kind(), list.mode()),
+            (KeyKind::Url, MatchMode::Prefix)
+        );
+        answers.push((layout.to_string(), verdicts(&list)));
+    }
+    // A filter in Redis: the blocked file pushed, with its whitelist.
+    let server = (!redis_missing()).then(|| RedisServer::start(dir.path(), &[]));
+    if let Some(server) = &server {
+        let address = format!("redis://{}/urls", server.addr());
+        let a = bloomgate_redis::Address::parse(&address).unwrap();
+        bloomgate_redis::push(&dir.path().join("blocked.bgf"), &a, false, &|_| {}).unwrap();
+        let list = List::open(&address).unwrap();
+        assert_eq!(list.layout(), "blocked");
+        answers.push(("redis".into(), verdicts(&list)));
+    }
+    let (first, want) = &answers[0];
+    // What the answers are: every entry and URL under it a hit matched by
+    // the entry's expression, the whitelisted entry exempt, misses absent,
+    // invalid queries errors.
+    let q = queries();
+    for (i, (query, v)) in q.iter().zip(want).enumerate() {
+        match (i % 4, i < 800) {
+            _ if query.to_lowercase().contains("//evil7.example") && query.contains("/phish/") => {
+                assert_eq!(
+                    v.as_ref().unwrap(),
+                    &Verdict::Whitelisted {
+                        matched: b"evil7.example/phish/".to_vec()
+                    },
+                    "{query}"
+                )
+            }
+            (0 | 1, true) => {
+                let host = format!("evil{}.example/phish/", i / 4);
+                assert_eq!(
+                    v.as_ref().unwrap(),
+                    &Verdict::Present {
+                        matched: host.into_bytes()
+                    },
+                    "{query}"
+                );
+            }
+            (2 | 3, true) => assert_eq!(v.as_ref().unwrap(), &Verdict::Absent, "{query}"),
+            _ => assert!(v.is_err(), "{query}: {v:?}"),
+        }
+    }
+    for (name, got) in &answers[1..] {
+        assert_eq!(got, want, "{name} against {first}");
+    }
+    assert_eq!(answers.len(), 4 + server.is_some() as usize);
+}
+
+#[test]
+fn add_says_new_once_and_remove_takes_one_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in LAYOUTS {
+        let path = empty_file(dir.path(), layout);
+        let mut list = List::open_with(s(&path), &update()).unwrap();
+        assert!(list.add(b"http://x.example/a").unwrap(), "{layout}");
+        assert!(!list.add(b"HTTP://X.example:80/a#b").unwrap(), "{layout}");
+        list.save().unwrap();
+        drop(list);
+        let hit = |list: &List| list.check(b"http://x.example/a").unwrap().unwrap().hit();
+        let mut list = List::open_with(s(&path), &update()).unwrap();
+        assert!(hit(&list), "{layout}: saved");
+        match layout {
+            "counting" | "cuckoo" => {
+                // Two copies were stored (a multiset): two removes.
+                assert_eq!(
+                    list.remove(b"http://x.example/a").unwrap(),
+                    Removal::Removed
+                );
+                assert!(hit(&list), "{layout}: one copy left");
+                assert_eq!(
+                    list.remove(b"http://x.example/a").unwrap(),
+                    Removal::Removed
+                );
+                assert!(!hit(&list), "{layout}: none left");
+                assert_eq!(
+                    list.remove(b"http://x.example/a").unwrap(),
+                    Removal::NotPresent
+                );
+            }
+            _ => assert!(matches!(
+                list.remove(b"http://x.example/a"),
+                Err(Error::CannotRemove { .. })
+            )),
+        }
+        // Invalid entries are typed errors.
+        assert!(matches!(
+            list.add(b"http://[::1"),
+            Err(Error::InvalidItem { .. })
+        ));
+        list.save().unwrap();
+        drop(list);
+        // A list opened for reading takes no changes.
+        let mut read = List::open(s(&path)).unwrap();
+        assert!(matches!(
+            read.add(b"http://y.example/"),
+            Err(Error::ReadOnly(_))
+        ));
+    }
+}
+
+#[test]
+fn remove_on_a_bloom_list_is_a_typed_error_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in ["blocked", "classic"] {
+        let path = filled_file(dir.path(), layout);
+        let before = std::fs::read(&path).unwrap();
+        for options in [OpenOptions::default(), update()] {
+            let mut list = List::open_with(s(&path), &options).unwrap();
+            let e = list.removable().unwrap_err();
+            assert!(
+                matches!(&e, Error::CannotRemove { layout: l, .. } if *l == layout),
+                "{e}"
+            );
+            assert!(e.to_string().contains("cannot delete entries"), "{e}");
+            assert!(!e.is_usage());
+            assert!(matches!(
+                list.remove(b"http://evil1.example/phish/"),
+                Err(Error::CannotRemove { .. })
+            ));
+            if options.update {
+                list.save().unwrap();
+            }
+        }
+        // Still every entry, and (after the update's reseal) the same bits.
+        let list = List::open(s(&path)).unwrap();
+        assert!(list
+            .check(b"http://evil1.example/phish/")
+            .unwrap()
+            .unwrap()
+            .hit());
+        assert_eq!(
+            std::fs::read(&path).unwrap()[4096..],
+            before[4096..],
+            "{layout}"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_or_truncated_file_is_an_error_never_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in LAYOUTS {
+        let path = filled_file(dir.path(), layout);
+        let bytes = std::fs::read(&path).unwrap();
+        // Truncated: the header records the length, so the open fails.
+        let cut = dir.path().join(format!("cut-{layout}.bgf"));
+        std::fs::write(&cut, &bytes[..bytes.len() - 64]).unwrap();
+        assert!(List::open(s(&cut)).is_err(), "{layout}: truncated");
+        let tiny = dir.path().join(format!("tiny-{layout}.bgf"));
+        std::fs::write(&tiny, &bytes[..10]).unwrap();
+        assert!(List::open(s(&tiny)).is_err(), "{layout}: ten bytes");
+        // A flipped data byte: the checksum says so, at open with verify
+        // and through verify().
+        let flipped = dir.path().join(format!("flip-{layout}.bgf"));
+        let mut b = bytes.clone();
+        let at = b.len() - 100;
+        b[at] ^= 0x10;
+        std::fs::write(&flipped, &b).unwrap();
+        let verify = OpenOptions {
+            verify: true,
+            ..OpenOptions::default()
+        };
+        assert!(List::open_with(s(&flipped), &verify).is_err(), "{layout}");
+        assert!(
+            List::open(s(&flipped)).unwrap().verify().is_err(),
+            "{layout}"
+        );
+        List::open(s(&path)).unwrap().verify().unwrap();
+    }
+    let missing = dir.path().join("missing.bgf");
+    let e = List::open(s(&missing)).unwrap_err();
+    assert!(e.to_string().contains("missing.bgf"), "{e}");
+}
+
+#[test]
+fn a_missing_redis_shard_is_an_error_never_absent() {
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = filled_file(dir.path(), "blocked");
+    let address = format!("redis://{}/urls", server.addr());
+    let a = bloomgate_redis::Address::parse(&address).unwrap();
+    bloomgate_redis::push(&path, &a, false, &|_| {}).unwrap();
+    let mut list = List::open(&address).unwrap();
+    assert!(list.info().unwrap().problems.is_empty());
+    // Adds through Redis: new once (add-if-absent).
+    assert!(list.add(b"http://fresh.example/").unwrap());
+    assert!(!list.add(b"http://fresh.example/").unwrap());
+    // Remove is refused; options of files are usage errors.
+    assert!(matches!(
+        list.remove(b"http://fresh.example/"),
+        Err(Error::CannotRemove { .. })
+    ));
+    for options in [
+        OpenOptions {
+            verify: true,
+            ..OpenOptions::default()
+        },
+        OpenOptions {
+            snapshot_only: true,
+            ..OpenOptions::default()
+        },
+    ] {
+        let e = List::open_with(&address, &options).unwrap_err();
+        assert!(e.is_usage(), "{e}");
+    }
+    assert!(List::open("redis://h:1/").unwrap_err().is_usage());
+    // The only shard deleted (as an eviction would): lookups fail.
+    let shard = bloomgate_redis::layout::shard_key("urls", 0);
+    assert_eq!(server.cli(&["DEL", &shard]).trim(), "(integer) 1");
+    let mut out = Vec::new();
+    let e = list
+        .check_many(
+            [
+                &b"http://good1.example/"[..],
+                b"http://evil1.example/phish/",
+            ],
+            &mut CheckScratch::default(),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Redis(r) if matches!(**r, bloomgate_redis::Error::Damaged { .. })),
+        "{e}"
+    );
+    assert!(out.is_empty(), "no verdict when the store cannot tell");
+    assert!(list.check(b"http://good1.example/").is_err());
+    let info = list.info().unwrap();
+    assert_eq!(info.problems.len(), 2, "{:?}", info.problems);
+    assert!(info.json["shards_damaged"][0]["problem"] == "missing");
+    // A server that is gone: an error too.
+    drop(server);
+    assert!(list.check(b"http://evil1.example/phish/").is_err());
+}
+
+#[test]
+fn info_describes_every_kind_in_one_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    for layout in LAYOUTS {
+        let path = filled_file(dir.path(), layout);
+        let info = List::open(s(&path)).unwrap().info().unwrap();
+        assert_eq!(info.json["layout"], layout);
+        assert_eq!(info.json["items"], 200, "{layout}");
+        assert_eq!(info.json["whitelist_items"], 1, "{layout}");
+        assert_eq!(info.lines[0], format!("file            {}", s(&path)));
+        assert!(info.problems.is_empty());
+    }
+}
