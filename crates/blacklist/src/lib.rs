@@ -37,6 +37,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cf_file;
 pub mod datadir;
 pub mod journal;
 pub mod layers;
