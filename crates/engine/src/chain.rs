@@ -303,15 +303,24 @@ mod tests {
         assert_eq!(c.len(), 1);
         let before = c.bytes();
         let admit = |now: u64, t: &CuckooFilter| now == before && t.params().buckets == 4;
-        assert_eq!(c.add(&i.to_le_bytes(), false, false, admit), ChainAdd::Added);
+        assert_eq!(
+            c.add(&i.to_le_bytes(), false, false, admit),
+            ChainAdd::Added
+        );
         assert_eq!(c.len(), 2);
         let counting = CountingFilter::with_plan(&plan_counting(10, 0.01).unwrap(), 3).unwrap();
         let mut c = Chain::new(counting, 2);
         for i in 0..1000u32 {
-            assert_eq!(c.add(&i.to_le_bytes(), false, true, |_, _| true), ChainAdd::Added);
+            assert_eq!(
+                c.add(&i.to_le_bytes(), false, true, |_, _| true),
+                ChainAdd::Added
+            );
         }
         assert_eq!(c.len(), 1);
         assert!(c.next_table(true).is_none());
-        assert_eq!(c.add(&7u32.to_le_bytes(), true, false, |_, _| true), ChainAdd::Exists);
+        assert_eq!(
+            c.add(&7u32.to_le_bytes(), true, false, |_, _| true),
+            ChainAdd::Exists
+        );
     }
 }

@@ -68,7 +68,6 @@ pub use chain::{Chain, ChainAdd, ChainError, CuckooChain, MAX_TABLES};
 pub use counting::{CountingFilter, CountingParams};
 pub use cuckoo::{CuckooFilter, CuckooParams};
 pub use deletable::{AnyFilter, DeletableTable, FilterKind};
-pub use table::{delete_table, AmbiguousDelete, CuckooFull, Removal, Table};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{Filter, Prepared};
 pub use format::{Access, Header};
@@ -77,3 +76,4 @@ pub use math::{
 };
 pub use params::{random_seed, Params};
 pub use storage::mem_available;
+pub use table::{delete_table, AmbiguousDelete, CuckooFull, Removal, Table};

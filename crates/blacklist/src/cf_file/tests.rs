@@ -60,7 +60,10 @@ fn golden_cf_header_bytes() {
     let mut h = header(CfLayout::Counting);
     h.bgf = Some(vec![5]);
     let json = String::from_utf8(h.to_json()).unwrap();
-    assert!(json.starts_with(r#"{"layout":"counting","id":7,"#), "{json}");
+    assert!(
+        json.starts_with(r#"{"layout":"counting","id":7,"#),
+        "{json}"
+    );
     assert!(json.ends_with(r#""body_hash":0,"bgf":[5]}"#), "{json}");
     // The dump's header chunk: its magic line, then the same JSON.
     let dump = encode_dump_header(&h);
@@ -182,7 +185,10 @@ fn cf_dump_header_is_checked_before_it_sizes_anything() {
         })
     );
     for bad in [&b""[..], b"BLOOMGATE-CF-DUMP-1\n{", &chunk[1..]] {
-        assert_eq!(parse_dump_header(bad, 1 << 30), Err(CfFileError::DumpHeader));
+        assert_eq!(
+            parse_dump_header(bad, 1 << 30),
+            Err(CfFileError::DumpHeader)
+        );
     }
     let mut many = h;
     many.subs = vec![64; MAX_TABLES + 1];

@@ -140,13 +140,13 @@ use std::sync::atomic::{
 };
 use std::sync::Mutex;
 
-pub use crate::table::CuckooFull;
-use crate::table::{Removal, Table};
 use crate::error::{Error, Result};
 use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CuckooPlan, CUCKOO_DEFAULT_MAX_KICKS};
 use crate::storage::Bits;
+pub use crate::table::CuckooFull;
+use crate::table::{Removal, Table};
 
 /// Multiplier that spreads a fingerprint into the alternate-bucket offset
 /// (2⁶⁴ / golden ratio: Fibonacci hashing, whose top bits `reduce` takes).

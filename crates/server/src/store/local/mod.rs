@@ -10,7 +10,7 @@
 //! | file | what |
 //! |---|---|
 //! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
-//! | `NAME.cf` | a cuckoo filter, with the log position it includes ([`cuckoo`]) |
+//! | `NAME.cf` | a deletable (cuckoo or counting) filter, with the log position it includes ([`deletable`]) |
 //! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
 //! | `.bloomgate-wal/lock` | held (`flock`) while the server runs ([`DirLock`]) |
 //!
@@ -74,7 +74,7 @@
 //! The store's files are in this module and its children: [`named`] (one
 //! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
 
-pub(crate) mod cuckoo;
+pub(crate) mod deletable;
 pub(crate) mod dump;
 mod growth;
 mod named;
@@ -170,15 +170,15 @@ pub struct LocalStore {
     filters: RwLock<HashMap<String, Arc<Named>>>,
     /// Bumped after every change of `filters` (see [`LocalStore::generation`]).
     generation: AtomicU64,
-    wal: Wal,
+    wal: Arc<Wal>,
     limits: Limits,
     metrics: Arc<Metrics>,
     snapshot_lock: Mutex<()>,
     /// Per journal, its length after it was last compacted (under the
     /// snapshot lock; see [`LocalStore::compact_journal`]).
     journal_base: Mutex<HashMap<String, u64>>,
-    /// The cuckoo filters (`NAME.cf`, see [`cuckoo`]).
-    cuckoo: Box<cuckoo::Cuckoos>,
+    /// The deletable filters (`NAME.cf`, see [`deletable`]).
+    cuckoo: Box<deletable::Deletables>,
     /// The filters whose files failed to load, by name (see the module
     /// doc); changed under the snapshot lock.
     damaged: RwLock<HashMap<String, Damaged>>,
@@ -232,8 +232,8 @@ impl LocalStore {
         let mut filters = HashMap::new();
         let mut damaged = Vec::new();
         for (name, path) in named_files(dir, "bgf", valid_name)? {
-            if cuckoo::deletable_layout(&path).is_some() {
-                // Counting and cuckoo filter files: served by `cuckoo`.
+            if deletable::deletable_layout(&path).is_some() {
+                // Counting and cuckoo filter files: served by `deletable`.
                 continue;
             }
             match load_layers(&path) {
@@ -298,9 +298,10 @@ impl LocalStore {
         }
         let bloom_damaged: std::collections::HashSet<String> =
             damaged.iter().map(|d| d.name.clone()).collect();
-        let cuckoo = Box::new(cuckoo::Cuckoos::open(
+        let cuckoo = Box::new(deletable::Deletables::open(
             dir,
             &limits,
+            metrics.clone(),
             valid_name,
             |n| filters.contains_key(n) || bloom_damaged.contains(n),
             &mut damaged,
@@ -365,7 +366,8 @@ impl LocalStore {
         if replayed > 0 {
             tracing::info!("bloomgate serve: replayed {replayed} log record(s)");
         }
-        let wal = Wal::start(&wal_dir, metrics.clone())?;
+        let wal = Arc::new(Wal::start(&wal_dir, metrics.clone())?);
+        cuckoo.attach_wal(wal.clone());
         let store = LocalStore {
             dir: dir.to_path_buf(),
             filters: RwLock::new(filters),
