@@ -120,7 +120,7 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
     let text = blocking(move || {
         let mut out = String::with_capacity(16 << 10);
         app.metrics.render(&mut out);
-        crate::metrics::render_filters(&app.store, &mut out);
+        app.store.render_metrics(&mut out);
         crate::metrics::render_input(&app.input, &mut out);
         out
     })

@@ -60,6 +60,7 @@
 //! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
 
 pub mod deletable;
+mod gauges;
 mod local;
 mod redis;
 

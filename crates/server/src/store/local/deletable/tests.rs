@@ -313,10 +313,7 @@ fn run(
                     Err(e) => {
                         prop_assert!(may_refuse, "refused in a chain made here: {:?}", e);
                         prop_assert!(e.tables.len() > 1);
-                        prop_assert!(
-                            serialize(c) == before,
-                            "a refused delete changed the chain"
-                        );
+                        prop_assert!(serialize(c) == before, "a refused delete changed the chain");
                         refused += 1;
                     }
                 }
