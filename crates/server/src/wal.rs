@@ -48,7 +48,7 @@
 //! Cuckoo filter changes (`CF.ADD`, `CF.DEL`, …) are logged too, but a
 //! delete is not idempotent: they carry sequence numbers and are replayed
 //! exactly once, after the changes their filter's file already holds (see
-//! `store/local/cuckoo.rs`).
+//! `store/local/deletable/`).
 //!
 //! At startup all segments are read in order. A record whose length is
 //! impossible, whose bytes end early or whose checksum does not match is
