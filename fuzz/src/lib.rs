@@ -99,13 +99,13 @@ pub fn bgf_header(data: &[u8]) {
 /// the whole segment.
 pub fn log(data: &[u8]) {
     let mut n = 0u64;
-    let rep = bloomgate_blacklist::log::read_bytes(data, |_| n += 1);
+    let rep = bloomgate_blacklist::wal::read_bytes(data, |_| n += 1);
     assert_eq!(rep.records, n);
     assert!(rep.lost_bytes <= data.len() as u64);
     // Fed behind a valid magic as well, so the records themselves are reached.
-    let mut seg = bloomgate_blacklist::log::MAGIC.to_vec();
+    let mut seg = bloomgate_blacklist::wal::MAGIC.to_vec();
     seg.extend_from_slice(data);
-    let rep = bloomgate_blacklist::log::read_bytes(&seg, |_| {});
+    let rep = bloomgate_blacklist::wal::read_bytes(&seg, |_| {});
     assert!(rep.lost_bytes <= data.len() as u64);
     salvage(data);
     salvage(&seg);
@@ -116,10 +116,10 @@ pub fn log(data: &[u8]) {
 /// fault is damage rather than a torn tail; kept and lost stretches tile the
 /// file; the repaired copy reads whole, with every kept record.
 fn salvage(bytes: &[u8]) {
-    use bloomgate_blacklist::log::{self, FaultKind};
-    let rep = log::read_bytes_all(bytes, |_| {});
-    let s = log::salvage(bytes);
-    let mut at = log::MAGIC.len().min(bytes.len());
+    use bloomgate_blacklist::wal::{self, FaultKind};
+    let rep = wal::read_bytes_all(bytes, |_| {});
+    let s = wal::salvage(bytes);
+    let mut at = wal::MAGIC.len().min(bytes.len());
     let mut spans: Vec<(usize, usize)> = s.kept.iter().map(|r| (r.start, r.end)).collect();
     spans.extend(
         s.lost
@@ -149,7 +149,7 @@ fn salvage(bytes: &[u8]) {
         }
     }
     let repaired = s.repaired(bytes);
-    let again = log::read_bytes_all(&repaired, |_| {});
+    let again = wal::read_bytes_all(&repaired, |_| {});
     assert_eq!((again.records, again.fault), (s.kept.len() as u64, None));
 }
 
@@ -161,7 +161,7 @@ pub fn journal(data: &[u8]) {
     let dir = std::env::temp_dir().join(format!("bloomgate-fuzz-journal-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let path = journal::path(&dir, "f");
-    let mut bytes = bloomgate_blacklist::log::MAGIC.to_vec();
+    let mut bytes = bloomgate_blacklist::wal::MAGIC.to_vec();
     bytes.extend_from_slice(data);
     std::fs::write(&path, &bytes).expect("write journal");
     let before = journal::load(&path, journal::Repair::Truncate).expect("load");
@@ -174,7 +174,7 @@ pub fn journal(data: &[u8]) {
         return;
     }
     let mut rec = Vec::new();
-    bloomgate_blacklist::log::encode_add(&mut rec, "f", 7, b"after");
+    bloomgate_blacklist::wal::encode_add(&mut rec, "f", 7, b"after");
     journal::append(&path, &rec).expect("append");
     let after = journal::load(&path, journal::Repair::No).expect("reload");
     assert_eq!(after.contents.adds.len(), before.contents.adds.len() + 1);
@@ -224,29 +224,56 @@ pub fn deletable_header(data: &[u8]) {
     }
 }
 
-/// The header chunk of a `CF.LOADCHUNK` stream: refused or accepted, never
-/// a panic; what is accepted fits the size limit it was given.
+/// The header chunk of a `CF.LOADCHUNK` stream (the library's
+/// `cf_file::parse_dump_header`): refused or accepted, never a panic; what
+/// is accepted fits the size limit it was given, passes the header's
+/// checks, and re-encodes to a chunk that parses to the same header.
 pub fn cf_dump(data: &[u8]) {
-    let mut with_magic = b"BLOOMGATE-CF-DUMP-1\n".to_vec();
+    use bloomgate_blacklist::cf_file;
+    let mut with_magic = cf_file::DUMP_MAGIC.to_vec();
     with_magic.extend_from_slice(data);
     for bytes in [data, &with_magic[..]] {
-        if let Ok(total) = bloomgate_server::store::parse_cf_dump_header(bytes, 1 << 30) {
+        if let Ok((h, total)) = cf_file::parse_dump_header(bytes, 1 << 30) {
             assert!(total <= 1 << 30);
+            assert_eq!(h.check(), Ok(total));
+            assert!(h.subs.len() <= bloomgate_engine::MAX_TABLES);
+            let again = cf_file::encode_dump_header(&h);
+            let back = cf_file::parse_dump_header(&again, 1 << 30).expect("re-encoded header");
+            assert_eq!(back, (h, total));
         }
+        // The server's entry point agrees with the library's.
+        assert_eq!(
+            bloomgate_server::store::parse_cf_dump_header(bytes, 1 << 30).is_ok(),
+            cf_file::parse_dump_header(bytes, 1 << 30).is_ok()
+        );
     }
 }
 
-/// A `NAME.cf` file as the server's start reads it (magic, header length,
-/// JSON header, sub-filters, checksum). The bytes are also fed behind the
-/// magic, and with a valid trailing checksum, so the header and the
-/// sub-filters are reached and not only the checksum test.
+/// A `NAME.cf` file as the library's codec reads it (magic, header length,
+/// JSON header, tables, checksum). The bytes are also fed behind the magic,
+/// and with a valid trailing checksum, so the header and the tables are
+/// reached and not only the checksum test. What decodes has a header that
+/// passes its checks and describes its tables, and encodes back to the
+/// same bytes.
 pub fn cf_file(data: &[u8]) {
-    let _ = bloomgate_server::store::check_cf_file(data);
-    let mut file = b"BGCUCKO1".to_vec();
+    use bloomgate_blacklist::cf_file;
+    let mut file = cf_file::FILE_MAGIC.to_vec();
     file.extend_from_slice(data);
     let sum = xxhash_rust::xxh3::xxh3_64(&file);
     file.extend_from_slice(&sum.to_le_bytes());
-    let _ = bloomgate_server::store::check_cf_file(&file);
+    for bytes in [data, &file[..]] {
+        if let Ok(c) = cf_file::decode(bytes) {
+            let total = c
+                .header
+                .check()
+                .expect("a decoded header passes its checks");
+            assert_eq!(c.tables.len(), c.header.subs.len());
+            let images: Vec<cf_file::TableImage<'_>> =
+                c.tables.iter().map(cf_file::TableImage::of).collect();
+            assert_eq!(images.iter().map(|i| i.len()).sum::<u64>(), total);
+        }
+        let _ = bloomgate_server::store::check_cf_file(bytes);
+    }
 }
 
 /// A `NAME.bgf.meta` (growth settings and fill policy): what parses is in

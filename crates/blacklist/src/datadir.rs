@@ -37,7 +37,7 @@ use bloomgate_url::{entry_key, KeyError};
 
 use crate::journal::{self, Lineage, Repair};
 use crate::layers::{GrowLimits, Layers};
-use crate::log::{self, Record, WAL_DIR};
+use crate::wal::{self, Record, WAL_DIR};
 use crate::Error;
 
 /// The lock file inside the log directory.
@@ -202,7 +202,7 @@ pub fn read_pending(dir: &Path, name: &str, current: Lineage) -> Result<Pending,
         p.lineage.push(current);
     }
     let wal_dir = dir.join(WAL_DIR);
-    let segments = match log::segments(&wal_dir) {
+    let segments = match wal::segments(&wal_dir) {
         Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => {
@@ -213,7 +213,7 @@ pub fn read_pending(dir: &Path, name: &str, current: Lineage) -> Result<Pending,
         }
     };
     for (_, seg) in &segments {
-        let rep = match log::read_segment(seg, |rec| {
+        let rep = match wal::read_segment(seg, |rec| {
             p.log_records += 1;
             match rec {
                 Record::Add { name: n, seed, key } => {
@@ -401,17 +401,17 @@ mod tests {
         // Journal: a marker of an older file (seed 5) and an add under it.
         let mut j = Vec::new();
         journal::marker(&mut j, "f", Lineage { seed: 5, ..current });
-        log::encode_add(&mut j, "f", 5, b"journaled");
+        wal::encode_add(&mut j, "f", 5, b"journaled");
         journal::append(&journal::path(dir.path(), "f"), &j).unwrap();
         // Log: this filter's add, another filter's, and one of a seed that
         // is not in the lineage (a deleted namesake).
         let wal = dir.path().join(WAL_DIR);
         std::fs::create_dir(&wal).unwrap();
-        let mut seg = log::MAGIC.to_vec();
-        log::encode_add(&mut seg, "f", 7, b"logged");
-        log::encode_add(&mut seg, "g", 7, b"other filter");
-        log::encode_add(&mut seg, "f", 99, b"stale namesake");
-        std::fs::write(log::segment_path(&wal, 1), &seg).unwrap();
+        let mut seg = wal::MAGIC.to_vec();
+        wal::encode_add(&mut seg, "f", 7, b"logged");
+        wal::encode_add(&mut seg, "g", 7, b"other filter");
+        wal::encode_add(&mut seg, "f", 99, b"stale namesake");
+        std::fs::write(wal::segment_path(&wal, 1), &seg).unwrap();
         assert_eq!(locate(&base), Some((dir.path().to_path_buf(), "f".into())));
         assert!(!served(dir.path()));
 
@@ -438,7 +438,7 @@ mod tests {
         // A snapshot that moves records into the journal, or replaces the
         // file, while a reader works makes its reading stale.
         let mut more = Vec::new();
-        log::encode_add(&mut more, "f", 7, b"moved");
+        wal::encode_add(&mut more, "f", 7, b"moved");
         journal::append(&journal::path(dir.path(), "f"), &more).unwrap();
         assert!(!p.still_current(dir.path(), "f"));
         let p = read_pending(dir.path(), "f", current).unwrap();

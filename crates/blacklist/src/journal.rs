@@ -25,14 +25,14 @@
 //!
 //! Appending a record twice (a crash between journaling and trimming the
 //! log) is harmless: insertion is idempotent. A torn tail (a crash during
-//! an append, see [`crate::log`]) is cut off when the journal is read by its
+//! an append, see [`crate::wal`]) is cut off when the journal is read by its
 //! owner (the server, [`Repair::Truncate`]): the intact prefix is kept and
 //! the loss is reported ([`Loaded::report`]). Read-only readers
 //! ([`Repair::No`]) leave the file as it is. Damage anywhere else (intact
 //! records follow it, or the magic is wrong) is never cut off or rewritten
 //! by anyone but `bloomgate repair`: [`load`] reports it
 //! ([`SegmentReport::damage`]) and leaves the file alone, [`compact`]
-//! refuses, and the server stops with [`crate::log::DamagedFile`].
+//! refuses, and the server stops with [`crate::wal::DamagedFile`].
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use bloomgate_engine::atomic::sync_parent;
 
-use crate::log::{self as wal, FaultKind, Record, SegmentReport, MAGIC};
+use crate::wal::{self, FaultKind, Record, SegmentReport, MAGIC};
 
 /// One lineage marker: a layer-0 seed and the key rules of that file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -37,12 +37,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cf_file;
 pub mod datadir;
 pub mod journal;
 pub mod layers;
-pub mod log;
 pub mod repair;
 pub mod spec;
+pub mod wal;
 pub mod whitelist;
 
 /// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
@@ -122,7 +123,7 @@ pub enum Error {
     /// A write-ahead log segment or a journal is damaged other than at its
     /// tail (see [`log`]).
     #[error(transparent)]
-    DamagedLog(#[from] log::DamagedFile),
+    DamagedLog(#[from] wal::DamagedFile),
     /// A file of the data directory failed.
     #[error("{path}: {source}")]
     Io {

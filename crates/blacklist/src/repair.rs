@@ -2,14 +2,14 @@
 //! journals (`bloomgate repair DIR`).
 //!
 //! The server refuses to start on a segment or a journal that is damaged
-//! other than at its tail ([`crate::log`]): records after the damage were
+//! other than at its tail ([`crate::wal`]): records after the damage were
 //! acknowledged, and the damaged stretch may hold records of any filter.
 //! Repair is the operator's decision, with the server stopped:
 //!
 //! 1. The data directory's lock is taken ([`DirLock`]), so no server runs
 //!    while files are rewritten (a running server makes repair refuse).
 //! 2. Every segment (`.bloomgate-wal/wal-N.log`) and every journal
-//!    (`NAME.live`) is read whole with [`log::salvage`]: every intact
+//!    (`NAME.live`) is read whole with [`wal::salvage`]: every intact
 //!    record, before and after each damaged stretch (resynchronising), is
 //!    kept in file order; every stretch that is not one is reported with its
 //!    offset, length and fault.
@@ -30,7 +30,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::datadir::DirLock;
-use crate::log::{self, AnyRecord, Lost, Record, WAL_DIR};
+use crate::wal::{self, AnyRecord, Lost, Record, WAL_DIR};
 use crate::Error;
 
 /// What repair found (and did) for one segment or journal.
@@ -98,12 +98,12 @@ pub fn repair(dir: &Path, dry_run: bool) -> Result<Report, Error> {
     let mut report = Report::default();
     if wal_dir.is_dir() {
         paths.extend(
-            log::segments(&wal_dir)
+            wal::segments(&wal_dir)
                 .map_err(io(&wal_dir))?
                 .into_iter()
                 .map(|(_, p)| p),
         );
-        report.strays = log::strays(&wal_dir).map_err(io(&wal_dir))?;
+        report.strays = wal::strays(&wal_dir).map_err(io(&wal_dir))?;
     }
     let mut journals: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io(dir))?
@@ -119,13 +119,13 @@ pub fn repair(dir: &Path, dry_run: bool) -> Result<Report, Error> {
         .map_or(0, |d| d.as_secs());
     for (i, path) in paths.into_iter().enumerate() {
         let bytes = std::fs::read(&path).map_err(io(&path))?;
-        let s = log::salvage(&bytes);
+        let s = wal::salvage(&bytes);
         let mut orphans = 0;
         if i >= first_journal {
             let mut seeds = Vec::new();
             let mut adds = Vec::new();
             for r in &s.kept {
-                match log::decode_record(&bytes[r.clone()]) {
+                match wal::decode_record(&bytes[r.clone()]) {
                     Some(AnyRecord::Bloom(Record::Lineage { seed, .. })) => seeds.push(seed),
                     Some(AnyRecord::Bloom(Record::Add { seed, .. })) => adds.push(seed),
                     _ => {}
@@ -185,7 +185,7 @@ fn keep_aside(path: &Path, aside: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::{encode_add, encode_lineage, MAGIC};
+    use crate::wal::{encode_add, encode_lineage, MAGIC};
 
     #[test]
     fn repairs_keep_aside_and_report() {
@@ -226,7 +226,7 @@ mod tests {
         let done = repair(d, false).unwrap();
         let aside = done.files[0].kept_aside.clone().unwrap();
         assert_eq!(std::fs::read(&aside).unwrap(), bad);
-        let rep = log::read_segment(&seg_path, |_| {}).unwrap();
+        let rep = wal::read_segment(&seg_path, |_| {}).unwrap();
         assert_eq!((rep.records, rep.fault), (9, None));
         assert_eq!(std::fs::read(&jpath).unwrap(), j);
         // The kept-aside original is neither a segment nor a stray.

@@ -44,13 +44,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::deletable::Removal;
 use crate::error::{Error, Result};
 use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CountingPlan, COUNTER_MAX, COUNTING_BLOCK_COUNTERS, MAX_COUNTING_K};
 use crate::spin::{SpinGuard, SpinLock};
 use crate::storage::Bits;
+use crate::table::{CuckooFull, Removal, Table};
 
 /// Multiplier of the in-block probe sequence (as in the blocked Bloom layout).
 const G: u32 = 0x9E37_79B9;
@@ -421,17 +421,10 @@ impl CountingFilter {
     }
 
     /// A filter from a file image made by [`CountingFilter::to_bytes`]
-    /// (both checksums are verified).
+    /// (both checksums are verified): [`CountingFilter::read_from`] on the
+    /// bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<CountingFilter> {
-        let o = format::deletable_from_bytes(bytes, DeletableKind::Counting)?;
-        let params = params_of(&o.header);
-        Ok(CountingFilter::from_parts(
-            params,
-            o.data,
-            o.header.items,
-            None,
-            None,
-        ))
+        CountingFilter::read_from(&mut &bytes[..], bytes.len() as u64)
     }
 
     /// Writes the filter to `path` atomically (temp file, fsync, rename,
@@ -477,6 +470,47 @@ impl CountingFilter {
     /// The file this filter was opened from, if any.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+}
+
+impl Table for CountingFilter {
+    fn contains(&self, item: &[u8]) -> bool {
+        CountingFilter::contains(self, item)
+    }
+
+    fn count(&self, item: &[u8]) -> u64 {
+        u64::from(CountingFilter::count(self, item))
+    }
+
+    /// Never full: every add raises the item's counters.
+    fn insert(&self, item: &[u8]) -> std::result::Result<bool, CuckooFull> {
+        Ok(CountingFilter::insert(self, item))
+    }
+
+    fn remove(&self, item: &[u8]) -> Removal {
+        CountingFilter::remove(self, item)
+    }
+
+    /// Only itself: counters say nothing of whose copy they hold.
+    fn refines(&self, coarser: &CountingFilter) -> bool {
+        std::ptr::eq(self, coarser)
+    }
+
+    /// None: a counting filter never fills, so it never grows.
+    fn next_in_chain(&self, _shift: u32) -> Option<Result<CountingFilter>> {
+        None
+    }
+
+    fn items(&self) -> u64 {
+        CountingFilter::items(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.params.bytes()
+    }
+
+    fn predicted_fp(&self) -> f64 {
+        CountingFilter::predicted_fp(self)
     }
 }
 

@@ -1,10 +1,16 @@
-//! What the deletable filters share, and one opener for every kind of filter file.
+//! One opener for every kind of filter file, and the one table type of a
+//! deletable filter's chain.
 //!
 //! [`AnyFilter::open`] reads a file's layout code and opens it as what it
 //! is: a Bloom filter ([`Filter`], blocked or classic), a counting filter
 //! ([`CountingFilter`]) or a cuckoo filter ([`CuckooFilter`]). Front ends
 //! (the CLI's `check`/`info`, the server) dispatch on the variant; the
 //! accessors here answer what every kind can answer.
+//!
+//! [`DeletableTable`] is a counting or a cuckoo table, as a deletable
+//! filter's [`Chain`](crate::chain::Chain) holds it: made, read and
+//! written by its layout ([`DeletableKind`]), and described by the figures
+//! a filter's `info` reports. The chain's rules are the [`Table`] trait's.
 
 use std::path::Path;
 
@@ -13,65 +19,9 @@ use crate::cuckoo::CuckooFilter;
 use crate::error::Result;
 use crate::filter::Filter;
 use crate::format::{self, Access, DeletableKind};
-use crate::math::Layout;
-
-/// The outcome of a delete.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Removal {
-    /// One copy of the item was removed.
-    Removed,
-    /// The item was not present; nothing was changed.
-    NotPresent,
-}
-
-/// A delete in a chain of tables that cannot tell which table's copy is
-/// the item's: its fingerprint is in tables hashed apart. Nothing was
-/// changed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "cannot delete safely: the item matches in {} tables of the chain that were hashed \
-     separately (tables {tables:?}, oldest is 0), so a delete cannot tell which copy is \
-     the item's, and taking another item's copy would make that item a false negative; \
-     nothing was deleted",
-    tables.len()
-)]
-pub struct AmbiguousDelete {
-    /// The tables holding a match, oldest first (0 = the oldest).
-    pub tables: Vec<usize>,
-}
-
-/// Which table of a chain a delete takes one copy of an item from.
-///
-/// `holding` lists the tables that hold a match for the item (its
-/// fingerprint in one of its buckets, or all its counters above zero),
-/// oldest first; `refines(k, j)` says whether table `k` refines table `j`
-/// ([`crate::CuckooFilter::refines`]: two items that share a copy's
-/// place in `k` are indistinguishable in `j`; a counting filter refines
-/// only itself). The answer is the newest table holding a match that
-/// refines every other one holding one; `Ok(None)` if none holds a match.
-///
-/// Why this takes only the item's own copy, or a copy that the item's own
-/// then stands in for, is argued in `crate::cuckoo` ("Chains"). A table
-/// that refines no other (counting filters, or cuckoo tables hashed apart)
-/// is chosen only when it is the one holding a match: then the item's copy
-/// must be there. Otherwise [`AmbiguousDelete`]: a delete that may take
-/// another item's copy is refused rather than risk a false negative.
-pub fn delete_table(
-    holding: &[usize],
-    refines: impl Fn(usize, usize) -> bool,
-) -> Result<Option<usize>, AmbiguousDelete> {
-    if holding.is_empty() {
-        return Ok(None);
-    }
-    holding
-        .iter()
-        .rev()
-        .find(|&&k| holding.iter().all(|&j| refines(k, j)))
-        .map(|&k| Some(k))
-        .ok_or_else(|| AmbiguousDelete {
-            tables: holding.to_vec(),
-        })
-}
+use crate::math::{plan_counting, plan_cuckoo, Layout, CUCKOO_MAX_BUCKET_SIZE};
+use crate::table::{CuckooFull, Removal, Table};
+use crate::{CountingParams, CuckooParams};
 
 /// The kind of filter a file holds.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -244,5 +194,211 @@ impl AnyFilter {
             AnyFilter::Counting(f) => f.save(path),
             AnyFilter::Cuckoo(f) => f.save(path),
         }
+    }
+}
+
+/// One table of a deletable filter's chain: a cuckoo table, or a counting
+/// Bloom filter.
+#[derive(Debug)]
+pub enum DeletableTable {
+    /// A cuckoo table.
+    Cuckoo(CuckooFilter),
+    /// A counting Bloom filter.
+    Counting(CountingFilter),
+}
+
+/// Dispatches `$e` on the table inside `$t`, bound to `$f`.
+macro_rules! each {
+    ($t:expr, $f:ident => $e:expr) => {
+        match $t {
+            DeletableTable::Cuckoo($f) => $e,
+            DeletableTable::Counting($f) => $e,
+        }
+    };
+}
+
+impl DeletableTable {
+    /// A table of `layout` for `items` at rate `p`. A cuckoo table has
+    /// buckets of `bucket_size` slots (the engine's largest if more) and
+    /// gives up after `max_kicks` evictions; a counting filter uses
+    /// neither. `key_rules` are the key kind and match mode codes.
+    pub fn new(
+        layout: DeletableKind,
+        items: u64,
+        p: f64,
+        bucket_size: u16,
+        max_kicks: u16,
+        seed: u64,
+        (key_kind, match_mode): (u8, u8),
+    ) -> Result<DeletableTable> {
+        let plan_error = |e: crate::PlanError| crate::Error::InvalidParams(e.to_string());
+        Ok(match layout {
+            DeletableKind::Cuckoo => {
+                let b = u32::from(bucket_size).clamp(1, CUCKOO_MAX_BUCKET_SIZE);
+                let plan = plan_cuckoo(items, p, b).map_err(plan_error)?;
+                let mut params = CuckooParams::from_plan(&plan, seed);
+                params.max_kicks = u32::from(max_kicks);
+                params.key_kind = key_kind;
+                params.match_mode = match_mode;
+                DeletableTable::Cuckoo(CuckooFilter::new(params)?)
+            }
+            DeletableKind::Counting => {
+                let plan = plan_counting(items, p).map_err(plan_error)?;
+                let mut params = CountingParams::from_plan(&plan, seed);
+                params.key_kind = key_kind;
+                params.match_mode = match_mode;
+                DeletableTable::Counting(CountingFilter::new(params)?)
+            }
+        })
+    }
+
+    /// A table of `layout` from its file image of `len` bytes read from
+    /// `r`, straight into the table's memory.
+    pub fn read_from(
+        layout: DeletableKind,
+        r: &mut impl std::io::Read,
+        len: u64,
+    ) -> Result<DeletableTable> {
+        Ok(match layout {
+            DeletableKind::Cuckoo => DeletableTable::Cuckoo(CuckooFilter::read_from(r, len)?),
+            DeletableKind::Counting => DeletableTable::Counting(CountingFilter::read_from(r, len)?),
+        })
+    }
+
+    /// A table of `layout` from its file image.
+    pub fn from_bytes(layout: DeletableKind, bytes: &[u8]) -> Result<DeletableTable> {
+        DeletableTable::read_from(layout, &mut &bytes[..], bytes.len() as u64)
+    }
+
+    /// Cuckoo or counting.
+    pub fn layout(&self) -> DeletableKind {
+        match self {
+            DeletableTable::Cuckoo(_) => DeletableKind::Cuckoo,
+            DeletableTable::Counting(_) => DeletableKind::Counting,
+        }
+    }
+
+    /// The key kind and match mode codes of its header.
+    pub fn key_rules(&self) -> (u8, u8) {
+        each!(self, f => (f.params().key_kind, f.params().match_mode))
+    }
+
+    /// The false-positive rate it was planned for.
+    pub fn target_fp(&self) -> f64 {
+        each!(self, f => f.params().target_fp)
+    }
+
+    /// Items the table is sized for (at its rate).
+    pub fn planned(&self) -> u64 {
+        each!(self, f => f.params().planned_items)
+    }
+
+    /// A cuckoo table's bucket size and kicks.
+    pub fn cuckoo_settings(&self) -> Option<(u32, u32)> {
+        match self {
+            DeletableTable::Cuckoo(f) => Some((f.params().bucket_size, f.params().max_kicks)),
+            DeletableTable::Counting(_) => None,
+        }
+    }
+
+    /// Buckets of a cuckoo table; 128-counter blocks of a counting filter.
+    pub fn buckets(&self) -> u64 {
+        match self {
+            DeletableTable::Cuckoo(f) => f.params().buckets,
+            DeletableTable::Counting(f) => f.params().counters / 128,
+        }
+    }
+
+    /// Fingerprint bits of a cuckoo table; counters per item (k) of a
+    /// counting filter.
+    pub fn fingerprint_bits(&self) -> u32 {
+        match self {
+            DeletableTable::Cuckoo(f) => f.params().fingerprint_bits,
+            DeletableTable::Counting(f) => f.params().k,
+        }
+    }
+
+    /// Slots holding a fingerprint, or counters above zero.
+    pub fn used_cells(&self) -> u64 {
+        match self {
+            DeletableTable::Cuckoo(f) => f.items(),
+            DeletableTable::Counting(f) => f.nonzero_counters(),
+        }
+    }
+
+    /// Slots, or counters.
+    pub fn cells(&self) -> u64 {
+        match self {
+            DeletableTable::Cuckoo(f) => f.params().slots(),
+            DeletableTable::Counting(f) => f.params().counters,
+        }
+    }
+
+    /// Counters stuck at their maximum (counting filters; 0 for cuckoo).
+    pub fn saturated(&self) -> u64 {
+        match self {
+            DeletableTable::Cuckoo(_) => 0,
+            DeletableTable::Counting(f) => f.saturated_counters(),
+        }
+    }
+
+    /// The table's own bytes (its file image's data).
+    pub fn as_bytes(&self) -> &[u8] {
+        each!(self, f => f.as_bytes())
+    }
+
+    /// The header of its file image as the table is now (the image is
+    /// this header, then [`DeletableTable::as_bytes`]; consistent while the
+    /// chain's owner keeps changes out).
+    pub fn image_header(&self) -> Vec<u8> {
+        each!(self, f => f.image_header())
+    }
+}
+
+impl Table for DeletableTable {
+    fn contains(&self, item: &[u8]) -> bool {
+        each!(self, f => f.contains(item))
+    }
+
+    fn count(&self, item: &[u8]) -> u64 {
+        each!(self, f => Table::count(f, item))
+    }
+
+    fn insert(&self, item: &[u8]) -> std::result::Result<bool, CuckooFull> {
+        each!(self, f => Table::insert(f, item))
+    }
+
+    fn remove(&self, item: &[u8]) -> Removal {
+        each!(self, f => f.remove(item))
+    }
+
+    /// A cuckoo table refines as [`CuckooFilter::refines`] says; anything
+    /// else refines only itself.
+    fn refines(&self, coarser: &DeletableTable) -> bool {
+        match (self, coarser) {
+            (DeletableTable::Cuckoo(a), DeletableTable::Cuckoo(b)) => a.refines(b),
+            _ => std::ptr::eq(self, coarser),
+        }
+    }
+
+    fn next_in_chain(&self, shift: u32) -> Option<Result<DeletableTable>> {
+        match self {
+            DeletableTable::Cuckoo(f) => {
+                Table::next_in_chain(f, shift).map(|t| t.map(DeletableTable::Cuckoo))
+            }
+            DeletableTable::Counting(_) => None,
+        }
+    }
+
+    fn items(&self) -> u64 {
+        each!(self, f => f.items())
+    }
+
+    fn bytes(&self) -> u64 {
+        each!(self, f => f.params().bytes())
+    }
+
+    fn predicted_fp(&self) -> f64 {
+        each!(self, f => f.predicted_fp())
     }
 }

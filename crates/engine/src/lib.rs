@@ -17,7 +17,8 @@
 //! Two more layouts can delete ([`deletable`]): a counting Bloom filter
 //! ([`CountingFilter`], 4-bit counters blocked 128 to a cache line) and a
 //! cuckoo filter ([`CuckooFilter`], packed `f`-bit fingerprints in buckets
-//! of 4; [`CuckooChain`] grows like RedisBloom's `EXPANSION`). They share the
+//! of 4). A deletable filter is a [`Chain`] of either, over one [`Table`]
+//! trait, growing like RedisBloom's `EXPANSION`. They share the
 //! file format's frame with their own layout codes; [`AnyFilter::open`]
 //! opens a file of any kind.
 //!
@@ -48,6 +49,7 @@ compile_error!("bloomgate's file format and SIMD kernels assume a little-endian 
 
 pub mod arch;
 pub mod atomic;
+pub mod chain;
 pub mod counting;
 pub mod cuckoo;
 pub mod deletable;
@@ -60,10 +62,12 @@ mod params;
 pub mod slice;
 mod spin;
 mod storage;
+pub mod table;
 
+pub use chain::{Chain, ChainAdd, ChainError, CuckooChain, MAX_TABLES};
 pub use counting::{CountingFilter, CountingParams};
-pub use cuckoo::{ChainError, CuckooChain, CuckooFilter, CuckooFull, CuckooParams};
-pub use deletable::{delete_table, AmbiguousDelete, AnyFilter, FilterKind, Removal};
+pub use cuckoo::{CuckooFilter, CuckooParams};
+pub use deletable::{AnyFilter, DeletableTable, FilterKind};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{Filter, Prepared};
 pub use format::{Access, Header};
@@ -72,3 +76,4 @@ pub use math::{
 };
 pub use params::{random_seed, Params};
 pub use storage::mem_available;
+pub use table::{delete_table, AmbiguousDelete, CuckooFull, Removal, Table};

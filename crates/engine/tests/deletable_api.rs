@@ -137,7 +137,7 @@ fn cuckoo_full_table_errors_and_keeps_everything() {
 #[test]
 fn cuckoo_chain_grows_and_keeps_items() {
     let base = small_cuckoo(16, 4, 12, 100).params().clone();
-    let chain = CuckooChain::new(base.clone(), 2).unwrap();
+    let mut chain = CuckooChain::with_params(base.clone(), 2).unwrap();
     for i in 0..1000u32 {
         chain.insert(&i.to_le_bytes()).unwrap();
     }
@@ -147,7 +147,7 @@ fn cuckoo_chain_grows_and_keeps_items() {
     }
     assert_eq!(chain.items(), 1000);
     assert_eq!(chain.remove(&7u32.to_le_bytes()), Ok(Removal::Removed));
-    let fixed = CuckooChain::new(base, 0).unwrap();
+    let mut fixed = CuckooChain::with_params(base, 0).unwrap();
     let mut err = None;
     for i in 0..1000u32 {
         if let Err(e) = fixed.insert(&i.to_le_bytes()) {

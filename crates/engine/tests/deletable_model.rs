@@ -107,7 +107,7 @@ fn chain_ops(keys: u16, len: usize) -> impl Strategy<Value = Vec<ChainOp>> {
 /// unless `may_refuse` (tables hashed apart), where it may instead be
 /// refused, changing nothing. Returns the refusals.
 fn run_chain(
-    chain: &CuckooChain,
+    chain: &mut CuckooChain,
     ops: Vec<ChainOp>,
     mut stored: Vec<u16>,
     may_refuse: bool,
@@ -181,8 +181,8 @@ proptest! {
         kicks in 0u32..=30,
         seed in any::<u64>(),
     ) {
-        let chain = CuckooChain::new(cuckoo_params(buckets, bucket_size, f, kicks, seed), expansion).unwrap();
-        run_chain(&chain, ops, Vec::new(), false)?;
+        let mut chain = CuckooChain::with_params(cuckoo_params(buckets, bucket_size, f, kicks, seed), expansion).unwrap();
+        run_chain(&mut chain, ops, Vec::new(), false)?;
     }
 
     /// A chain of tables hashed apart (a seed and a size each, as files
@@ -209,8 +209,8 @@ proptest! {
             }
             tables.push(table);
         }
-        let chain = CuckooChain::from_tables(tables, 2).unwrap();
-        run_chain(&chain, ops, stored, true)?;
+        let mut chain = CuckooChain::from_tables(tables, 2).unwrap();
+        run_chain(&mut chain, ops, stored, true)?;
     }
 }
 

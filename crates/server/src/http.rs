@@ -120,7 +120,7 @@ async fn metrics(State(app): St, headers: HeaderMap) -> ApiResult {
     let text = blocking(move || {
         let mut out = String::with_capacity(16 << 10);
         app.metrics.render(&mut out);
-        crate::metrics::render_filters(&app.store, &mut out);
+        app.store.render_metrics(&mut out);
         crate::metrics::render_input(&app.input, &mut out);
         out
     })
@@ -481,8 +481,8 @@ async fn create(State(app): St, headers: HeaderMap, body: axum::body::Bytes) -> 
         None => bloomgate_url::MatchMode::Exact,
     };
     let deletable = match b.layout.as_deref() {
-        Some("cuckoo") => Some(crate::store::cuckoo::CfLayout::Cuckoo),
-        Some("counting") => Some(crate::store::cuckoo::CfLayout::Counting),
+        Some("cuckoo") => Some(crate::store::deletable::CfLayout::Cuckoo),
+        Some("counting") => Some(crate::store::deletable::CfLayout::Counting),
         _ => None,
     };
     if let Some(layout) = deletable {

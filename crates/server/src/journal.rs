@@ -15,7 +15,7 @@ use crate::store::StoreError;
 /// Reads a journal as its owner: a torn tail is cut off the file and
 /// reported as a `tracing` warning and in `bloomgate_journal_damaged_total` /
 /// `bloomgate_journal_lost_bytes_total`. A journal damaged anywhere else is
-/// an error naming file and offset ([`bloomgate_blacklist::log::DamagedFile`]),
+/// an error naming file and offset ([`bloomgate_blacklist::wal::DamagedFile`]),
 /// and the file is left exactly as it is.
 pub fn load(path: &Path, metrics: &Metrics) -> Result<Contents, StoreError> {
     let Loaded {

@@ -2,7 +2,7 @@
 //!
 //! The log lives in `DIR/.bloomgate-wal/` as numbered segments; the record
 //! format, and how records are matched to filters by lineage, is
-//! [`bloomgate_blacklist::log`] (re-exported here), shared with every other
+//! [`bloomgate_blacklist::wal`] (re-exported here), shared with every other
 //! reader of a data directory.
 //!
 //! Every acknowledged add is logged, also one answered "exists": the bits
@@ -48,13 +48,13 @@
 //! Cuckoo filter changes (`CF.ADD`, `CF.DEL`, …) are logged too, but a
 //! delete is not idempotent: they carry sequence numbers and are replayed
 //! exactly once, after the changes their filter's file already holds (see
-//! `store/local/cuckoo.rs`).
+//! `store/local/deletable/`).
 //!
 //! At startup all segments are read in order. A record whose length is
 //! impossible, whose bytes end early or whose checksum does not match is
 //! either a *torn tail* (no intact record follows it: a crash during an
 //! append, or a segment abandoned after a failed write) or *damage* (see
-//! [`bloomgate_blacklist::log`] for the rule). A torn tail is repaired: the
+//! [`bloomgate_blacklist::wal`] for the rule). A torn tail is repaired: the
 //! intact prefix is replayed, the loss (records/bytes) is reported in the
 //! log (a `tracing` warning) and in the metrics, and the segment is trimmed
 //! by the start-up snapshot like any other. Damage stops the start before
@@ -75,7 +75,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use bloomgate_blacklist::log::{
+pub use bloomgate_blacklist::wal::{
     encode_add, encode_chunk, encode_cuckoo, encode_lineage, read_bytes, read_segment,
     read_segment_all, segment_path, segments, strays, AnyRecord, CuckooOp, CuckooRecord,
     DamagedFile, Fault, FaultKind, Record, SegmentReport, MAGIC, MAX_RECORD,

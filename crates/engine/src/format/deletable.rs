@@ -528,35 +528,6 @@ pub(crate) fn verify_data(path: &Path, header: &DeletableHeader, data: &[u8]) ->
     Ok(())
 }
 
-/// Decodes a whole deletable filter file image (header and data, as
-/// `to_bytes` makes it) into heap storage, checking both checksums.
-pub(crate) fn deletable_from_bytes(bytes: &[u8], kind: DeletableKind) -> Result<OpenedDeletable> {
-    let here = Path::new("<bytes>");
-    let format = |problem| Error::Format {
-        path: here.into(),
-        problem,
-    };
-    let header = DeletableHeader::decode(bytes, bytes.len() as u64).map_err(|p| match p {
-        FormatProblem::WrongKind { found, .. } => format(FormatProblem::WrongKind {
-            found,
-            expected: kind.name(),
-        }),
-        p => format(p),
-    })?;
-    if header.geometry.kind() != kind {
-        return Err(format(FormatProblem::WrongKind {
-            found: header.geometry.kind().name(),
-            expected: kind.name(),
-        }));
-    }
-    let body = &bytes[HEADER_LEN..];
-    verify_data(here, &header, body)?;
-    let mut data =
-        Bits::heap((header.data_len / 8) as usize).ok_or(Error::OutOfMemory(header.data_len))?;
-    data.bytes_mut().copy_from_slice(body);
-    Ok(OpenedDeletable { header, data })
-}
-
 /// Decodes a deletable filter's file image of `len` bytes read from `r`
 /// (header and data, as `to_bytes` makes it) into heap storage, the data
 /// read straight into the table (no second copy), checking both checksums.

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::error::{blocking, can_write, ApiError, ApiResult, St};
 use super::{parse_items, ItemQuery};
-use crate::store::cuckoo::{CfAdded, CfLayout, CfNamed, CfSpec};
+use crate::store::deletable::{CfAdded, CfLayout, CfNamed, CfSpec};
 use crate::App;
 
 fn too_long(app: &App, item: &str) -> bool {
@@ -77,7 +77,7 @@ pub(super) async fn add(app: Arc<App>, n: Arc<CfNamed>, body: &[u8]) -> ApiResul
     }
     let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
     let mut outcomes = Vec::with_capacity(refs.len());
-    let ack = app.store.cf_add(&n, &refs, false, false, &mut outcomes)?;
+    let ack = n.add(&refs, false, false, &mut outcomes)?;
     ack.wait().await?;
     let mut added = 0;
     let results: Vec<Value> = items
@@ -126,7 +126,7 @@ pub(super) async fn remove(
     let mut last_ack = None;
     let mut removed = 0;
     for item in &items {
-        let (found, ack) = match app.store.cf_delete_item(&n, item.as_bytes()) {
+        let (found, ack) = match n.delete_item(item.as_bytes()) {
             Ok(r) => r,
             // Refused for this item alone (nothing changed): said per item,
             // as a full filter is for an add.

@@ -57,9 +57,10 @@
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
-//! | `store/cuckoo.rs`, `store/local/cuckoo.rs` | cuckoo filters (`CF.*`): the local store's, with exactly-once replay of deletes |
+//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
 
-pub mod cuckoo;
+pub mod deletable;
+mod gauges;
 mod local;
 mod redis;
 
@@ -74,7 +75,9 @@ use crate::wal;
 
 pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
 pub use bloomgate_blacklist::FilterSpec;
-pub use local::cuckoo::{check_file as check_cf_file, parse_dump_header as parse_cf_dump_header};
+pub use local::deletable::{
+    check_file as check_cf_file, parse_dump_header as parse_cf_dump_header,
+};
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{LocalStore, LookupScratch, Named};
 pub use redis::{
@@ -128,6 +131,20 @@ impl Ack {
                 ))),
             },
         }
+    }
+
+    /// [`Ack::wait`], blocking the thread (tests and tools off the runtime).
+    pub fn wait_blocking(self) -> Result<(), StoreError> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => rx.blocking_recv().map_err(|_| {
+                StoreError::Wal(wal::WalError::io(
+                    "log thread stopped",
+                    &std::io::ErrorKind::Other.into(),
+                ))
+            })?,
+        }
+        .map_err(StoreError::Wal)
     }
 }
 

@@ -14,7 +14,7 @@
 //!   sets that default rate; the tables themselves use the engine's buckets.
 //! * `CF.RESERVE … LAYOUT COUNTING` (bloomgate only) makes the filter one
 //!   counting Bloom filter instead of cuckoo tables: never full, about 7×
-//!   the memory (`crate::store::cuckoo`, "Counting filters"). Every `CF.*`
+//!   the memory (`crate::store::deletable`, "Counting filters"). Every `CF.*`
 //!   command works on it; `CF.COUNT` is the item's smallest counter.
 //! * Capacities above RedisBloom's 2³⁰ are accepted, up to the server's
 //!   filter size limit (as for `BF.RESERVE`).
@@ -33,9 +33,9 @@
 use super::{error_reply, lossy, parse_f64, parse_i64, upper, Parsed, Refusal};
 use crate::resp::codec::Out;
 use crate::resp::session::Session;
-use crate::store::cuckoo::{
+use crate::store::deletable::{
     CfAdded, CfLayout, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION,
-    DEFAULT_MAX_ITERATIONS, MAX_FILTERS,
+    DEFAULT_MAX_ITERATIONS, MAX_TABLES,
 };
 use crate::store::StoreError;
 
@@ -48,7 +48,7 @@ const REDISBLOOM_MAX_CAPACITY: i64 = 1 << 30;
 /// Where a key stands for a `CF.*` command.
 enum Key {
     /// A cuckoo filter.
-    Cuckoo(std::sync::Arc<crate::store::cuckoo::CfNamed>),
+    Cuckoo(std::sync::Arc<crate::store::deletable::CfNamed>),
     /// A Bloom filter.
     Bloom,
     /// Nothing of that name.
@@ -368,11 +368,11 @@ impl Add<'_> {
                 }
             }
         };
-        if named.filters() >= MAX_FILTERS {
+        if named.filters() >= MAX_TABLES {
             return out.error("Maximum expansions reached");
         }
         let mut outcomes = Vec::with_capacity(items.len());
-        match s.app.store.cf_add(&named, items, nx, !multi, &mut outcomes) {
+        match named.add(items, nx, !multi, &mut outcomes) {
             Ok(ack) => s.ack = Some(ack),
             Err(e) => return out.error(&error_reply(&e)),
         }
@@ -425,7 +425,7 @@ fn del(s: &mut Session, key: &[u8], item: &[u8], out: &mut Out) {
     let Key::Cuckoo(named) = cf_key(s, key) else {
         return out.error("Not found");
     };
-    match s.app.store.cf_delete_item(&named, item) {
+    match named.delete_item(item) {
         Ok((found, ack)) => {
             s.ack = Some(ack);
             out.boolean(found)
@@ -466,17 +466,13 @@ fn scandump(s: &mut Session, key: &[u8], iter: u64, out: &mut Out) {
         Key::Bloom => return out.error(WRONGTYPE),
         Key::Missing => return out.error("ERR not found"),
     };
-    match s.app.store.cf_scandump(&named, iter) {
-        Ok((next, data)) => {
-            out.array(2);
-            out.int(next as i64);
-            if next == 0 {
-                out.null()
-            } else {
-                out.bulk(&data)
-            }
-        }
-        Err(e) => out.error(&error_reply(&e)),
+    let (next, data) = named.scandump(iter);
+    out.array(2);
+    out.int(next as i64);
+    if next == 0 {
+        out.null()
+    } else {
+        out.bulk(&data)
     }
 }
 

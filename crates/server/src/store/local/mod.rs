@@ -10,7 +10,7 @@
 //! | file | what |
 //! |---|---|
 //! | `NAME.live` | the journal of live adds trimmed from the log ([`crate::journal`]) |
-//! | `NAME.cf` | a cuckoo filter, with the log position it includes ([`cuckoo`]) |
+//! | `NAME.cf` | a deletable (cuckoo or counting) filter, with the log position it includes ([`deletable`]) |
 //! | `.bloomgate-wal/wal-N.log` | the write-ahead log ([`crate::wal`]) |
 //! | `.bloomgate-wal/lock` | held (`flock`) while the server runs ([`DirLock`]) |
 //!
@@ -68,19 +68,20 @@
 //!
 //! Files are replaced by writing a temporary beside them (`NAME.tmp-PID`,
 //! `NAME.bgf.tmp-PID-RANDOM`) and renaming it; a crash between the two
-//! leaves the temporary behind. [`remove_stale_temporaries`] deletes them
+//! leaves the temporary behind. [`temporaries::remove_stale_temporaries`] deletes them
 //! at startup.
 //!
 //! The store's files are in this module and its children: [`named`] (one
 //! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
 
-pub(crate) mod cuckoo;
+pub(crate) mod deletable;
 pub(crate) mod dump;
 mod growth;
 mod named;
 mod reload;
 mod replay;
 mod snapshot;
+mod temporaries;
 
 /// The files `NAME.ext` of the data directory `dir` whose `NAME` is valid
 /// (others are skipped with a warning), as `(NAME, path)`.
@@ -170,15 +171,15 @@ pub struct LocalStore {
     filters: RwLock<HashMap<String, Arc<Named>>>,
     /// Bumped after every change of `filters` (see [`LocalStore::generation`]).
     generation: AtomicU64,
-    wal: Wal,
+    wal: Arc<Wal>,
     limits: Limits,
     metrics: Arc<Metrics>,
     snapshot_lock: Mutex<()>,
     /// Per journal, its length after it was last compacted (under the
     /// snapshot lock; see [`LocalStore::compact_journal`]).
     journal_base: Mutex<HashMap<String, u64>>,
-    /// The cuckoo filters (`NAME.cf`, see [`cuckoo`]).
-    cuckoo: Box<cuckoo::Cuckoos>,
+    /// The deletable filters (`NAME.cf`, see [`deletable`]).
+    cuckoo: Box<deletable::Deletables>,
     /// The filters whose files failed to load, by name (see the module
     /// doc); changed under the snapshot lock.
     damaged: RwLock<HashMap<String, Damaged>>,
@@ -228,12 +229,12 @@ impl LocalStore {
             ));
         }
         let dir_lock = DirLock::acquire_waiting(dir, std::time::Duration::from_secs(2))?;
-        remove_stale_temporaries(dir);
+        temporaries::remove_stale_temporaries(dir);
         let mut filters = HashMap::new();
         let mut damaged = Vec::new();
         for (name, path) in named_files(dir, "bgf", valid_name)? {
-            if cuckoo::deletable_layout(&path).is_some() {
-                // Counting and cuckoo filter files: served by `cuckoo`.
+            if deletable::deletable_layout(&path).is_some() {
+                // Counting and cuckoo filter files: served by `deletable`.
                 continue;
             }
             match load_layers(&path) {
@@ -298,9 +299,10 @@ impl LocalStore {
         }
         let bloom_damaged: std::collections::HashSet<String> =
             damaged.iter().map(|d| d.name.clone()).collect();
-        let cuckoo = Box::new(cuckoo::Cuckoos::open(
+        let cuckoo = Box::new(deletable::Deletables::open(
             dir,
             &limits,
+            metrics.clone(),
             valid_name,
             |n| filters.contains_key(n) || bloom_damaged.contains(n),
             &mut damaged,
@@ -365,7 +367,8 @@ impl LocalStore {
         if replayed > 0 {
             tracing::info!("bloomgate serve: replayed {replayed} log record(s)");
         }
-        let wal = Wal::start(&wal_dir, metrics.clone())?;
+        let wal = Arc::new(Wal::start(&wal_dir, metrics.clone())?);
+        cuckoo.attach_wal(wal.clone());
         let store = LocalStore {
             dir: dir.to_path_buf(),
             filters: RwLock::new(filters),
@@ -858,103 +861,6 @@ fn with_path(path: &Path, fault: String) -> String {
         fault
     } else {
         format!("{}: {fault}", path.display())
-    }
-}
-
-/// Removes the temporaries a crash between writing and renaming left in
-/// `dir` (`NAME.tmp-PID`, `NAME.bgf.tmp-PID-RANDOM`, see
-/// [`bloomgate_engine::atomic`]). Called with the data directory's lock
-/// held, before this process writes anything: no other server and no
-/// locking CLI writer (`add`, whitelist changes) can be writing here, so a
-/// temporary is stale unless its PID belongs to a live process other than
-/// this one — a `bloomgate build -o DIR/NAME.bgf` that does not take the
-/// lock may still be writing it, and it is kept. A temporary that carries
-/// this process's own PID predates it (a container restarts as the same
-/// PID) and is removed. Only the names of the filter files' temporaries
-/// are touched (`.bgf`, `.cf`, `.live` and their companions).
-fn remove_stale_temporaries(dir: &Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let (mut removed, mut bytes) = (0u64, 0u64);
-    for e in rd.flatten() {
-        let Some(file) = e.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Some(pid) = stale_temporary_pid(&file) else {
-            continue;
-        };
-        if pid != std::process::id() && process_alive(pid) {
-            tracing::info!(
-                "bloomgate serve: keeping {}: process {pid} that writes it is running",
-                e.path().display()
-            );
-            continue;
-        }
-        let len = e.metadata().map_or(0, |m| m.len());
-        if std::fs::remove_file(e.path()).is_ok() {
-            removed += 1;
-            bytes += len;
-        }
-    }
-    if removed > 0 {
-        sync_parent(&dir.join("x"));
-        tracing::info!(
-            "bloomgate serve: removed {removed} stale temporary file(s) ({bytes} bytes) left by an interrupted write"
-        );
-    }
-}
-
-/// The PID in the name of a filter file's temporary (`….bgf….tmp-PID`,
-/// `….tmp-PID-HEX`, likewise for `.cf` and `.live`), or `None` for any
-/// other name.
-fn stale_temporary_pid(file: &str) -> Option<u32> {
-    let (stem, tail) = file.rsplit_once(".tmp-")?;
-    let ours = stem.contains(".bgf") || stem.ends_with(".cf") || stem.ends_with(".live");
-    if !ours || stem.starts_with('.') {
-        return None;
-    }
-    let (pid, rand) = match tail.split_once('-') {
-        Some((p, r)) => (p, Some(r)),
-        None => (tail, None),
-    };
-    let digits = |s: &str, hex: bool| {
-        !s.is_empty()
-            && s.len() <= 16
-            && s.bytes().all(|b| {
-                if hex {
-                    b.is_ascii_hexdigit()
-                } else {
-                    b.is_ascii_digit()
-                }
-            })
-    };
-    if !digits(pid, false) || rand.is_some_and(|r| !digits(r, true)) {
-        return None;
-    }
-    pid.parse().ok()
-}
-
-/// Whether process `pid` exists (`kill(pid, 0)`: success, or a process we
-/// may not signal). Unknown on other systems: assumed alive.
-fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Ok(pid) = libc::pid_t::try_from(pid) else {
-            return false;
-        };
-        if pid <= 0 {
-            return true;
-        }
-        // SAFETY: `kill` with signal 0 sends nothing; it only checks that
-        // the process exists and may be signalled.
-        let r = unsafe { libc::kill(pid, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
     }
 }
 

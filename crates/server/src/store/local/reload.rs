@@ -200,7 +200,7 @@ impl LocalStore {
             if !valid_name(name) {
                 continue;
             }
-            if let Some(layout) = super::cuckoo::deletable_layout(&path) {
+            if let Some(layout) = super::deletable::deletable_layout(&path) {
                 // Served by the cuckoo store, which reads such files at startup.
                 if !self.cuckoo.has(name) {
                     report.push(format!(

@@ -71,7 +71,7 @@
 //! # Chains: a delete takes only the item's own copy
 //!
 //! One `CuckooFilter` is one table of fixed capacity; inserting into a full
-//! one is an error. [`CuckooChain`] grows like RedisBloom's `EXPANSION`: when
+//! one is an error. A chain of them ([`crate::chain::Chain`]) grows like RedisBloom's `EXPANSION`: when
 //! its newest table is full it appends a table `2^e` times larger (the
 //! false-positive rate then grows with the number of tables, as in
 //! RedisBloom: each table is planned at the full rate). The server's
@@ -128,9 +128,9 @@
 //! Deleting from an older table first would not be safe (a pair that meets
 //! in table j can be two pairs in table k), and neither is any table of a
 //! chain whose tables were hashed apart (files written before chains
-//! nested). [`crate::deletable::delete_table`] applies the rule: when no
+//! nested). [`crate::table::delete_table`] applies the rule: when no
 //! table holding a match refines all the others holding one, the delete is
-//! refused ([`AmbiguousDelete`]) and nothing changes. A chain built here
+//! refused ([`crate::table::AmbiguousDelete`]) and nothing changes. A chain built here
 //! never refuses; an old chain refuses only when the item's fingerprint
 //! shows up in two separately hashed tables.
 
@@ -140,12 +140,13 @@ use std::sync::atomic::{
 };
 use std::sync::Mutex;
 
-use crate::deletable::{delete_table, AmbiguousDelete, Removal};
 use crate::error::{Error, Result};
 use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CuckooPlan, CUCKOO_DEFAULT_MAX_KICKS};
 use crate::storage::Bits;
+pub use crate::table::CuckooFull;
+use crate::table::{Removal, Table};
 
 /// Multiplier that spreads a fingerprint into the alternate-bucket offset
 /// (2⁶⁴ / golden ratio: Fibonacci hashing, whose top bits `reduce` takes).
@@ -249,15 +250,6 @@ impl CuckooParams {
     pub fn bytes(&self) -> u64 {
         self.geometry().data_len().unwrap_or(u64::MAX)
     }
-}
-
-/// An insert found no room: both buckets were full and `kicks` evictions did
-/// not free a slot. Every eviction was undone; the table is unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the cuckoo filter is full: no room after {kicks} evictions (nothing was changed)")]
-pub struct CuckooFull {
-    /// Evictions tried.
-    pub kicks: u32,
 }
 
 /// What only the writer touches.
@@ -714,18 +706,9 @@ impl CuckooFilter {
     }
 
     /// A filter from a file image made by [`CuckooFilter::to_bytes`] (both
-    /// checksums are verified).
+    /// checksums are verified): [`CuckooFilter::read_from`] on the bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<CuckooFilter> {
-        let o = format::deletable_from_bytes(bytes, DeletableKind::Cuckoo)?;
-        let params = params_of(&o.header);
-        Ok(CuckooFilter::from_parts(
-            params,
-            o.data,
-            o.header.items,
-            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
-            None,
-            None,
-        ))
+        CuckooFilter::read_from(&mut &bytes[..], bytes.len() as u64)
     }
 
     /// Writes the filter to `path` atomically (temp file, fsync, rename,
@@ -770,6 +753,44 @@ impl CuckooFilter {
     }
 }
 
+impl Table for CuckooFilter {
+    fn contains(&self, item: &[u8]) -> bool {
+        CuckooFilter::contains(self, item)
+    }
+
+    fn count(&self, item: &[u8]) -> u64 {
+        u64::from(CuckooFilter::count(self, item))
+    }
+
+    fn insert(&self, item: &[u8]) -> std::result::Result<bool, CuckooFull> {
+        CuckooFilter::insert(self, item)
+    }
+
+    fn remove(&self, item: &[u8]) -> Removal {
+        CuckooFilter::remove(self, item)
+    }
+
+    fn refines(&self, coarser: &CuckooFilter) -> bool {
+        CuckooFilter::refines(self, coarser)
+    }
+
+    fn next_in_chain(&self, shift: u32) -> Option<Result<CuckooFilter>> {
+        self.params.next_in_chain(shift).map(CuckooFilter::new)
+    }
+
+    fn items(&self) -> u64 {
+        CuckooFilter::items(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.params.bytes()
+    }
+
+    fn predicted_fp(&self) -> f64 {
+        CuckooFilter::predicted_fp(self)
+    }
+}
+
 fn params_of(h: &DeletableHeader) -> CuckooParams {
     let Geometry::Cuckoo {
         buckets,
@@ -807,443 +828,5 @@ fn next(state: &mut u64) -> u64 {
     x
 }
 
-/// A growing chain of cuckoo filters, like RedisBloom's `CF.RESERVE …
-/// EXPANSION e`: items go into the newest table; when it is full, a table
-/// `e` times as large (`e` rounded up to a power of two; the same seed,
-/// fingerprint width and bucket size, its buckets those of the last split,
-/// [`CuckooParams::next_in_chain`]) is appended and takes the item. A
-/// lookup asks every table, so the false-positive rate is the compound
-/// rate of the tables ([`math::compound_fp`]), growing with their number;
-/// a delete removes a copy from the newest table that has one, which takes
-/// only the item's own copy (module documentation, "Chains"). With
-/// `expansion = 0` the chain never grows (RedisBloom's non-scaling filter)
-/// and a full table is an error.
-///
-/// Writers of a chain are serialized by one lock (the tables' own
-/// concurrency rules hold inside); readers take a read lock on the list of
-/// tables.
-pub struct CuckooChain {
-    tables: std::sync::RwLock<Vec<CuckooFilter>>,
-    expansion: u32,
-    grow: Mutex<()>,
-}
-
-impl std::fmt::Debug for CuckooChain {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CuckooChain")
-            .field("tables", &self.tables().len())
-            .field("expansion", &self.expansion)
-            .finish()
-    }
-}
-
-/// Why a [`CuckooChain`] could not take an item. Nothing was changed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ChainError {
-    /// The newest table is full and the chain may not grow (expansion 0, or
-    /// [`MAX_CHAIN_TABLES`] tables).
-    #[error("{full} and the chain of {tables} table(s) may not grow")]
-    Full {
-        /// The newest table's error.
-        full: CuckooFull,
-        /// Tables in the chain.
-        tables: usize,
-    },
-    /// A new table could not be made (too large, or out of memory).
-    #[error("the cuckoo chain cannot grow: {0}")]
-    Grow(Error),
-}
-
-/// Most tables a chain may grow to (RedisBloom's limit is the same order:
-/// each table is `expansion` times the last, so 64 tables is astronomically
-/// large for any expansion above 1).
-pub const MAX_CHAIN_TABLES: usize = 64;
-
-impl CuckooChain {
-    /// A chain of one empty table with `params`, growing by `expansion`
-    /// (0 = never).
-    pub fn new(params: CuckooParams, expansion: u32) -> Result<CuckooChain> {
-        CuckooChain::from_tables(vec![CuckooFilter::new(params)?], expansion)
-    }
-
-    /// A chain of existing tables (oldest first), e.g. opened from files.
-    pub fn from_tables(tables: Vec<CuckooFilter>, expansion: u32) -> Result<CuckooChain> {
-        if tables.is_empty() {
-            return Err(Error::InvalidParams(
-                "a cuckoo chain needs at least one table".into(),
-            ));
-        }
-        Ok(CuckooChain {
-            tables: std::sync::RwLock::new(tables),
-            expansion,
-            grow: Mutex::new(()),
-        })
-    }
-
-    fn tables(&self) -> std::sync::RwLockReadGuard<'_, Vec<CuckooFilter>> {
-        self.tables
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The expansion factor (0 = non-scaling).
-    pub fn expansion(&self) -> u32 {
-        self.expansion
-    }
-
-    /// Number of tables.
-    pub fn len(&self) -> usize {
-        self.tables().len()
-    }
-
-    /// Always false: a chain has at least one table.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// Calls `f` with the tables, oldest first (for saving or inspecting them).
-    pub fn with_tables<R>(&self, f: impl FnOnce(&[CuckooFilter]) -> R) -> R {
-        f(&self.tables())
-    }
-
-    /// True if any table may hold the item.
-    pub fn contains(&self, item: &[u8]) -> bool {
-        self.tables().iter().any(|t| t.contains(item))
-    }
-
-    /// Copies of the item's fingerprint over all tables.
-    pub fn count(&self, item: &[u8]) -> u64 {
-        self.tables().iter().map(|t| t.count(item) as u64).sum()
-    }
-
-    /// Fingerprints stored over all tables.
-    pub fn items(&self) -> u64 {
-        self.tables().iter().map(|t| t.items()).sum()
-    }
-
-    /// Slots over all tables.
-    pub fn capacity(&self) -> u64 {
-        self.tables().iter().map(|t| t.capacity()).sum()
-    }
-
-    /// Bytes of table data over all tables.
-    pub fn bytes(&self) -> u64 {
-        self.tables().iter().map(|t| t.params().bytes()).sum()
-    }
-
-    /// The compound false-positive rate predicted at the current loads.
-    pub fn predicted_fp(&self) -> f64 {
-        math::compound_fp(self.tables().iter().map(|t| t.predicted_fp()))
-    }
-
-    /// Adds the item (another copy if present, as `CF.ADD`); returns whether
-    /// it was absent from every table before. Grows the chain when the
-    /// newest table is full; fails (changing nothing) if it may not grow.
-    pub fn insert(&self, item: &[u8]) -> std::result::Result<bool, ChainError> {
-        self.insert_with(item, true)
-    }
-
-    /// Adds the item only if no table holds it (`CF.ADDNX`); returns true
-    /// if it was added.
-    pub fn insert_if_absent(&self, item: &[u8]) -> std::result::Result<bool, ChainError> {
-        self.insert_with(item, false)
-    }
-
-    fn insert_with(&self, item: &[u8], always: bool) -> std::result::Result<bool, ChainError> {
-        let _g = self
-            .grow
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let present = self.contains(item);
-        if present && !always {
-            return Ok(false);
-        }
-        let full = {
-            let tables = self.tables();
-            let newest = tables.last().expect("at least one table");
-            match newest.insert(item) {
-                Ok(_) => return Ok(!present),
-                Err(full) => full,
-            }
-        };
-        if self.expansion == 0 || self.len() >= MAX_CHAIN_TABLES {
-            return Err(ChainError::Full {
-                full,
-                tables: self.len(),
-            });
-        }
-        let too_large = || {
-            ChainError::Grow(Error::InvalidParams(
-                "the next cuckoo table would be too large".into(),
-            ))
-        };
-        let shift = self
-            .expansion
-            .checked_next_power_of_two()
-            .ok_or_else(too_large)?
-            .trailing_zeros();
-        let params = self
-            .tables()
-            .last()
-            .expect("one table")
-            .params()
-            .next_in_chain(shift)
-            .ok_or_else(too_large)?;
-        let table = CuckooFilter::new(params).map_err(ChainError::Grow)?;
-        table.insert(item).map_err(|full| ChainError::Full {
-            full,
-            tables: self.len() + 1,
-        })?;
-        self.tables
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(table);
-        Ok(!present)
-    }
-
-    /// Deletes one copy of the item, from the newest table that holds one
-    /// ([`delete_table`]). A chain of tables hashed apart (given to
-    /// [`CuckooChain::from_tables`]) refuses a delete it cannot tell apart,
-    /// changing nothing; a chain grown here never does.
-    pub fn remove(&self, item: &[u8]) -> std::result::Result<Removal, AmbiguousDelete> {
-        let _g = self
-            .grow
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let tables = self.tables();
-        let holding: Vec<usize> = (0..tables.len())
-            .filter(|&i| tables[i].contains(item))
-            .collect();
-        Ok(
-            match delete_table(&holding, |k, j| tables[k].refines(&tables[j]))? {
-                Some(k) => tables[k].remove(item),
-                None => Removal::NotPresent,
-            },
-        )
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn filter(f: u32, b: u32, buckets: u64) -> CuckooFilter {
-        CuckooFilter::new(CuckooParams {
-            buckets,
-            bucket_size: b,
-            fingerprint_bits: f,
-            max_kicks: 100,
-            seed: 1,
-            bucket_shift: 0,
-            key_kind: 0,
-            match_mode: 0,
-            planned_items: buckets * b as u64,
-            target_fp: 0.01,
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn slots_round_trip_across_word_boundaries() {
-        for f in [2u32, 7, 13, 17, 31, 32] {
-            let t = filter(f, 4, 64);
-            let mask = (1u64 << f) - 1;
-            let value = |s: u64| (s.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7) & mask;
-            for s in 0..t.capacity() {
-                t.write(s, value(s));
-            }
-            for s in 0..t.capacity() {
-                assert_eq!(t.read(s), value(s), "f {f} slot {s}");
-            }
-            // Rewriting one slot leaves its neighbours alone.
-            t.write(5, 0);
-            assert_eq!(t.read(4), value(4));
-            assert_eq!(t.read(6), value(6));
-            assert_eq!(t.read(5), 0);
-        }
-    }
-
-    #[test]
-    fn alt_is_an_involution_for_any_bucket_count() {
-        for n in [1u64, 2, 3, 7, 1000, 1 << 10, 263_158, (1 << 40) + 7] {
-            let t = filter(17, 4, n.min(1 << 20));
-            // The arithmetic alone, at the larger counts too.
-            let t = CuckooFilter {
-                params: CuckooParams {
-                    buckets: n,
-                    ..t.params.clone()
-                },
-                base: n,
-                ..t
-            };
-            let mut same = 0u64;
-            for fp in 1..3000u64 {
-                for i in [0, 1, n / 2, n - 1] {
-                    let i = i % n;
-                    let j = t.alt(i, fp);
-                    assert!(j < n, "n {n} fp {fp} i {i} -> {j}");
-                    assert_eq!(t.alt(j, fp), i, "n {n} fp {fp} i {i}");
-                    same += u64::from(i == j);
-                }
-            }
-            // Two buckets coincide only where 2i = H (mod n).
-            if n >= 1000 {
-                assert!(same <= 3 * 12_000 / 500, "n {n}: {same} fixed points");
-            }
-        }
-    }
-
-    /// A table of base `n` buckets split `s` times, for the arithmetic
-    /// alone (its data is a small table's: only `locate` and `alt` run).
-    fn shaped(n: u64, s: u32, seed: u64) -> CuckooFilter {
-        let t = filter(8, 2, 8);
-        CuckooFilter {
-            params: CuckooParams {
-                buckets: n << s,
-                bucket_shift: s,
-                seed,
-                ..t.params.clone()
-            },
-            base: n,
-            ..t
-        }
-    }
-
-    /// The chain's lemma ("Chains"): in a table split `s` times, `alt` is
-    /// an involution inside the table, and mapping its buckets onto an
-    /// earlier table's (`i >> (s − t)`) maps an item's first bucket to its
-    /// first bucket there and `alt` to `alt`, for bucket counts that are
-    /// not powers of two; so two items whose buckets meet in the later
-    /// table have the same buckets in the earlier one.
-    #[test]
-    fn split_tables_nest_in_their_chain() {
-        let items: Vec<[u8; 4]> = (0..3000u32).map(|i| i.to_le_bytes()).collect();
-        for n in [1u64, 2, 3, 7, 1000, 263_158, (1 << 30) + 7] {
-            for (t, s) in [
-                (0, 0),
-                (0, 1),
-                (0, 3),
-                (1, 2),
-                (2, 7),
-                (0, 20),
-                (5, 30),
-                (3, 33),
-            ] {
-                if n.checked_mul(1 << s).is_none() {
-                    continue;
-                }
-                let (coarse, fine) = (shaped(n, t, 9), shaped(n, s, 9));
-                let pi = |i: u64| i >> (s - t);
-                let nb = fine.params.buckets;
-                let mut low_bits = std::collections::HashSet::new();
-                for fp in 1..256u64 {
-                    let spread = fp.wrapping_mul(0x2545_F491_4F6C_DD1D) % nb;
-                    for i in [0, 1 % nb, nb / 2, nb - 1, spread] {
-                        let j = fine.alt(i, fp);
-                        assert!(j < nb, "n {n} s {s} fp {fp}: {i} -> {j}");
-                        assert_eq!(fine.alt(j, fp), i, "n {n} s {s} fp {fp} i {i}");
-                        assert_eq!(
-                            pi(j),
-                            coarse.alt(pi(i), fp),
-                            "n {n} t {t} s {s} fp {fp} i {i}"
-                        );
-                    }
-                    low_bits.insert(fine.alt(0, fp) & ((1 << s.min(3)) - 1));
-                }
-                // The split bits of the second bucket vary with the
-                // fingerprint (not one fixed offset).
-                assert_eq!(low_bits.len(), 1 << s.min(3), "n {n} s {s}");
-                for it in &items {
-                    let (i1, fp) = fine.locate(it);
-                    assert_eq!(coarse.locate(it), (pi(i1), fp), "n {n} t {t} s {s}");
-                }
-                assert!(fine.refines(&coarse) && coarse.refines(&coarse));
-                assert_eq!(coarse.refines(&fine), t == s);
-            }
-        }
-        // Tables hashed apart refine nothing but themselves.
-        let a = shaped(1000, 0, 9);
-        assert!(!shaped(1000, 1, 10).refines(&a), "another seed");
-        assert!(!shaped(999, 1, 9).refines(&a), "another base");
-        let xor = CuckooFilter {
-            xor_alt: true,
-            ..shaped(1024, 0, 9)
-        };
-        assert!(xor.refines(&xor) && !shaped(1024, 1, 9).refines(&xor));
-        let wide = CuckooFilter {
-            params: CuckooParams {
-                fingerprint_bits: 9,
-                ..shaped(1000, 1, 9).params.clone()
-            },
-            ..shaped(1000, 1, 9)
-        };
-        assert!(!wide.refines(&a), "another fingerprint width");
-    }
-
-    /// A table appended by a chain: its parameters, its header flag, and a
-    /// round trip through its file image.
-    #[test]
-    fn split_tables_say_so_in_their_header_and_come_back() {
-        let first = filter(12, 4, 300);
-        let p = first.params().next_in_chain(2).unwrap();
-        assert_eq!((p.buckets, p.bucket_shift), (1200, 2));
-        assert_eq!(p.planned_items, first.params().planned_items * 4);
-        assert_eq!((p.seed, p.fingerprint_bits), (1, 12));
-        let p3 = p.next_in_chain(0).unwrap();
-        assert_eq!((p3.buckets, p3.bucket_shift), (1200, 2));
-        assert!(p.next_in_chain(62).is_none(), "shift 64");
-        assert!(CuckooParams {
-            buckets: u64::MAX >> 2,
-            bucket_shift: 0,
-            ..p.clone()
-        }
-        .next_in_chain(3)
-        .is_none());
-        let t = CuckooFilter::new(p).unwrap();
-        assert!(t.refines(&first));
-        let items: Vec<[u8; 4]> = (0..3000u32).map(|i| i.to_le_bytes()).collect();
-        for it in &items {
-            t.insert(it).unwrap();
-        }
-        assert_eq!(
-            t.header().flags,
-            format::FLAG_CUCKOO_EXACT | format::FLAG_CUCKOO_SHIFT
-        );
-        let back = CuckooFilter::from_bytes(&t.to_bytes()).unwrap();
-        assert_eq!(back.params(), t.params());
-        assert_eq!(back.as_bytes(), t.as_bytes());
-        assert!(items.iter().all(|it| back.contains(it)));
-        assert!(back.refines(&first));
-    }
-
-    #[test]
-    fn files_without_the_exact_flag_keep_xor_buckets() {
-        let t = filter(13, 4, 1 << 8);
-        let t = CuckooFilter { xor_alt: true, ..t };
-        for fp in 1..2000u64 {
-            for i in [0u64, 5, 255] {
-                assert_eq!(t.alt(i, fp), i ^ reduce(fp.wrapping_mul(ALT_MULT), 1 << 8));
-            }
-        }
-        let items: Vec<Vec<u8>> = (0..900u32).map(|i| i.to_le_bytes().to_vec()).collect();
-        for it in &items {
-            t.insert(it).unwrap();
-        }
-        let bytes = t.to_bytes();
-        let back = CuckooFilter::from_bytes(&bytes).unwrap();
-        assert!(back.xor_alt);
-        assert!(items.iter().all(|it| back.contains(it)));
-        // The same file read as an exact-size table would lose items: the flag
-        // is what keeps them.
-        let exact = CuckooFilter {
-            xor_alt: false,
-            ..CuckooFilter::from_bytes(&bytes).unwrap()
-        };
-        assert!(items.iter().any(|it| !exact.contains(it)));
-        // Every table made now is exact-size and says so in its header.
-        let n = filter(13, 4, 300);
-        assert_eq!(n.header().flags, format::FLAG_CUCKOO_EXACT);
-        assert!(!CuckooFilter::from_bytes(&n.to_bytes()).unwrap().xor_alt);
-    }
-}
+mod tests;

@@ -1,0 +1,303 @@
+//! One served deletable filter ([`CfNamed`]): its lookups, and its changes
+//! in one hop from the front ends: an add or a delete is applied under the
+//! filter's write lock, numbered, and queued to the write-ahead log in that
+//! order; the reply waits for the log's fsync ([`Ack`]). Replay at startup
+//! applies a logged change exactly once ([`CfNamed::replay`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bloomgate_blacklist::wal::{CuckooOp, CuckooRecord};
+use bloomgate_blacklist::Whitelist;
+use bloomgate_engine::AmbiguousDelete;
+use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
+
+use super::chain::{CfAdded, CfInfo, Chain};
+use super::{read, write, DumpHeads, Shared};
+use crate::store::{Ack, StoreError};
+use crate::wal::{self, Wal};
+
+/// One served deletable filter.
+pub struct CfNamed {
+    pub(super) name: String,
+    pub(super) state: RwLock<Chain>,
+    /// Changed since its file was written.
+    pub(super) dirty: AtomicBool,
+    /// Deleted (a handle kept by a caller refers to nothing).
+    pub(super) deleted: AtomicBool,
+    /// The log's failure count when this chain's last change was queued
+    /// (see [`CfNamed::settle`]).
+    logged_epoch: AtomicU64,
+    /// The tables' engine headers of a `CF.SCANDUMP` in progress, with the
+    /// `seq` they were made at: each chunk is cut from them and the tables
+    /// without checksumming the tables again.
+    pub(super) dump: Mutex<Option<(u64, DumpHeads)>>,
+    /// Exported to `NAME.bgf` at each save: the hashes of the last two
+    /// files written (the `.cf` header's `bgf`).
+    pub(super) export: Mutex<Option<Vec<u64>>>,
+    /// `NAME.bgf.whitelist` of a filter built by the CLI (read at startup),
+    /// applied to lookups as the CLI's `check` applies it.
+    pub(super) whitelist: Whitelist,
+    /// The data directory, the limits, the log and the metrics.
+    pub(super) shared: Arc<Shared>,
+}
+
+/// `item` as the chain stores it: itself for raw keys, else normalized by
+/// the chain's key rules (as the CLI's `add` and `remove` do).
+fn normalized<'i>(c: &Chain, item: &'i [u8]) -> Result<std::borrow::Cow<'i, [u8]>, StoreError> {
+    if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
+        return Ok(item.into());
+    }
+    entry_key(c.spec.kind, c.spec.mode, item)
+        .map_err(|e| StoreError::Invalid(format!("invalid item: {e}")))
+}
+
+/// The error of a delete that the chain refused.
+fn ambiguous(name: &str, e: &AmbiguousDelete) -> StoreError {
+    StoreError::Ambiguous(format!(
+        "cannot delete this item from '{name}' safely: it matches in sub-filters {:?} \
+         (0 = the oldest), which are hashed separately (sub-filters saved by an older \
+         bloomgate, or counting filters), so the delete cannot tell which copy is this \
+         item's, and taking another item's would make that item a false negative; nothing \
+         was deleted",
+        e.tables
+    ))
+}
+
+impl CfNamed {
+    pub(super) fn new(name: String, chain: Chain, shared: Arc<Shared>) -> CfNamed {
+        CfNamed {
+            name,
+            state: RwLock::new(chain),
+            dirty: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
+            logged_epoch: AtomicU64::new(0),
+            dump: Mutex::new(None),
+            export: Mutex::new(None),
+            whitelist: Whitelist::default(),
+            shared,
+        }
+    }
+
+    /// The filter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether `item` is (probably) in the filter, per item. Raw keys are
+    /// looked up as they are; a filter built by the CLI with other key
+    /// rules answers as the CLI's `check` does (canonicalized, every lookup
+    /// key of the match mode, its whitelist applied). An item that cannot
+    /// be normalized is not in it.
+    pub fn exists(&self, items: &[&[u8]]) -> Vec<bool> {
+        let c = read(&self.state);
+        if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
+            let wl = &self.whitelist;
+            return items
+                .iter()
+                .map(|i| c.contains(i) && (wl.is_empty() || !wl.contains(i)))
+                .collect();
+        }
+        let mut keys = Vec::new();
+        items
+            .iter()
+            .map(|i| {
+                query_keys(c.spec.kind, c.spec.mode, i, &mut keys).is_ok()
+                    && bloomgate_blacklist::verdict_with(|k| c.contains(k), &self.whitelist, &keys)
+                        .hit
+            })
+            .collect()
+    }
+
+    /// Matching fingerprints of `item` (an upper bound of its copies; for
+    /// a counting filter its smallest counter). 0 for an item that cannot
+    /// be normalized.
+    pub fn count(&self, item: &[u8]) -> u64 {
+        let c = read(&self.state);
+        match entry_key(c.spec.kind, c.spec.mode, item) {
+            Ok(k) => c.count(&k),
+            Err(_) => 0,
+        }
+    }
+
+    /// Whether a change would wait for the chain's lock (a snapshot is
+    /// copying it): a front end then makes the change off its event loop.
+    pub fn write_busy(&self) -> bool {
+        self.state.try_write().is_err()
+    }
+
+    /// Sub-filters in the chain.
+    pub fn filters(&self) -> usize {
+        read(&self.state).tables.len()
+    }
+
+    /// `CF.INFO`'s figures.
+    pub fn info(&self) -> CfInfo {
+        read(&self.state).info(&self.name)
+    }
+
+    fn wal(&self) -> Result<&Wal, StoreError> {
+        self.shared
+            .wal
+            .get()
+            .map(|w| &**w)
+            .ok_or_else(|| StoreError::Invalid("the write-ahead log is not open yet".into()))
+    }
+
+    /// Adds `items` (`nx`: only those absent); one outcome per item, in
+    /// order, up to and including the first `Full` if `stop_at_full`.
+    /// Visible at once; durable once the returned [`Ack`] resolves (with
+    /// all earlier changes).
+    pub fn add(
+        &self,
+        items: &[&[u8]],
+        nx: bool,
+        stop_at_full: bool,
+        out: &mut Vec<CfAdded>,
+    ) -> Result<Ack, StoreError> {
+        let wal = self.wal()?;
+        let limits = &self.shared.limits;
+        if let Some(e) = wal.refusing() {
+            return Err(e.into());
+        }
+        let mut log = Vec::new();
+        let mut c = write(&self.state);
+        if self.deleted.load(Relaxed) {
+            return Err(StoreError::NotFound(self.name.clone()));
+        }
+        self.settle(&c, wal)?;
+        for item in items {
+            if item.len() > limits.max_item_bytes {
+                return Err(StoreError::Invalid("item is too long".into()));
+            }
+        }
+        let keys = items
+            .iter()
+            .map(|i| normalized(&c, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let before = out.len();
+        for item in &keys {
+            let item: &[u8] = item;
+            let r = c.add(item, nx, limits, false);
+            if r == CfAdded::Added {
+                c.seq += 1;
+                wal::encode_cuckoo(&mut log, &self.name, c.id, c.seq, CuckooOp::Add, item);
+            }
+            out.push(r);
+            if r == CfAdded::Full && stop_at_full {
+                break;
+            }
+        }
+        let added = out[before..]
+            .iter()
+            .filter(|o| **o == CfAdded::Added)
+            .count();
+        self.shared
+            .metrics
+            .items_added
+            .fetch_add(added as u64, Relaxed);
+        Ok(self.queue(wal, log))
+    }
+
+    /// Deletes one copy of `item`. Returns whether one was found, and the
+    /// [`Ack`] that resolves once the change (and all earlier ones) is
+    /// durable.
+    pub fn delete_item(&self, item: &[u8]) -> Result<(bool, Ack), StoreError> {
+        let wal = self.wal()?;
+        if let Some(e) = wal.refusing() {
+            return Err(e.into());
+        }
+        let mut log = Vec::new();
+        let mut c = write(&self.state);
+        if self.deleted.load(Relaxed) {
+            return Err(StoreError::NotFound(self.name.clone()));
+        }
+        self.settle(&c, wal)?;
+        let key = normalized(&c, item)?;
+        let item: &[u8] = &key;
+        let found = c.delete(item).map_err(|e| ambiguous(&self.name, &e))?;
+        if found {
+            c.seq += 1;
+            wal::encode_cuckoo(&mut log, &self.name, c.id, c.seq, CuckooOp::Delete, item);
+        }
+        Ok((found, self.queue(wal, log)))
+    }
+
+    /// Before a change: if the log failed since this chain's last change
+    /// was queued, that change may not be in the log although it is in
+    /// memory; the chain is saved first, so that the log's sequence
+    /// numbers continue from a file that contains it.
+    /// Called under the chain's write lock, right before the change is
+    /// queued: a group that failed before this check has counted its
+    /// failure, and one that fails after it also fails every group queued
+    /// behind it until the log's retry is due ([`wal::RETRY`]), this one's
+    /// included, which then is not acknowledged.
+    fn settle(&self, c: &Chain, wal: &Wal) -> Result<(), StoreError> {
+        let now = wal.failures();
+        if self.logged_epoch.load(Relaxed) != now {
+            if self.dirty.load(Relaxed) {
+                super::files::save_to(&self.shared.dir, self, c)?;
+            }
+            self.logged_epoch.store(now, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Queues `log` (under the chain's write lock, so the log receives the
+    /// changes in sequence order). An empty `log` still gets an [`Ack`]
+    /// that resolves after everything queued before it: an answer that
+    /// depends on an earlier change ("exists", "not found") is not given
+    /// before that change is durable.
+    fn queue(&self, wal: &Wal, log: Vec<u8>) -> Ack {
+        if !log.is_empty() {
+            self.dirty.store(true, Relaxed);
+        }
+        Ack::from(Some(wal.append(log)))
+    }
+
+    /// Applies a logged change at startup, exactly once: only a change of
+    /// the served incarnation that its file does not contain yet.
+    pub(super) fn replay(&self, rec: CuckooRecord) {
+        let mut c = write(&self.state);
+        if c.id != rec.id || rec.seq <= c.seq {
+            return;
+        }
+        if rec.seq != c.seq + 1 {
+            // Unlogged changes (a failed log write) are saved before the
+            // next logged one (`settle`), so this means a lost segment.
+            tracing::warn!(
+                "bloomgate serve: cuckoo filter '{}': log changes {}..{} are missing",
+                rec.name,
+                c.seq + 1,
+                rec.seq - 1
+            );
+        }
+        match rec.op {
+            CuckooOp::Add => {
+                // An acknowledged add is placed whatever the growth rules,
+                // the size limit and the budget say.
+                if c.add(&rec.item, false, &self.shared.limits, true) != CfAdded::Added {
+                    tracing::error!(
+                        "bloomgate serve: cuckoo filter '{}': a logged add could not be replayed (no room)",
+                        rec.name
+                    );
+                }
+            }
+            CuckooOp::Delete => match c.delete(&rec.item) {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(
+                    "bloomgate serve: cuckoo filter '{}': a logged delete found nothing to delete",
+                    rec.name
+                ),
+                // Kept rather than risk another item's copy: a false
+                // positive at worst.
+                Err(e) => tracing::warn!(
+                    "bloomgate serve: cuckoo filter '{}': a logged delete was not replayed: {e}",
+                    rec.name
+                ),
+            },
+        }
+        c.seq = rec.seq;
+        self.dirty.store(true, Relaxed);
+    }
+}
