@@ -483,6 +483,19 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     let redis = RedisServer::start(d, &[]);
     build_and_push(d, &redis);
     let s = serve(d, &redis, &["--redis-wait", "1", "--redis-wait-ms", "1500"]);
+    // A master without the replicas asked for is named at the start.
+    let warned = {
+        let mut first = serve(d, &redis, &["--redis-wait", "1", "--redis-wait-ms", "1500"]);
+        first.term();
+        first.stderr()
+    };
+    assert!(
+        warned.contains(&format!(
+            "{}: --redis-wait 1 but this master has 0 replicas connected",
+            redis.addr()
+        )),
+        "{warned}"
+    );
 
     // No replica: not acknowledged, over both protocols.
     let v = s.resp().cmd(&["BF.ADD", "urls", "http://unacked.example/"]);
@@ -508,6 +521,16 @@ fn redis_wait_acknowledges_only_what_a_replica_has() {
     let replica = RedisServer::start(d, &["--replicaof", host, port]);
     // Online as the master sees it (it counts the replica for WAIT from then on).
     redis.wait_replica_online(Duration::from_secs(15));
+    // Once a replica is connected, a start names no master.
+    let started_alone = {
+        let mut again = serve(d, &redis, &["--redis-wait", "1"]);
+        again.term();
+        again.stderr()
+    };
+    assert!(
+        !started_alone.contains("but this master has"),
+        "no warning once a replica is connected: {started_alone}"
+    );
     assert_eq!(
         s.resp().cmd(&["BF.ADD", "urls", "http://acked.example/"]),
         V::Int(1)

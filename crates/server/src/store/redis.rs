@@ -280,6 +280,9 @@ impl RedisStore {
                 tracing::warn!("bloomgate serve: warning: {w}");
             }
         }
+        for w in self.replica_warnings() {
+            tracing::warn!("bloomgate serve: warning: {w}");
+        }
         for name in names {
             match self.open_named(&name) {
                 Ok(Some(_)) | Ok(None) => {}
@@ -390,6 +393,51 @@ impl RedisStore {
         idx.sort_unstable();
         idx.dedup();
         Ok(idx.into_iter().map(|i| nodes[i as usize].clone()).collect())
+    }
+
+    /// With [`RedisOptions::wait_replicas`] = N: one warning per master
+    /// with fewer than N replicas connected now (`INFO replication`), whose
+    /// every add would wait out `--redis-wait-ms` and fail unacknowledged
+    /// until enough replicas connect.
+    fn replica_warnings(&self) -> Vec<String> {
+        let want = self.opts.wait_replicas;
+        if want == 0 {
+            return Vec::new();
+        }
+        let masters = match self.masters() {
+            Ok(m) => m,
+            Err(e) => return vec![format!("could not count the replicas: {e}")],
+        };
+        let mut out = Vec::new();
+        for node in masters {
+            let info: Result<String, _> = self.connect(&node).and_then(|mut c| {
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut c)
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))
+            });
+            let connected = info.as_deref().ok().and_then(|i| {
+                i.lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse::<u32>().ok())
+            });
+            match connected {
+                Some(n) if n >= want => {}
+                Some(n) => out.push(format!(
+                    "{}:{}: --redis-wait {want} but this master has {n} replica{} connected: every add to it waits {} ms and fails (not acknowledged) until {want} connect{}",
+                    node.0,
+                    node.1,
+                    if n == 1 { "" } else { "s" },
+                    self.opts.wait_timeout.as_millis(),
+                    if want == 1 { "s" } else { "" },
+                )),
+                None => out.push(format!(
+                    "{}:{}: could not count its replicas (INFO replication); --redis-wait {want} fails every add while fewer are connected",
+                    node.0, node.1
+                )),
+            }
+        }
+        out
     }
 
     /// The names of the filters whose metadata keys exist, from `SCAN` on
