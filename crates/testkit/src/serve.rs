@@ -269,9 +269,18 @@ pub fn http(
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).unwrap();
+    // A server may answer from the headers alone (413, 401) and stop reading
+    // a body it refuses: the rest of the write then fails (a reset or a
+    // broken pipe) while the answer already sits in this socket's receive
+    // queue, which is what HTTP clients such as curl then report. So a
+    // failed write is not the end: the answer is read all the same.
+    let wrote = s.write_all(req.as_bytes());
     let mut resp = Vec::new();
-    s.read_to_end(&mut resp).unwrap();
+    let read = read_until_end_or_reset(&mut s, &mut resp);
+    if resp.is_empty() {
+        wrote.unwrap();
+        read.unwrap();
+    }
     let text = String::from_utf8_lossy(&resp).into_owned();
     let status: u16 = text
         .split(' ')
@@ -289,6 +298,20 @@ pub fn http(
     };
     let v = serde_json::from_str(&rest).unwrap_or_else(|_| serde_json::json!({ "text": rest }));
     (status, v)
+}
+
+/// Reads to the end of the stream, keeping whatever arrived before a
+/// connection reset.
+fn read_until_end_or_reset(s: &mut TcpStream, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut chunk = [0u8; 64 << 10];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn dechunk(mut s: &str) -> String {
