@@ -99,12 +99,13 @@ impl Batch {
         self.cmds.push((key_slot(key), 0, 0));
     }
 
-    /// Starts `EVAL script 1 key …` (`how` is [`Script::Eval`]) or
-    /// `EVALSHA sha 1 key …` ([`Script::Sha`]), a script of one key, of
-    /// `args` arguments in all (`EVAL`/`EVALSHA`, the script or its SHA1,
-    /// `1` and the key included); its slot is the key's. Continue as after
+    /// Starts `EVAL script N key…` (`how` is [`Script::Eval`]) or
+    /// `EVALSHA sha N key…` ([`Script::Sha`]), a script of the keys `keys`
+    /// (at least one; in a cluster they must share a slot), of `args`
+    /// arguments in all (`EVAL`/`EVALSHA`, the script or its SHA1, `N` and
+    /// the keys included); its slot is the first key's. Continue as after
     /// [`Batch::start`].
-    pub(crate) fn start_script(&mut self, args: usize, how: Script<'_>, key: &[u8]) {
+    pub(crate) fn start_script(&mut self, args: usize, how: Script<'_>, keys: &[&[u8]]) {
         self.buf.push(b'*');
         decimal(&mut self.buf, args as u64);
         self.buf.extend_from_slice(b"\r\n");
@@ -118,9 +119,12 @@ impl Batch {
                 self.arg(sha);
             }
         }
-        self.arg(b"1");
-        self.arg(key);
-        self.cmds.push((key_slot(key), 0, 0));
+        self.arg_u64(keys.len() as u64);
+        for k in keys {
+            self.arg(k);
+        }
+        self.cmds
+            .push((keys.first().map_or(0, |k| key_slot(k)), 0, 0));
     }
 
     /// One argument.

@@ -16,11 +16,12 @@
 //!
 //! # Adds
 //!
-//! An add is one `BITFIELD key SET u1 OFFSET 1 …` with one `SET` per bit
-//! of the item (at most `k`), run by a short Lua script
-//! ([`layout::ADD_SCRIPT`]) that first checks the shard's length with
-//! `STRLEN`, so that an add never recreates an evicted shard as zeros
-//! (measured cost in `docs/redis-layout.md`). Redis runs it atomically and
+//! An add is one `SET u1 OFFSET 1` per bit of the item (at most `k`) in a
+//! `BITFIELD` of its shard, run by a short Lua script
+//! ([`layout::ADD_MANY_SCRIPT`], several items of several shards per call)
+//! that first checks the shard's length with `STRLEN`, so that an add never
+//! recreates an evicted shard as zeros (measured cost in
+//! `docs/redis-layout.md`). Redis runs it atomically and
 //! the old bits say whether the item was new — not (probably) present
 //! before — exactly when some old bit was 0. Among writers racing on one item, the first to run
 //! sets that bit and is told "new"; the others see it set: add-if-absent in
@@ -83,6 +84,10 @@ pub const LANES: usize = 4;
 
 /// Keys per lane: a batch smaller than twice this runs on one connection.
 pub const LANE_MIN: usize = 1024;
+
+/// One [`layout::ADD_MANY_SCRIPT`] call: its shards, each with the
+/// positions of its items in the batch.
+type AddCall = Vec<(u64, Vec<usize>)>;
 
 /// A filter stored in Redis or Redis Cluster.
 #[derive(Debug)]
@@ -470,23 +475,23 @@ impl RedisFilter {
     }
 
     /// Adds the items `idx` (indexes into `places`, in order) on one
-    /// connection per node, one [`layout::ADD_SCRIPT`] per item; returns
-    /// `(index, outcome)` for each item sent, and adds the new ones to the
-    /// metadata's count. The first batch that fails ends the lane (its
-    /// later items are not sent), with its error.
+    /// connection per node, in [`layout::ADD_MANY_SCRIPT`] calls of up to
+    /// [`layout::ADD_MANY_BITS`] bits (see [`RedisFilter::add_calls`]);
+    /// returns `(index, outcome)` for each item sent, and adds the new ones
+    /// to the metadata's count. The first batch that fails ends the lane
+    /// (its later items are not sent), with its error.
     ///
-    /// Rejected: several items of one shard in one `BITFIELD` (their
-    /// `SET`s one after the other, which answers the same). Redis's time
-    /// goes to the arguments — a `BITFIELD` of 12 `SET u1` is 50 of them,
-    /// and allocating, parsing and freeing them is about half of its
-    /// profile (`perf`: jemalloc 30 %, `processMultibulkBuffer` 6 %) — not
-    /// to the commands: measured 3.29 µs of Redis CPU per add with one item
-    /// per command, 3.61 with 32. (The script takes the bit numbers alone,
-    /// 4 + k arguments.)
+    /// Several items per call, not one [`layout::ADD_SCRIPT`] each: Redis's
+    /// time per add was mostly the script call itself (20.6 µs per call,
+    /// 3.7 of them its `BITFIELD`; BENCHMARKS.md, "Where the add tail comes
+    /// from"). Without a script, several items of one shard in one
+    /// `BITFIELD` gained nothing (3.29 µs of Redis CPU per add with one
+    /// item per command, 3.61 with 32: the arguments, not the commands,
+    /// cost).
     fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> LaneResult {
         let mut done = Vec::with_capacity(idx.len());
         let mut cmds = Batch::new();
-        let sha = layout::add_script_sha().as_bytes();
+        let sha = layout::add_many_script_sha().as_bytes();
         for batch in idx.chunks(PIPELINE) {
             let mut partial = self.send_adds(&mut cmds, places, batch, Script::Sha(sha));
             // A node that has not cached the script (restarted, flushed,
@@ -504,7 +509,7 @@ impl RedisFilter {
                 .collect();
             if !unrun.is_empty() {
                 let retry: Vec<usize> = unrun.iter().map(|&j| batch[j]).collect();
-                let script = Script::Eval(layout::ADD_SCRIPT.as_bytes());
+                let script = Script::Eval(layout::ADD_MANY_SCRIPT.as_bytes());
                 let again = self.send_adds(&mut cmds, places, &retry, script);
                 for (reply, &j) in again.replies.into_iter().zip(&unrun) {
                     partial.replies[j] = reply;
@@ -574,9 +579,11 @@ impl RedisFilter {
         (done, None)
     }
 
-    /// Sends one [`layout::ADD_SCRIPT`] per item `idx` (indexes into
-    /// `places`), named as `how` says, pipelined per node; the replies
-    /// that came back, in order, with the first failure.
+    /// Sends the items `idx` (indexes into `places`) as
+    /// [`layout::ADD_MANY_SCRIPT`] calls named as `how` says, pipelined per
+    /// node; per item of `idx`, in order, the reply that came back for it
+    /// (its call's answer for it, or its call's error), with the first
+    /// failure. An item whose call got no reply has none.
     fn send_adds(
         &self,
         cmds: &mut Batch,
@@ -585,17 +592,108 @@ impl RedisFilter {
         how: Script<'_>,
     ) -> Partial {
         cmds.clear();
-        for &i in idx {
-            let p = &places[i];
-            let r = self.meta.shard_bytes(p.shard);
-            cmds.start_script(5 + p.bit_count(), how, self.shard_key(p.shard).as_bytes());
-            cmds.arg_u64(r.end - r.start);
-            for b in p.redis_bits() {
-                cmds.arg_u64(b);
+        let calls = self.add_calls(places, idx);
+        let mut keys: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+        for call in &calls {
+            keys.clear();
+            keys.extend(call.iter().map(|(shard, _)| self.shard_key(*shard)));
+            let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+            let args = 3
+                + call.len()
+                + call
+                    .iter()
+                    .map(|(_, items)| {
+                        2 + items
+                            .iter()
+                            .map(|&j| 1 + places[idx[j]].bit_count())
+                            .sum::<usize>()
+                    })
+                    .sum::<usize>();
+            cmds.start_script(args, how, &key_bytes);
+            for (shard, items) in call {
+                let r = self.meta.shard_bytes(*shard);
+                cmds.arg_u64(r.end - r.start);
+                cmds.arg_u64(items.len() as u64);
+                for &j in items {
+                    let p = &places[idx[j]];
+                    cmds.arg_u64(p.bit_count() as u64);
+                    for b in p.redis_bits() {
+                        cmds.arg_u64(b);
+                    }
+                }
             }
             cmds.end(0);
         }
-        self.store.run_partial(cmds)
+        let sent = self.store.run_partial(cmds);
+        let mut replies: Vec<Option<Value>> = vec![None; idx.len()];
+        let mut error = sent.error;
+        for (call, reply) in calls.iter().zip(sent.replies) {
+            let items = call.iter().flat_map(|(_, items)| items.iter().copied());
+            let count: usize = call.iter().map(|(_, items)| items.len()).sum();
+            match reply {
+                Some(Value::Array(answers)) if answers.len() == count => {
+                    for (j, a) in items.zip(answers) {
+                        replies[j] = Some(a);
+                    }
+                }
+                Some(Value::Array(answers)) => {
+                    // Not what the script returns: the outcomes are unknown.
+                    error.get_or_insert_with(|| {
+                        self.store.protocol(format!(
+                            "{} answers to an add of {count} items",
+                            answers.len()
+                        ))
+                    });
+                }
+                other => {
+                    for j in items {
+                        replies[j] = other.clone();
+                    }
+                }
+            }
+        }
+        Partial { replies, error }
+    }
+
+    /// Cuts the items `idx` into [`layout::ADD_MANY_SCRIPT`] calls: per
+    /// call, its shards (in the order first met) and per shard the
+    /// positions in `idx` of its items, in order. A call sets at most
+    /// [`layout::ADD_MANY_BITS`] bits (one item more if alone) and, in a
+    /// cluster, holds the shards of one slot. Items of one shard keep
+    /// their order: a shard's later items go in the same call or in a
+    /// later one of the same node's pipeline.
+    fn add_calls(&self, places: &[ItemPlace], idx: &[usize]) -> Vec<AddCall> {
+        let cluster = self.store.is_cluster();
+        let mut calls: Vec<AddCall> = Vec::new();
+        // Per group (a slot in a cluster, one group otherwise): its open
+        // call and the bits in it.
+        let mut open: std::collections::HashMap<u16, (usize, usize)> = Default::default();
+        for (j, &i) in idx.iter().enumerate() {
+            let p = &places[i];
+            let bits = p.bit_count();
+            let group = if cluster {
+                layout::key_slot(self.shard_key(p.shard).as_bytes())
+            } else {
+                0
+            };
+            let c = match open.get_mut(&group) {
+                Some((c, used)) if *used + bits <= layout::ADD_MANY_BITS => {
+                    *used += bits;
+                    *c
+                }
+                _ => {
+                    calls.push(Vec::new());
+                    open.insert(group, (calls.len() - 1, bits));
+                    calls.len() - 1
+                }
+            };
+            let call = &mut calls[c];
+            match call.iter_mut().find(|(shard, _)| *shard == p.shard) {
+                Some((_, items)) => items.push(j),
+                None => call.push((p.shard, vec![j])),
+            }
+        }
+        calls
     }
 
     /// An [`Error::Damaged`] for shard `shard`.
