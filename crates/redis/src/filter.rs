@@ -476,18 +476,17 @@ impl RedisFilter {
 
     /// Adds the items `idx` (indexes into `places`, in order) on one
     /// connection per node, in [`layout::ADD_MANY_SCRIPT`] calls of up to
-    /// [`layout::ADD_MANY_BITS`] bits (see [`RedisFilter::add_calls`]);
+    /// [`layout::ADD_MANY_ITEMS`] items (see [`RedisFilter::add_calls`]);
     /// returns `(index, outcome)` for each item sent, and adds the new ones
     /// to the metadata's count. The first batch that fails ends the lane
     /// (its later items are not sent), with its error.
     ///
-    /// Several items per call, not one [`layout::ADD_SCRIPT`] each: Redis's
-    /// time per add was mostly the script call itself (20.6 µs per call,
-    /// 3.7 of them its `BITFIELD`; BENCHMARKS.md, "Where the add tail comes
-    /// from"). Without a script, several items of one shard in one
-    /// `BITFIELD` gained nothing (3.29 µs of Redis CPU per add with one
-    /// item per command, 3.61 with 32: the arguments, not the commands,
-    /// cost).
+    /// Each item is its block's bytes ORed with its mask in the script, not
+    /// a `BITFIELD … SET u1` per bit: Redis's time per scripted add went to
+    /// the four arguments per bit (see [`layout::ADD_MANY_SCRIPT`]).
+    /// Without a script, several items of one shard in one `BITFIELD`
+    /// gained nothing (3.29 µs of Redis CPU per add with one item per
+    /// command, 3.61 with 32: the arguments, not the commands, cost).
     fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> LaneResult {
         let mut done = Vec::with_capacity(idx.len());
         let mut cmds = Batch::new();
@@ -592,8 +591,9 @@ impl RedisFilter {
         how: Script<'_>,
     ) -> Partial {
         cmds.clear();
-        let calls = self.add_calls(places, idx);
+        let calls = self.add_calls(idx, places);
         let mut keys: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+        let mut pairs = Vec::with_capacity(2 * 64);
         for call in &calls {
             keys.clear();
             keys.extend(call.iter().map(|(shard, _)| self.shard_key(*shard)));
@@ -602,12 +602,7 @@ impl RedisFilter {
                 + call.len()
                 + call
                     .iter()
-                    .map(|(_, items)| {
-                        2 + items
-                            .iter()
-                            .map(|&j| 1 + places[idx[j]].bit_count())
-                            .sum::<usize>()
-                    })
+                    .map(|(_, items)| 2 + 2 * items.len())
                     .sum::<usize>();
             cmds.start_script(args, how, &key_bytes);
             for (shard, items) in call {
@@ -616,10 +611,9 @@ impl RedisFilter {
                 cmds.arg_u64(items.len() as u64);
                 for &j in items {
                     let p = &places[idx[j]];
-                    cmds.arg_u64(p.bit_count() as u64);
-                    for b in p.redis_bits() {
-                        cmds.arg_u64(b);
-                    }
+                    cmds.arg_u64(p.offset);
+                    p.mask_pairs(&mut pairs);
+                    cmds.arg(&pairs);
                 }
             }
             cmds.end(0);
@@ -657,33 +651,31 @@ impl RedisFilter {
 
     /// Cuts the items `idx` into [`layout::ADD_MANY_SCRIPT`] calls: per
     /// call, its shards (in the order first met) and per shard the
-    /// positions in `idx` of its items, in order. A call sets at most
-    /// [`layout::ADD_MANY_BITS`] bits (one item more if alone) and, in a
-    /// cluster, holds the shards of one slot. Items of one shard keep
-    /// their order: a shard's later items go in the same call or in a
-    /// later one of the same node's pipeline.
-    fn add_calls(&self, places: &[ItemPlace], idx: &[usize]) -> Vec<AddCall> {
+    /// positions in `idx` of its items, in order. A call holds at most
+    /// [`layout::ADD_MANY_ITEMS`] items and, in a cluster, the shards of
+    /// one slot. Items of one shard keep their order: a shard's later items
+    /// go in the same call or in a later one of the same node's pipeline.
+    fn add_calls(&self, idx: &[usize], places: &[ItemPlace]) -> Vec<AddCall> {
         let cluster = self.store.is_cluster();
         let mut calls: Vec<AddCall> = Vec::new();
         // Per group (a slot in a cluster, one group otherwise): its open
-        // call and the bits in it.
+        // call and the items in it.
         let mut open: std::collections::HashMap<u16, (usize, usize)> = Default::default();
         for (j, &i) in idx.iter().enumerate() {
             let p = &places[i];
-            let bits = p.bit_count();
             let group = if cluster {
                 layout::key_slot(self.shard_key(p.shard).as_bytes())
             } else {
                 0
             };
             let c = match open.get_mut(&group) {
-                Some((c, used)) if *used + bits <= layout::ADD_MANY_BITS => {
-                    *used += bits;
+                Some((c, items)) if *items < layout::ADD_MANY_ITEMS => {
+                    *items += 1;
                     *c
                 }
                 _ => {
                     calls.push(Vec::new());
-                    open.insert(group, (calls.len() - 1, bits));
+                    open.insert(group, (calls.len() - 1, 1));
                     calls.len() - 1
                 }
             };

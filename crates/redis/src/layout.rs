@@ -143,44 +143,52 @@ pub fn add_script_sha() -> &'static str {
 
 /// The Lua script of a batch of adds, several items of several shards in
 /// one call (`EVALSHA ADD_MANY_SCRIPT N KEY… ARGS…`). For each key in turn
-/// the arguments are `LEN COUNT` and then `COUNT` items, each `BITS BIT…`
-/// (its number of Redis bits, then the bits). A key whose shard is `LEN`
-/// bytes long gets one `BITFIELD … SET u1 BIT 1 …` for all its items, in
-/// their order, and each item's answer is 1 if some old bit of it was 0
-/// (new), else 0; a shard of another length `L` (0: missing) is left alone
-/// and each of its items answers `-1 − L`. Returns the answers of all
-/// items, in order. The `SET`s run one after the other, so of two equal
-/// items in one call the first is the one told "new", as when they are
-/// sent one by one; an item sharing bits with an earlier one sees them set.
+/// the arguments are `LEN COUNT` and then `COUNT` items, each `OFF MASK`:
+/// the byte offset of its block in the shard and its bits as a binary
+/// string of `(byte index in the block, bits to set in that byte)` pairs
+/// ([`ItemPlace::mask_pairs`]: the shard's bytes are the file's, so a byte
+/// of the item's mask is ORed into the same byte of the shard). A key whose
+/// shard is `LEN` bytes long gets, item after item, its block read
+/// (`GETRANGE`), the mask ORed in, and the block written back (`SETRANGE`)
+/// if that changed it; the item's answer is 1 if it did (new), else 0. A
+/// shard of another length `L` (0: missing) is left alone and each of its
+/// items answers `-1 − L`. Returns the answers of all items, in order.
+/// Items run one after the other, so of two equal items in one call the
+/// first is the one told "new", as when they are sent one by one; an item
+/// sharing bits with an earlier one sees them set.
 ///
-/// Why: a script call costs Redis about 10–20 µs before its first command
-/// (measured: `EVALSHA` of [`ADD_SCRIPT`] 20.6 µs per call against 3.7 for
-/// its `BITFIELD` and 0.4 for its `STRLEN`; BENCHMARKS.md, "Where the add
-/// tail comes from"), so one call per item made Redis the add path's
-/// bottleneck at a few ten thousand adds a second. A call is kept under
-/// [`ADD_MANY_BITS`] bits (Lua's `unpack` takes at most 8,000 values, four
-/// per bit), and in a cluster its keys share a slot.
+/// Why not [`ADD_SCRIPT`] per item: Redis's time per scripted add goes to
+/// the arguments, four per bit for `BITFIELD … SET u1 BIT 1`, each made a
+/// Lua string and back a Redis object (measured 29–35 µs of Redis CPU per
+/// item of 14 bits with `ADD_SCRIPT`, 25 with several items per call, and
+/// 14–21 µs with this script, same machine and run; a bare `BITFIELD`,
+/// which cannot refuse a missing shard, 6 µs: BENCHMARKS.md, "Where the add
+/// tail comes from"). At most [`ADD_MANY_ITEMS`] items go in one call, so
+/// one call holds Redis for well under a millisecond; in a cluster its keys
+/// share a slot.
 pub const ADD_MANY_SCRIPT: &str = "local out,a,m={},1,0 \
 for k=1,#KEYS do \
+local key=KEYS[k] \
 local len,n=tonumber(ARGV[a]),tonumber(ARGV[a+1]) a=a+2 \
-local have=redis.call('STRLEN',KEYS[k]) \
+local have=redis.call('STRLEN',key) \
 if have~=len then \
-for i=1,n do a=a+1+tonumber(ARGV[a]) m=m+1 out[m]=-1-have end \
+for i=1,n do m=m+1 out[m]=-1-have end a=a+2*n \
 else \
-local ops,cnt,o={},{},0 \
-for i=1,n do local c=tonumber(ARGV[a]) a=a+1 cnt[i]=c \
-for j=1,c do ops[o+1]='SET' ops[o+2]='u1' ops[o+3]=ARGV[a] ops[o+4]='1' o=o+4 a=a+1 end end \
-local old,b=redis.call('BITFIELD',KEYS[k],unpack(ops)),1 \
-for i=1,n do local new=0 \
-for j=1,cnt[i] do if old[b]==0 then new=1 end b=b+1 end \
-m=m+1 out[m]=new end \
+for i=1,n do \
+local off,p=tonumber(ARGV[a]),ARGV[a+1] a=a+2 \
+local b={string.byte(redis.call('GETRANGE',key,off,off+63),1,64)} \
+local new=0 \
+for j=1,#p,2 do local x,mk=p:byte(j)+1,p:byte(j+1) local o=b[x] \
+if bit.band(o,mk)~=mk then new=1 b[x]=bit.bor(o,mk) end end \
+if new==1 then redis.call('SETRANGE',key,off,string.char(unpack(b))) end \
+m=m+1 out[m]=new \
+end \
 end \
 end \
 return out";
 
-/// The most Redis bits one [`ADD_MANY_SCRIPT`] call sets (its `BITFIELD`
-/// gets four arguments per bit, and Lua's `unpack` at most 8,000).
-pub const ADD_MANY_BITS: usize = 1024;
+/// The most items one [`ADD_MANY_SCRIPT`] call adds.
+pub const ADD_MANY_ITEMS: usize = 64;
 
 /// The SHA1 of [`ADD_MANY_SCRIPT`] in hex (see [`add_script_sha`]).
 pub fn add_many_script_sha() -> &'static str {
@@ -316,6 +324,22 @@ impl ItemPlace {
                 .filter(move |j| m >> j & 1 == 1)
                 .map(move |j| redis_bit(self.offset * 8 + w as u64 * 64 + j))
         })
+    }
+
+    /// The item's mask as [`ADD_MANY_SCRIPT`] takes it: for each byte of
+    /// the block with bits to set, in order, its index in the block and
+    /// those bits (the byte of the stored block they are ORed into: the
+    /// engine's words are little-endian, so byte `j` is bits `8j…8j+7`).
+    pub fn mask_pairs(&self, out: &mut Vec<u8>) {
+        out.clear();
+        for (w, &m) in self.mask.iter().enumerate() {
+            for (b, &byte) in m.to_le_bytes().iter().enumerate() {
+                if byte != 0 {
+                    out.push((w * 8 + b) as u8);
+                    out.push(byte);
+                }
+            }
+        }
     }
 
     /// How many bits the item sets (the length of [`ItemPlace::redis_bits`]).
@@ -611,6 +635,20 @@ mod tests {
             }
         }
         assert_eq!(&data[..], filter.as_bytes());
+        // The same bytes from the masks the add script ORs in.
+        let mut ored = vec![0u8; data.len()];
+        let mut pairs = Vec::new();
+        for i in 0..3000u32 {
+            let place = meta.place(format!("item-{i}").as_bytes());
+            place.mask_pairs(&mut pairs);
+            assert!(!pairs.is_empty() && pairs.len() % 2 == 0);
+            assert!(pairs.chunks(2).all(|p| p[0] < 64 && p[1] != 0));
+            let start = meta.shard_bytes(place.shard).start + place.offset;
+            for p in pairs.chunks(2) {
+                ored[(start + p[0] as u64) as usize] |= p[1];
+            }
+        }
+        assert_eq!(ored, data);
         for i in 0..6000u32 {
             let key = format!("item-{i}");
             let place = meta.place(key.as_bytes());

@@ -450,11 +450,11 @@ fn adds_go_by_sha_and_survive_a_script_flush() {
     // After each flush the first pipeline's calls come back NOSCRIPT (a
     // failed EVALSHA) and go again as EVAL, which caches the script; the
     // rest are EVALSHA, several items per call (at most
-    // `ADD_MANY_BITS` bits each).
+    // `ADD_MANY_ITEMS` each).
     let (eval, evalsha) = (calls("eval"), calls("evalsha"));
     assert!(eval > 0 && eval <= 2 * 4096, "{stats}");
     assert!(
-        evalsha >= 6 * 3000 / layout::ADD_MANY_BITS as u64,
+        evalsha >= 6 * 3000 / layout::ADD_MANY_ITEMS as u64,
         "{stats}"
     );
     assert!(
