@@ -33,8 +33,10 @@
 //! (the engine's pipelined batch lookup, one Redis pipeline per node, or a
 //! lookup per key in a counting or cuckoo table) — the only step that
 //! differs; and the whitelist rule ([`bloomgate_blacklist::verdict_ref`])
-//! turns each query's keys and answers into one [`Verdict`]. The verdict
-//! is therefore computed in one place for every shape.
+//! turns each query's keys and answers into one [`Verdict`]. The three
+//! steps are [`check::check_many`], which the server's filters call too
+//! (with their own membership step): the verdict is computed in one place
+//! for every shape and every front end.
 //!
 //! # Never "absent" when the list cannot tell
 //!
@@ -45,6 +47,7 @@
 //! "absent" answer: an error is the only honest answer then.
 #![deny(missing_docs)]
 
+pub mod check;
 mod error;
 pub mod info;
 pub mod units;
@@ -52,12 +55,13 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{verdict_ref, Blacklist, LogMode, Opened, VerdictRef, Whitelist};
+use bloomgate_blacklist::{Blacklist, LogMode, Opened, Whitelist};
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
 use bloomgate_engine::{Access, AnyFilter, Removal};
 use bloomgate_redis::{Added, Address, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
+pub use check::{CheckScratch, Verdict};
 pub use error::Error;
 pub use info::Info;
 
@@ -82,66 +86,6 @@ pub struct OpenOptions {
     /// counting or cuckoo file changed in memory and written whole by
     /// [`List::save`]. A filter in Redis takes changes in any case.
     pub update: bool,
-}
-
-/// The answer to one query.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// No lookup key of the query is on the list.
-    Absent,
-    /// The query is (probably) on the list: `matched` is the lookup key
-    /// that matched (for url/prefix the Safe Browsing expression, for host
-    /// the domain).
-    Present {
-        /// The matching lookup key.
-        matched: Vec<u8>,
-    },
-    /// The list matched, but the whitelist exempts the query.
-    Whitelisted {
-        /// The lookup key that matched.
-        matched: Vec<u8>,
-    },
-}
-
-impl Verdict {
-    /// True for [`Verdict::Present`]: the query is a hit.
-    pub fn hit(&self) -> bool {
-        matches!(self, Verdict::Present { .. })
-    }
-
-    /// True for [`Verdict::Whitelisted`].
-    pub fn whitelisted(&self) -> bool {
-        matches!(self, Verdict::Whitelisted { .. })
-    }
-
-    /// The matching lookup key, when there is one.
-    pub fn matched(&self) -> Option<&[u8]> {
-        match self {
-            Verdict::Absent => None,
-            Verdict::Present { matched } | Verdict::Whitelisted { matched } => Some(matched),
-        }
-    }
-
-    /// The verdict as the whitelist rule's borrowed form
-    /// ([`bloomgate_blacklist::VerdictRef`]: hit, whitelisted, matched key).
-    pub fn as_ref(&self) -> VerdictRef<'_> {
-        VerdictRef {
-            hit: self.hit(),
-            whitelisted: self.whitelisted(),
-            matched: self.matched(),
-        }
-    }
-}
-
-/// Reusable buffers of [`List::check_many`] (keep one per thread).
-#[derive(Debug, Default)]
-pub struct CheckScratch {
-    keys: Vec<Vec<u8>>,
-    arena: Vec<u8>,
-    ends: Vec<usize>,
-    spans: Vec<Result<(usize, usize), KeyError>>,
-    found: Vec<bool>,
-    layer: Vec<bool>,
 }
 
 /// A counting or cuckoo filter file with its key rules and whitelist.
@@ -297,15 +241,21 @@ impl List {
     }
 
     /// Whether the store (probably) holds each key: `found` gets one answer
-    /// per key. The one step of a lookup that differs between stores.
-    fn contains_many(&self, keys: &[&[u8]], s: &mut CheckScratch) -> Result<(), Error> {
+    /// per key (`spare`: a buffer for a filter of several layers). The one
+    /// step of a lookup that differs between stores.
+    fn contains_many(
+        &self,
+        keys: &[&[u8]],
+        found: &mut Vec<bool>,
+        spare: &mut Vec<bool>,
+    ) -> Result<(), Error> {
         match &self.store {
-            Store::Bloom(b) => b.layers().contains_batch(keys, &mut s.found, &mut s.layer),
+            Store::Bloom(b) => b.layers().contains_batch(keys, found, spare),
             Store::Table(t) => {
-                s.found.clear();
-                s.found.extend(keys.iter().map(|k| t.filter.contains(k)));
+                found.clear();
+                found.extend(keys.iter().map(|k| t.filter.contains(k)));
             }
-            Store::Redis(r) => s.found = r.contains_keys(keys)?,
+            Store::Redis(r) => *found = r.contains_keys(keys)?,
         }
         Ok(())
     }
@@ -314,7 +264,8 @@ impl List {
     /// query in `out` (cleared first): a [`Verdict`], or why the query is
     /// not a valid query of the list's key kind. The `Err` of the whole
     /// call means the store could not answer (a Redis node down, a shard
-    /// missing): no verdict is given then, rather than "absent".
+    /// missing): no verdict is given then, rather than "absent". The
+    /// verdict is [`check::check_many`]'s, as for every served filter.
     pub fn check_many<'q>(
         &self,
         queries: impl IntoIterator<Item = &'q [u8]>,
@@ -322,57 +273,17 @@ impl List {
         out: &mut Vec<Result<Verdict, KeyError>>,
     ) -> Result<(), Error> {
         let (kind, mode) = self.rules();
-        s.arena.clear();
-        s.ends.clear();
-        s.spans.clear();
-        for query in queries {
-            let span = query_keys(kind, mode, query, &mut s.keys).map(|()| {
-                let first = s.ends.len();
-                for key in &s.keys {
-                    s.arena.extend_from_slice(key);
-                    s.ends.push(s.arena.len());
-                }
-                (first, s.ends.len())
-            });
-            s.spans.push(span);
-        }
-        let arena = std::mem::take(&mut s.arena);
-        let mut start = 0;
-        let keys: Vec<&[u8]> = s
-            .ends
-            .iter()
-            .map(|&end| {
-                let key = &arena[start..end];
-                start = end;
-                key
-            })
-            .collect();
-        let looked_up = self.contains_many(&keys, s);
+        let queries: Vec<&[u8]> = queries.into_iter().collect();
         out.clear();
-        if looked_up.is_ok() {
-            let whitelist = self.whitelist();
-            out.extend(s.spans.drain(..).map(|span| {
-                span.map(|(a, b)| {
-                    let probes = keys[a..b]
-                        .iter()
-                        .copied()
-                        .zip(s.found[a..b].iter().copied());
-                    let v = verdict_ref(whitelist, probes);
-                    match (v.hit, v.matched) {
-                        (true, Some(m)) => Verdict::Present {
-                            matched: m.to_vec(),
-                        },
-                        (false, Some(m)) => Verdict::Whitelisted {
-                            matched: m.to_vec(),
-                        },
-                        (_, None) => Verdict::Absent,
-                    }
-                })
-            }));
-        }
-        drop(keys);
-        s.arena = arena;
-        looked_up
+        check::check_many(
+            kind,
+            mode,
+            self.whitelist(),
+            &queries,
+            s,
+            |keys, found, spare| self.contains_many(keys, found, spare),
+            |v| out.push(v.map(Verdict::of)),
+        )
     }
 
     /// Answers one query (see [`List::check_many`]).
@@ -510,9 +421,9 @@ impl List {
             lookups.append(&mut scratch);
         }
         let keys: Vec<&[u8]> = lookups.iter().map(Vec::as_slice).collect();
-        let mut s = CheckScratch::default();
-        self.contains_many(&keys, &mut s)?;
-        let was_hit = s.found.iter().any(|&f| f);
+        let mut found = Vec::new();
+        self.contains_many(&keys, &mut found, &mut Vec::new())?;
+        let was_hit = found.iter().any(|&f| f);
         match &mut self.store {
             Store::Bloom(b) => {
                 b.whitelist_add(item).map_err(|reason| Error::InvalidItem {

@@ -62,7 +62,7 @@
 //! dealt to lanes by block, so the items that can share a bit (those of
 //! one block) go through one connection in their order.
 
-use bloomgate_blacklist::{verdict_of, Verdict, Whitelist};
+use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::Layout;
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 use redis::Value;
@@ -702,42 +702,6 @@ impl RedisFilter {
     /// Normalizes one entry as the filter's key kind requires.
     pub fn entry_key<'a>(&self, entry: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, KeyError> {
         entry_key(self.kind, self.mode, entry)
-    }
-
-    /// Answers queries (lines as a user gives them) exactly as
-    /// `bloomgate_blacklist::Blacklist::check_many` answers them for the
-    /// same filter in a file: the query's lookup keys by the key kind and
-    /// match mode, then the whitelist rules. `out` gets one result per
-    /// query; the `Err` of the whole call is a Redis failure.
-    pub fn check_many<'q>(
-        &self,
-        queries: impl IntoIterator<Item = &'q [u8]>,
-        out: &mut Vec<Result<Verdict, KeyError>>,
-    ) -> Result<()> {
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut spans = Vec::new();
-        let mut scratch = Vec::new();
-        for q in queries {
-            spans.push(query_keys(self.kind, self.mode, q, &mut scratch).map(|()| {
-                let first = keys.len();
-                keys.append(&mut scratch);
-                (first, keys.len())
-            }));
-        }
-        let found = self.contains_keys(&keys)?;
-        out.clear();
-        out.extend(spans.into_iter().map(|span| {
-            span.map(|(a, b)| {
-                verdict_of(
-                    &self.whitelist,
-                    keys[a..b]
-                        .iter()
-                        .map(Vec::as_slice)
-                        .zip(found[a..b].iter().copied()),
-                )
-            })
-        }));
-        Ok(())
     }
 
     /// The item count now (read from Redis).

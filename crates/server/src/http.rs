@@ -246,9 +246,6 @@ async fn check_one(
     Query(q): Query<ItemQuery>,
 ) -> ApiResult {
     can_read(&app, &headers)?;
-    if let Some(n) = app.store.cf_get(&name) {
-        return cuckoo::check_one(app, n, q).await;
-    }
     let n = named(&app, &name).await?;
     let item = q
         .item
@@ -306,9 +303,6 @@ async fn check_batch(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_read(&app, &headers)?;
-    if let Some(n) = app.store.cf_get(&name) {
-        return cuckoo::check_batch(app, n, &body).await;
-    }
     let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let results = check_off_loop(app, n, items).await?;

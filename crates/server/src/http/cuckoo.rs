@@ -1,9 +1,10 @@
 //! The HTTP API on deletable filters, cuckoo and counting
-//! (`docs/http-api.md`, "Cuckoo and counting filters"): `GET …/check`,
-//! `POST …/check`, `POST …/add`, `POST …/remove` and `GET /v1/filters/NAME`
-//! answer for them here, and `POST /v1/filters` with `"layout": "cuckoo"`
-//! or `"counting"` creates one; `…/remove` on a Bloom filter is refused
-//! with 409 `not_deletable`.
+//! (`docs/http-api.md`, "Cuckoo and counting filters"): `POST …/add`,
+//! `POST …/remove` and `GET /v1/filters/NAME` answer for them here, and
+//! `POST /v1/filters` with `"layout": "cuckoo"` or `"counting"` creates
+//! one; `…/remove` on a Bloom filter is refused with 409 `not_deletable`.
+//! Their checks are every filter's (`http.rs`: one lookup call on the
+//! store's filter, the library's verdict).
 //!
 //! Items are raw keys unless the filter was created with a `kind` (or built
 //! by the CLI with one): then they are canonicalized as the CLI does, and a
@@ -21,48 +22,12 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::{blocking, can_write, ApiError, ApiResult, St};
-use super::{parse_items, ItemQuery};
+use super::parse_items;
 use crate::store::deletable::{CfAdded, CfLayout, CfNamed, CfSpec};
 use crate::App;
 
 fn too_long(app: &App, item: &str) -> bool {
     item.len() > app.limits.max_item_bytes
-}
-
-fn check_json(app: &App, n: &CfNamed, items: &[String]) -> Vec<Value> {
-    let ok: Vec<&[u8]> = items
-        .iter()
-        .filter(|i| !too_long(app, i))
-        .map(|i| i.as_bytes())
-        .collect();
-    let mut hits = n.exists(&ok).into_iter();
-    items
-        .iter()
-        .map(|item| {
-            if too_long(app, item) {
-                return json!({"item": item, "error": "item is too long"});
-            }
-            json!({"item": item, "hit": hits.next().unwrap_or(false)})
-        })
-        .collect()
-}
-
-/// `GET /v1/filters/NAME/check?item=…` on a cuckoo filter.
-pub(super) async fn check_one(app: Arc<App>, n: Arc<CfNamed>, q: ItemQuery) -> ApiResult {
-    let item = q
-        .item
-        .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
-    if too_long(&app, &item) {
-        return Err(ApiError::bad("invalid item: item is too long"));
-    }
-    let v = check_json(&app, &n, &[item]).pop().unwrap_or_default();
-    Ok(Json(v).into_response())
-}
-
-/// `POST /v1/filters/NAME/check` on a cuckoo filter.
-pub(super) async fn check_batch(app: Arc<App>, n: Arc<CfNamed>, body: &[u8]) -> ApiResult {
-    let items = parse_items(&app, body)?;
-    Ok(Json(json!({ "results": check_json(&app, &n, &items) })).into_response())
 }
 
 /// `POST /v1/filters/NAME/add` on a cuckoo filter: a copy of each item.

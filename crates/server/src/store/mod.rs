@@ -9,7 +9,7 @@
 //! network calls. The interface is shaped so that both fit without the
 //! front ends telling them apart:
 //!
-//! * **Batches.** Lookups ([`Filter::contains_batch`], [`Filter::check_batch`])
+//! * **Batches.** Lookups ([`Filter::check_many`])
 //!   and adds ([`Store::add`]) take many items at once, so that a remote
 //!   store can answer a batch with one round trip.
 //! * **Typed failure.** Every operation that a remote store cannot always
@@ -67,7 +67,7 @@ mod redis;
 use std::path::Path;
 use std::sync::Arc;
 
-use bloomgate_blacklist::Verdict;
+use bloomgate_blacklist::{Verdict, VerdictRef};
 use bloomgate_url::KeyError;
 use serde::Serialize;
 
@@ -97,8 +97,12 @@ pub enum Store {
 /// filter's last state once the name is gone).
 #[derive(Clone)]
 pub enum Filter {
-    /// A filter of the [`LocalStore`].
+    /// A Bloom filter of the [`LocalStore`].
     Local(Arc<Named>),
+    /// A deletable (counting or cuckoo) filter of the [`LocalStore`]:
+    /// [`Store::need`] hands it out for lookups ([`Filter::check_many`]);
+    /// its changes are its own ([`deletable`]).
+    Deletable(Arc<deletable::CfNamed>),
     /// A filter of the [`RedisStore`].
     Redis(Arc<RedisNamed>),
 }
@@ -155,7 +159,8 @@ impl From<Option<wal::AckRx>> for Ack {
 }
 
 impl Store {
-    /// The filter called `name`.
+    /// The Bloom filter called `name` (the `BF.*` commands' filters: a
+    /// deletable filter's name is not one; see [`Store::cf_get`]).
     #[inline]
     pub fn get(&self, name: &str) -> Option<Filter> {
         match self {
@@ -164,12 +169,17 @@ impl Store {
         }
     }
 
-    /// The filter called `name`, or [`StoreError::NotFound`] (or
-    /// [`StoreError::Damaged`] for a filter whose files failed to load).
+    /// The filter called `name`, of any kind (Bloom, counting or cuckoo),
+    /// or [`StoreError::NotFound`] (or [`StoreError::Damaged`] for a
+    /// filter whose files failed to load). Every kind answers lookups
+    /// alike ([`Filter::check_many`]).
     pub fn need(&self, name: &str) -> Result<Filter, StoreError> {
         match self {
             Store::Redis(s) => s.need(name).map(Filter::Redis),
-            Store::Local(s) => s.need(name).map(Filter::Local),
+            Store::Local(s) => match s.deletables().get(name) {
+                Some(n) => Ok(Filter::Deletable(n)),
+                None => s.need(name).map(Filter::Local),
+            },
         }
     }
 
@@ -424,15 +434,45 @@ impl Filter {
     pub fn name(&self) -> &str {
         match self {
             Filter::Local(n) => n.name(),
+            Filter::Deletable(n) => n.name(),
             Filter::Redis(n) => n.name(),
         }
     }
 
-    /// Looks up many queries (the same key rules and whitelist as
-    /// `bloomgate check`): `each` gets one result per query, in order. An
-    /// error means no result can be trusted (a store that cannot read a part
-    /// of the filter says so rather than answer "absent"); results already
-    /// given to `each` are then void.
+    /// Answers many queries: `each` gets one verdict per query, in order,
+    /// or why the query is not valid for the filter's key rules. The one
+    /// lookup of every filter, whatever its kind or store: the verdict is
+    /// the library's ([`bloomgate_list::check::check_many`], the same as
+    /// `bloomgate check`'s), only the membership of the keys is the
+    /// filter's own. An error means no result can be trusted (a store that
+    /// cannot read a part of the filter says so rather than answer
+    /// "absent"); `each` may have been given results of a part of the
+    /// batch, which are void then. Not counted in the filter's counters
+    /// (see [`Filter::count`]).
+    #[inline]
+    pub fn check_many(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut LookupScratch,
+        mut each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) -> Result<(), StoreError> {
+        match self {
+            Filter::Local(n) => {
+                n.check_many(queries, scratch, each);
+                Ok(())
+            }
+            Filter::Deletable(n) => {
+                n.check_many(queries, scratch, each);
+                Ok(())
+            }
+            Filter::Redis(n) => n.check_batch(queries, |v| match v {
+                Ok(v) => each(Ok(v.as_ref())),
+                Err(e) => each(Err(e)),
+            }),
+        }
+    }
+
+    /// [`Filter::check_many`], saying only whether each query is a hit.
     #[inline]
     pub fn contains_batch(
         &self,
@@ -440,59 +480,39 @@ impl Filter {
         scratch: &mut LookupScratch,
         mut each: impl FnMut(Result<bool, KeyError>),
     ) -> Result<(), StoreError> {
-        match self {
-            Filter::Local(n) => {
-                if let [q] = queries {
-                    each(n.lookup(q, &mut scratch.keys));
-                } else {
-                    n.lookup_batch(queries, scratch, each);
-                }
-                Ok(())
-            }
-            Filter::Redis(n) => n.check_batch(queries, |v| each(v.map(|v| v.hit))),
-        }
+        self.check_many(queries, scratch, |v| each(v.map(|v| v.hit)))
     }
 
     /// Queues a lookup of `queries` in a remote store's batch and returns
     /// the receiver of its verdicts (one per query, not yet counted in the
     /// filter's counters), or `None` for a local filter (answer it with
-    /// [`Filter::contains_batch`]: it does not wait).
+    /// [`Filter::check_many`]: it does not wait).
     pub fn check_later(
         &self,
         queries: &[&[u8]],
     ) -> Option<tokio::sync::oneshot::Receiver<Checked>> {
         match self {
-            Filter::Local(_) => None,
+            Filter::Local(_) | Filter::Deletable(_) => None,
             Filter::Redis(n) => Some(n.check_later(queries)),
         }
     }
 
-    /// Like [`Filter::contains_batch`], with each verdict's details (whitelisted,
-    /// the key that matched), and counted in the filter's counters.
+    /// [`Filter::check_many`] with owned verdicts, counted in the
+    /// filter's counters.
     pub fn check_batch(
         &self,
         queries: &[&[u8]],
         scratch: &mut LookupScratch,
         mut each: impl FnMut(Result<Verdict, KeyError>),
     ) -> Result<(), StoreError> {
-        match self {
-            Filter::Local(n) => {
-                for q in queries {
-                    each(n.check(q, &mut scratch.keys));
-                }
-                Ok(())
-            }
-            Filter::Redis(n) => {
-                let (mut checks, mut hits) = (0, 0);
-                let r = n.check_batch(queries, |v| {
-                    checks += 1;
-                    hits += v.as_ref().is_ok_and(|v| v.hit) as u64;
-                    each(v)
-                });
-                n.count(checks, hits);
-                r
-            }
-        }
+        let (mut checks, mut hits) = (0, 0);
+        let r = self.check_many(queries, scratch, |v| {
+            checks += 1;
+            hits += v.as_ref().is_ok_and(|v| v.hit) as u64;
+            each(v.map(|v| v.to_verdict()))
+        });
+        self.count(checks, hits);
+        r
     }
 
     /// Starts loading the memory a lookup of `query` will read (a hint).
@@ -500,7 +520,7 @@ impl Filter {
     pub fn prefetch(&self, query: &[u8]) {
         match self {
             Filter::Local(n) => n.prefetch(query),
-            Filter::Redis(_) => {}
+            Filter::Deletable(_) | Filter::Redis(_) => {}
         }
     }
 
@@ -510,6 +530,8 @@ impl Filter {
     pub fn count(&self, checks: u64, hits: u64) {
         match self {
             Filter::Local(n) => n.count(checks, hits),
+            // Counted by the server's metrics alone.
+            Filter::Deletable(_) => {}
             Filter::Redis(n) => n.count(checks, hits),
         }
     }
@@ -518,6 +540,7 @@ impl Filter {
     pub fn counters(&self) -> (u64, u64) {
         match self {
             Filter::Local(n) => n.counters(),
+            Filter::Deletable(_) => (0, 0),
             Filter::Redis(n) => n.counters(),
         }
     }
@@ -528,6 +551,7 @@ impl Filter {
     pub fn add_would_block(&self) -> bool {
         match self {
             Filter::Local(n) => n.write_busy(),
+            Filter::Deletable(n) => n.write_busy(),
             Filter::Redis(_) => true,
         }
     }
@@ -537,6 +561,9 @@ impl Filter {
     pub fn info(&self, fill: bool) -> Result<Info, StoreError> {
         match self {
             Filter::Local(n) => Ok(n.info(fill)),
+            Filter::Deletable(_) => Err(StoreError::Unsupported(
+                "Bloom filter statistics of a deletable filter (it has its own: CF.INFO)",
+            )),
             Filter::Redis(n) => n.info(),
         }
     }

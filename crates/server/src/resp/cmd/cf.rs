@@ -399,7 +399,15 @@ impl Add<'_> {
 /// "absent" for every item, as in RedisBloom.
 fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut Out) {
     let hits = match cf_key(s, key) {
-        Key::Cuckoo(n) => n.exists(items),
+        Key::Cuckoo(n) => {
+            // The library's verdict, as every lookup's; an item that is not
+            // a valid query of a CLI-built filter's key kind is absent.
+            let mut hits = Vec::with_capacity(items.len());
+            n.check_many(items, &mut s.lookup_scratch, |v| {
+                hits.push(v.is_ok_and(|v| v.hit))
+            });
+            hits
+        }
         Key::Missing => {
             s.app
                 .metrics

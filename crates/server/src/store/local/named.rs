@@ -1,6 +1,6 @@
 //! One served filter ([`Named`]): its layers and whitelist, published
-//! lock-free for lookups; single and batched lookups with prefetch; lookup
-//! counters; [`Info`].
+//! lock-free for lookups; batched lookups (the library's verdict) with
+//! prefetch; lookup counters; [`Info`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -8,8 +8,11 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 pub use bloomgate_blacklist::layers::Layers;
-use bloomgate_blacklist::{Verdict, Whitelist};
-use bloomgate_url::{query_keys, KeyError, KeyKind};
+use std::convert::Infallible;
+
+use bloomgate_blacklist::{VerdictRef, Whitelist};
+use bloomgate_list::check::{check_many, CheckScratch};
+use bloomgate_url::{KeyError, KeyKind};
 
 use crate::journal::Lineage;
 
@@ -37,13 +40,9 @@ pub struct Named {
     pub(super) marker: Mutex<Option<Vec<u8>>>,
 }
 
-/// Reusable buffers of [`Named::lookup_batch`].
-#[derive(Default)]
-pub struct LookupScratch {
-    pub(crate) keys: Vec<Vec<u8>>,
-    hits: Vec<bool>,
-    layer: Vec<bool>,
-}
+/// Reusable buffers of a filter's lookups (the library's, see
+/// [`bloomgate_list::check`]).
+pub type LookupScratch = CheckScratch;
 
 impl Named {
     pub(super) fn new(
@@ -79,104 +78,39 @@ impl Named {
         self.state.load()
     }
 
-    /// Answers one query exactly as `Blacklist::check` does (canonicalization,
-    /// lookups, whitelist), over all layers.
-    pub fn check(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError> {
-        let st = self.state.load();
-        let wl = self.whitelist.load();
-        let v = if st.kind == KeyKind::Raw {
-            // Fast path: a raw query is its own single key.
-            if query.is_empty() {
-                return Err(KeyError::Empty);
-            }
-            if !st.contains(query) {
-                Verdict {
-                    hit: false,
-                    whitelisted: false,
-                    matched: None,
-                }
-            } else if !wl.is_empty() && wl.contains(query) {
-                Verdict {
-                    hit: false,
-                    whitelisted: true,
-                    matched: Some(String::from_utf8_lossy(query).into_owned()),
-                }
-            } else {
-                Verdict {
-                    hit: true,
-                    whitelisted: false,
-                    matched: Some(String::from_utf8_lossy(query).into_owned()),
-                }
-            }
-        } else {
-            query_keys(st.kind, st.mode, query, scratch)?;
-            verdict(&st, &wl, scratch)
-        };
-        self.checks.fetch_add(1, Relaxed);
-        if v.hit {
-            self.hits.fetch_add(1, Relaxed);
-        }
-        Ok(v)
-    }
-
-    /// Like [`Named::check`] but only says hit or not (no allocation for raw keys).
+    /// Answers many queries by the library's verdict
+    /// ([`bloomgate_list::check::check_many`]: the queries' keys by the
+    /// filter's key rules, their membership over all layers with the
+    /// engine's pipelined batch lookup, the whitelist rule), as the CLI's
+    /// `check` answers them: `each` gets one result per query, in order.
+    /// Not counted: the caller reports its lookups with [`Named::count`]
+    /// (once per batch, so that concurrent readers do not contend on the
+    /// counters' cache line for every query).
     #[inline]
-    pub fn exists(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
-        let hit = self.lookup(query, scratch)?;
-        self.count(1, hit as u64);
-        Ok(hit)
-    }
-
-    /// [`Named::exists`] without counting: the caller reports its lookups
-    /// with [`Named::count`] (once per batch, so that concurrent readers do
-    /// not contend on the counters' cache line for every query).
-    #[inline]
-    pub fn lookup(&self, query: &[u8], scratch: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
-        let st = self.state.load();
-        if st.kind == KeyKind::Raw {
-            if query.is_empty() {
-                return Err(KeyError::Empty);
-            }
-            Ok(st.contains(query) && {
-                let wl = self.whitelist.load();
-                wl.is_empty() || !wl.contains(query)
-            })
-        } else {
-            query_keys(st.kind, st.mode, query, scratch)?;
-            Ok(verdict(&st, &self.whitelist.load(), scratch).hit)
-        }
-    }
-
-    /// [`Named::lookup`] of many queries: `each` gets one result per query,
-    /// in order. Raw keys go through the engine's batched lookup
-    /// ([`Filter::contains_batch`]: hashing and prefetching ahead of the
-    /// probes); nothing is allocated per query once the buffers have grown.
-    pub fn lookup_batch(
+    pub fn check_many(
         &self,
         queries: &[&[u8]],
         scratch: &mut LookupScratch,
-        mut each: impl FnMut(Result<bool, KeyError>),
+        each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
     ) {
         let st = self.state.load();
         let wl = self.whitelist.load();
-        if st.kind != KeyKind::Raw {
-            for q in queries {
-                let r = query_keys(st.kind, st.mode, q, &mut scratch.keys);
-                each(r.map(|()| verdict(&st, &wl, &scratch.keys).hit));
-            }
-            return;
-        }
-        st.contains_batch(queries, &mut scratch.hits, &mut scratch.layer);
-        for (q, &hit) in queries.iter().zip(scratch.hits.iter()) {
-            each(if q.is_empty() {
-                Err(KeyError::Empty)
-            } else {
-                Ok(hit && (wl.is_empty() || !wl.contains(q)))
-            });
-        }
+        let looked_up = check_many::<Infallible>(
+            st.kind,
+            st.mode,
+            &wl,
+            queries,
+            scratch,
+            |keys, found, spare| {
+                st.contains_batch(keys, found, spare);
+                Ok(())
+            },
+            each,
+        );
+        let Ok(()) = looked_up;
     }
 
-    /// Starts loading the memory a [`Named::lookup`] of a raw `query` will
+    /// Starts loading the memory a [`Named::check_many`] of a raw `query` will
     /// read, in every layer (a hint; nothing for other key kinds).
     #[inline]
     pub fn prefetch(&self, query: &[u8]) {
@@ -281,9 +215,4 @@ impl Named {
     pub fn counters(&self) -> (u64, u64) {
         (self.checks.load(Relaxed), self.hits.load(Relaxed))
     }
-}
-
-/// The verdict over several layers, by the same whitelist rule as the CLI.
-pub(super) fn verdict(st: &Layers, wl: &Whitelist, keys: &[Vec<u8>]) -> Verdict {
-    bloomgate_blacklist::verdict_with(|k| st.contains(k), wl, keys)
 }

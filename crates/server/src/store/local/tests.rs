@@ -1,8 +1,28 @@
 use super::*;
 use bloomgate_blacklist::layers::Purpose;
 use bloomgate_blacklist::Blacklist;
+use bloomgate_blacklist::Verdict;
 use bloomgate_engine::{plan, random_seed, Layout};
-use bloomgate_url::{KeyKind, MatchMode};
+use bloomgate_url::{KeyError, KeyKind, MatchMode};
+
+/// One query at a time, through [`Named::check_many`] (the buffer argument
+/// is the one `Blacklist::check` takes, for comparisons side by side).
+trait OneQuery {
+    fn check(&self, q: &[u8], _: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError>;
+    fn exists(&self, q: &[u8], keys: &mut Vec<Vec<u8>>) -> Result<bool, KeyError> {
+        self.check(q, keys).map(|v| v.hit)
+    }
+}
+
+impl OneQuery for Named {
+    fn check(&self, q: &[u8], _: &mut Vec<Vec<u8>>) -> Result<Verdict, KeyError> {
+        let mut answer = None;
+        self.check_many(&[q], &mut LookupScratch::default(), |v| {
+            answer = Some(v.map(|v| v.to_verdict()))
+        });
+        answer.expect("one answer per query")
+    }
+}
 
 fn store(dir: &Path) -> LocalStore {
     LocalStore::open(dir, Limits::default(), Arc::new(Metrics::default())).unwrap()

@@ -37,9 +37,10 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
-use bloomgate_blacklist::{verdict_of, Verdict};
+use bloomgate_blacklist::Verdict;
+use bloomgate_list::check::{verdict, QueryKeys};
 use bloomgate_redis::{layout, RedisFilter};
-use bloomgate_url::{query_keys, KeyError};
+use bloomgate_url::KeyError;
 use tokio::sync::oneshot;
 
 use super::{store_err, RedisNamed};
@@ -335,31 +336,30 @@ fn per_node<T: Send>(
         .collect()
 }
 
-/// Answers a batch of lookups as `RedisFilter::check_many` does (the
-/// query's lookup keys, then the whitelist rules).
+/// Answers a batch of lookups by the library's verdict, step by step
+/// ([`bloomgate_list::check`]: the queries' keys, their membership per
+/// node, the whitelist rule), so that a node that fails fails only the
+/// requests with a key on it.
 fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
     let f = match named.read() {
         Ok(f) => f,
         Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
     };
-    // Every query's keys, one after the other; per query its span.
-    let mut keys: Vec<Vec<u8>> = Vec::new();
-    let mut spans: Vec<Result<(usize, usize), KeyError>> = Vec::new();
-    let mut scratch = Vec::new();
+    let mut keys = QueryKeys::default();
     for j in &jobs {
         if let Job::Check { queries, .. } = j {
             for q in queries {
-                spans.push(query_keys(f.kind(), f.mode(), q, &mut scratch).map(|()| {
-                    let first = keys.len();
-                    keys.append(&mut scratch);
-                    (first, keys.len())
-                }));
+                keys.push(f.kind(), f.mode(), q);
             }
         }
     }
-    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    let found = per_node(&f, &refs, |part| f.contains_keys(part));
-    let mut spans = spans.into_iter();
+    let refs = keys.keys();
+    let answers = per_node(&f, &refs, |part| f.contains_keys(part));
+    let found: Vec<bool> = answers
+        .iter()
+        .map(|a| *a.as_ref().unwrap_or(&false))
+        .collect();
+    let mut spans = keys.spans().iter();
     for j in jobs {
         let Job::Check { queries, reply } = j else {
             continue;
@@ -367,18 +367,15 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
         let mut verdicts = Vec::with_capacity(queries.len());
         let mut failed = None;
         for span in spans.by_ref().take(queries.len()) {
-            verdicts.push(span.map(|(a, b)| {
-                let mut probes = Vec::with_capacity(b - a);
-                for i in a..b {
-                    match &found[i] {
-                        Ok(hit) => probes.push((refs[i], *hit)),
-                        Err(e) => {
-                            failed.get_or_insert_with(|| e.clone());
-                        }
-                    }
+            if let Ok(r) = span {
+                if let Some(Err(e)) = answers[r.clone()].iter().find(|a| a.is_err()) {
+                    failed.get_or_insert_with(|| e.clone());
                 }
-                verdict_of(f.whitelist(), probes)
-            }));
+            }
+            verdicts.push(
+                span.clone()
+                    .map(|r| verdict(f.whitelist(), &refs[r.clone()], &found[r]).to_verdict()),
+            );
         }
         // No partial answer: a key that could not be read voids the request.
         let _ = reply.send(match failed {

@@ -8,9 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::wal::{CuckooOp, CuckooRecord};
-use bloomgate_blacklist::Whitelist;
+use std::convert::Infallible;
+
+use bloomgate_blacklist::{VerdictRef, Whitelist};
 use bloomgate_engine::AmbiguousDelete;
-use bloomgate_url::{entry_key, query_keys, KeyKind, MatchMode};
+use bloomgate_list::check::{check_many, verdict, CheckScratch};
+use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
 
 use super::chain::{CfAdded, CfInfo, Chain};
 use super::{read, write, DumpHeads, Shared};
@@ -84,29 +87,43 @@ impl CfNamed {
         &self.name
     }
 
-    /// Whether `item` is (probably) in the filter, per item. Raw keys are
-    /// looked up as they are; a filter built by the CLI with other key
-    /// rules answers as the CLI's `check` does (canonicalized, every lookup
-    /// key of the match mode, its whitelist applied). An item that cannot
-    /// be normalized is not in it.
-    pub fn exists(&self, items: &[&[u8]]) -> Vec<bool> {
+    /// Answers many queries by the library's verdict
+    /// ([`bloomgate_list::check::check_many`]), as the CLI's `check`
+    /// answers them for the same file: raw keys are looked up as they are;
+    /// a filter built by the CLI with other key rules canonicalizes each
+    /// query into every lookup key of its match mode, and its whitelist
+    /// applies. `each` gets one result per query, in order. The empty item,
+    /// which a raw filter served here takes as an entry (as RedisBloom's
+    /// `CF.ADD` does), is looked up too.
+    pub fn check_many(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut CheckScratch,
+        mut each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) {
         let c = read(&self.state);
-        if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
-            let wl = &self.whitelist;
-            return items
-                .iter()
-                .map(|i| c.contains(i) && (wl.is_empty() || !wl.contains(i)))
-                .collect();
-        }
-        let mut keys = Vec::new();
-        items
-            .iter()
-            .map(|i| {
-                query_keys(c.spec.kind, c.spec.mode, i, &mut keys).is_ok()
-                    && bloomgate_blacklist::verdict_with(|k| c.contains(k), &self.whitelist, &keys)
-                        .hit
-            })
-            .collect()
+        let (kind, mode) = (c.spec.kind, c.spec.mode);
+        let takes_empty = kind == KeyKind::Raw && mode == MatchMode::Exact;
+        let wl = &self.whitelist;
+        let looked_up = check_many::<Infallible>(
+            kind,
+            mode,
+            wl,
+            queries,
+            scratch,
+            |keys, found, _| {
+                found.clear();
+                found.extend(keys.iter().map(|k| c.contains(k)));
+                Ok(())
+            },
+            |v| match v {
+                Err(KeyError::Empty) if takes_empty => {
+                    each(Ok(verdict(wl, &[b""], &[c.contains(b"")])))
+                }
+                v => each(v),
+            },
+        );
+        let Ok(()) = looked_up;
     }
 
     /// Matching fingerprints of `item` (an upper bound of its copies; for
