@@ -30,6 +30,7 @@
 use bloomgate_engine::{math, Layout, Params, Plan};
 use bloomgate_url::{KeyKind, MatchMode};
 
+use crate::cf_file::CfLayout;
 use crate::layers::{
     FillPolicy, Layers, Purpose, Rotate, DEFAULT_CLEAR_AT, DEFAULT_EXPANSION, DEFAULT_GENERATIONS,
     MAX_EXPANSION, MAX_LAYERS,
@@ -82,6 +83,64 @@ pub enum SpecError {
     /// The engine cannot size the filter (too large, rate too small).
     #[error("{0}")]
     Plan(String),
+    /// A deletable filter's setting outside its range.
+    #[error("{} {value}: it must be in {}..={}", .setting.name(), .setting.range().start(), .setting.range().end())]
+    Setting {
+        /// Which setting.
+        setting: Setting,
+        /// The value given.
+        value: i64,
+    },
+    /// A deletable filter's capacity below two buckets.
+    #[error("capacity {capacity}: a deletable filter is planned for at least 2 × its bucket size ({min}) items")]
+    Capacity {
+        /// The capacity given.
+        capacity: i64,
+        /// The least capacity of its bucket size.
+        min: u64,
+    },
+}
+
+/// A setting of a deletable filter that has a range ([`DeletableSpec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    /// RedisBloom's bucket size: 1..=255.
+    BucketSize,
+    /// Kicks before an insert gives up: 1..=65535.
+    MaxIterations,
+    /// Growth factor of the next sub-filter: 0..=32768 (0: never grow).
+    Expansion,
+}
+
+impl Setting {
+    /// The setting's name in messages (`bucket_size`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::BucketSize => "bucket_size",
+            Setting::MaxIterations => "max_iterations",
+            Setting::Expansion => "expansion",
+        }
+    }
+
+    /// The values it takes (RedisBloom's limits).
+    pub fn range(self) -> std::ops::RangeInclusive<i64> {
+        match self {
+            Setting::BucketSize => 1..=255,
+            Setting::MaxIterations => 1..=65535,
+            Setting::Expansion => 0..=32768,
+        }
+    }
+
+    /// `value` if it is in [`Setting::range`].
+    pub fn check(self, value: i64) -> Result<i64, SpecError> {
+        match self.range().contains(&value) {
+            true => Ok(value),
+            false => Err(SpecError::Setting {
+                setting: self,
+                value,
+            }),
+        }
+    }
 }
 
 /// Everything that makes a new Bloom filter: how many items, at what rate
@@ -195,6 +254,140 @@ impl FilterSpec {
         let params = self.params(seed)?;
         Layers::create(params, &self.fill, self.purpose, self.lookup_rate(), now)
     }
+}
+
+/// Everything that makes a new deletable filter (a chain of cuckoo tables,
+/// or one counting filter): RedisBloom's `CF.RESERVE` parameters, a rate,
+/// and the key rules. Built by the front ends (`CF.RESERVE` and the adds
+/// that create, the HTTP API's create with `"layout": "cuckoo"` or
+/// `"counting"`) with [`DeletableSpec::settle`], which holds every default
+/// and range check, so every protocol refuses the same values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeletableSpec {
+    /// Cuckoo tables or a counting filter.
+    pub layout: CfLayout,
+    /// Items the first sub-filter is planned for.
+    pub capacity: u64,
+    /// RedisBloom's bucket size (1..=255): sets the default error rate and
+    /// is reported by `CF.INFO`; the tables use the engine's buckets.
+    pub bucket_size: u16,
+    /// Kicks before an insert into a full table gives up (1..=65535).
+    pub max_iterations: u16,
+    /// Growth factor of the next sub-filter (a power of two); 0 = never grow.
+    pub expansion: u32,
+    /// False-positive rate per sub-filter; `None`: RedisBloom's for the
+    /// bucket size ([`redisbloom_rate`]).
+    pub error_rate: Option<f64>,
+    /// How items are normalized before hashing (raw for `CF.RESERVE`; a
+    /// file built by the CLI keeps its own).
+    pub kind: KeyKind,
+    /// How queries are matched.
+    pub mode: MatchMode,
+}
+
+/// The settings of a deletable filter as a front end received them (`None`:
+/// the default of [`DeletableArgs::settle`]'s defaults).
+#[derive(Clone, Debug, Default)]
+pub struct DeletableArgs {
+    /// Items to plan the first sub-filter for.
+    pub capacity: i64,
+    /// Bucket size.
+    pub bucket_size: Option<i64>,
+    /// Kicks before an insert gives up.
+    pub max_iterations: Option<i64>,
+    /// Growth factor (rounded up to a power of two, as RedisBloom does).
+    pub expansion: Option<i64>,
+    /// False-positive rate per sub-filter.
+    pub error_rate: Option<f64>,
+}
+
+impl DeletableArgs {
+    /// The spec these settings ask for over `defaults`, each value checked
+    /// against its range in RedisBloom's order (max iterations, bucket
+    /// size, expansion, rate, then the capacity: at least two buckets).
+    pub fn settle(&self, defaults: &DeletableSpec) -> Result<DeletableSpec, SpecError> {
+        let max_iterations = Setting::MaxIterations.check(
+            self.max_iterations
+                .unwrap_or(defaults.max_iterations.into()),
+        )?;
+        let bucket_size =
+            Setting::BucketSize.check(self.bucket_size.unwrap_or(defaults.bucket_size.into()))?;
+        let expansion = match self.expansion {
+            Some(e) => Setting::Expansion.check(e)? as u32,
+            None => defaults.expansion,
+        };
+        let error_rate = match self.error_rate {
+            Some(r) => Some(check_rate(r).map(|()| r)?),
+            None => defaults.error_rate,
+        };
+        if self.capacity < 2 * bucket_size {
+            return Err(SpecError::Capacity {
+                capacity: self.capacity,
+                min: 2 * bucket_size as u64,
+            });
+        }
+        Ok(DeletableSpec {
+            capacity: self.capacity as u64,
+            bucket_size: bucket_size as u16,
+            max_iterations: max_iterations as u16,
+            expansion: expansion.next_power_of_two() * u32::from(expansion != 0),
+            error_rate,
+            ..defaults.clone()
+        })
+    }
+}
+
+impl DeletableSpec {
+    /// RedisBloom's default capacity of a filter an add creates.
+    pub const DEFAULT_CAPACITY: u64 = 1024;
+    /// RedisBloom's default bucket size.
+    pub const DEFAULT_BUCKET_SIZE: u16 = 2;
+    /// RedisBloom's default number of kicks before an insert gives up.
+    pub const DEFAULT_MAX_ITERATIONS: u16 = 20;
+    /// RedisBloom's default expansion.
+    pub const DEFAULT_EXPANSION: u32 = 1;
+
+    /// RedisBloom's defaults (`CF.RESERVE`, and a filter an add creates),
+    /// with `capacity`: cuckoo tables, buckets of 2, 20 kicks, growing by
+    /// sub-filters of the same size, RedisBloom's rate, raw keys.
+    pub fn redis_default(capacity: u64) -> DeletableSpec {
+        DeletableSpec {
+            layout: CfLayout::Cuckoo,
+            capacity,
+            bucket_size: Self::DEFAULT_BUCKET_SIZE,
+            max_iterations: Self::DEFAULT_MAX_ITERATIONS,
+            expansion: Self::DEFAULT_EXPANSION,
+            error_rate: None,
+            kind: KeyKind::Raw,
+            mode: MatchMode::Exact,
+        }
+    }
+
+    /// The HTTP API's defaults for `layout` at rate `rate`: buckets of 4
+    /// (the engine's best space per item), 500 evictions before an insert
+    /// gives up, growing by sub-filters of the same size.
+    pub fn new(layout: CfLayout, rate: f64) -> DeletableSpec {
+        DeletableSpec {
+            layout,
+            bucket_size: 4,
+            max_iterations: 500,
+            error_rate: Some(rate),
+            ..DeletableSpec::redis_default(Self::DEFAULT_CAPACITY)
+        }
+    }
+
+    /// The false-positive rate each sub-filter is planned for.
+    pub fn rate(&self) -> f64 {
+        self.error_rate
+            .unwrap_or_else(|| redisbloom_rate(self.bucket_size))
+    }
+}
+
+/// The false-positive rate RedisBloom's 8-bit fingerprints give a
+/// sub-filter with buckets of `bucket_size`: a lookup compares 2·b
+/// fingerprints, each equal by chance with probability 1/255.
+pub fn redisbloom_rate(bucket_size: u16) -> f64 {
+    (2.0 * f64::from(bucket_size) / 255.0).min(0.5)
 }
 
 /// Checks a false-positive rate is strictly between 0 and 1.
@@ -335,6 +528,58 @@ pub fn per_query_rate(kind: KeyKind, mode: MatchMode, per_lookup: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deletable_defaults_and_limits_live_here() {
+        let resp = DeletableSpec::redis_default(DeletableSpec::DEFAULT_CAPACITY);
+        let args = |capacity| DeletableArgs {
+            capacity,
+            ..DeletableArgs::default()
+        };
+        let s = args(10).settle(&resp).unwrap();
+        assert_eq!((s.capacity, s.bucket_size, s.expansion), (10, 2, 1));
+        assert_eq!(s.rate(), redisbloom_rate(2));
+        assert_eq!(
+            args(3).settle(&resp),
+            Err(SpecError::Capacity {
+                capacity: 3,
+                min: 4
+            })
+        );
+        let e = DeletableArgs {
+            expansion: Some(3),
+            ..args(10)
+        };
+        assert_eq!(e.settle(&resp).unwrap().expansion, 4);
+        for (setting, bad) in [
+            (Setting::BucketSize, 256),
+            (Setting::MaxIterations, 0),
+            (Setting::Expansion, 32769),
+        ] {
+            let a = DeletableArgs {
+                bucket_size: (setting == Setting::BucketSize).then_some(bad),
+                max_iterations: (setting == Setting::MaxIterations).then_some(bad),
+                expansion: (setting == Setting::Expansion).then_some(bad),
+                ..args(1000)
+            };
+            assert_eq!(
+                a.settle(&resp),
+                Err(SpecError::Setting {
+                    setting,
+                    value: bad
+                })
+            );
+        }
+        let http = DeletableSpec::new(CfLayout::Counting, 0.01);
+        assert!(matches!(
+            DeletableArgs {
+                error_rate: Some(1.5),
+                ..args(100)
+            }
+            .settle(&http),
+            Err(SpecError::Rate(_))
+        ));
+    }
 
     #[test]
     fn defaults_live_here_and_validation_names_the_limit() {

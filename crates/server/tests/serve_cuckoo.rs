@@ -1227,3 +1227,68 @@ fn the_redis_store_refuses_cf_commands_clearly() {
         );
     }
 }
+
+/// `CF.RESERVE` and the HTTP create of a deletable filter share the
+/// library's defaults and limits (`DeletableSpec`): a value out of range is
+/// refused by both, each in its protocol's words naming the same limit, and
+/// creates nothing.
+#[test]
+fn an_out_of_range_value_is_refused_alike_over_resp_and_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
+    let mut c = s.resp();
+    // (RESP arguments, RedisBloom's refusal; HTTP items and fp, the library's limit)
+    let cases: [(&[&str], &str, u64, f64, &str); 4] = [
+        (
+            &["CF.RESERVE", "r", "1000", "ERROR", "1.5"],
+            "ERROR: value must be in the range (0, 1)",
+            1000,
+            1.5,
+            "false-positive rate 1.5: it must be strictly between 0 and 1",
+        ),
+        (
+            &[
+                "CF.RESERVE",
+                "r",
+                "1000",
+                "ERROR",
+                "0",
+                "LAYOUT",
+                "COUNTING",
+            ],
+            "ERROR: value must be in the range (0, 1)",
+            1000,
+            0.0,
+            "false-positive rate 0: it must be strictly between 0 and 1",
+        ),
+        (
+            &["CF.RESERVE", "r", "1"],
+            "Capacity must be in the range [2 * BUCKETSIZE, 1073741824]",
+            1,
+            0.01,
+            "capacity 1: a deletable filter is planned for at least 2 × its bucket size",
+        ),
+        (
+            &["CF.RESERVE", "r", "0", "LAYOUT", "COUNTING"],
+            "Capacity must be in the range [2 * BUCKETSIZE, 1073741824]",
+            0,
+            0.01,
+            "capacity 0: a deletable filter is planned for at least 2 × its bucket size",
+        ),
+    ];
+    for (args, resp_refusal, items, fp, limit) in cases {
+        assert_eq!(c.cmd(args), V::Err(resp_refusal.into()), "{args:?}");
+        for layout in ["cuckoo", "counting"] {
+            let body =
+                format!(r#"{{"name": "h", "items": {items}, "fp": {fp}, "layout": "{layout}"}}"#);
+            let (st, v) = s.http("POST", "/v1/filters", Some(&body), None);
+            assert_eq!(st, 400, "{body}: {v}");
+            let msg = v["error"]["message"].as_str().unwrap_or_default();
+            assert!(msg.contains(limit), "{body}: {msg}");
+        }
+    }
+    let (st, v) = s.http("GET", "/v1/filters", None, None);
+    assert_eq!(st, 200);
+    assert_eq!(v["cuckoo_filters"], serde_json::json!([]), "{v}");
+    assert_eq!(c.cmd(&["CF.EXISTS", "r", "a"]), V::Int(0));
+}

@@ -482,19 +482,7 @@ pub(crate) fn open_deletable(path: &Path, kind: DeletableKind) -> Result<OpenedD
     (&file)
         .read_exact(&mut head)
         .map_err(io_err(path, "read"))?;
-    let header = DeletableHeader::decode(&head, len).map_err(|p| match p {
-        FormatProblem::WrongKind { found, .. } => format(FormatProblem::WrongKind {
-            found,
-            expected: kind.name(),
-        }),
-        p => format(p),
-    })?;
-    if header.geometry.kind() != kind {
-        return Err(format(FormatProblem::WrongKind {
-            found: header.geometry.kind().name(),
-            expected: kind.name(),
-        }));
-    }
+    let header = decode_of_kind(&head, len, kind).map_err(format)?;
     let map_len = usize::try_from(len).map_err(|_| Error::OutOfMemory(len))?;
     // SAFETY (of the mapping as such): as for `Filter::open`: bloomgate only
     // replaces filter files by renaming a new file over them, never writes
@@ -511,6 +499,27 @@ pub(crate) fn open_deletable(path: &Path, kind: DeletableKind) -> Result<OpenedD
     let data = Bits::mapped(map, HEADER_LEN, (header.data_len / 8) as usize)
         .ok_or_else(|| format(FormatProblem::BadField("mapping is not aligned".into())))?;
     Ok(OpenedDeletable { header, data })
+}
+
+/// Decodes the header of a file of `len` bytes that must be of `kind`: a
+/// header of the other kind is [`FormatProblem::WrongKind`] naming both.
+fn decode_of_kind(
+    head: &[u8],
+    len: u64,
+    kind: DeletableKind,
+) -> Result<DeletableHeader, FormatProblem> {
+    let wrong = |found| FormatProblem::WrongKind {
+        found,
+        expected: kind.name(),
+    };
+    let header = DeletableHeader::decode(head, len).map_err(|p| match p {
+        FormatProblem::WrongKind { found, .. } => wrong(found),
+        p => p,
+    })?;
+    match header.geometry.kind() == kind {
+        true => Ok(header),
+        false => Err(wrong(header.geometry.kind().name())),
+    }
 }
 
 /// Checks `data` against the header's data checksum.
@@ -546,19 +555,7 @@ pub(crate) fn deletable_from_reader(
     }
     let mut head = vec![0u8; HEADER_LEN];
     r.read_exact(&mut head).map_err(io_err(here, "read"))?;
-    let header = DeletableHeader::decode(&head, len).map_err(|p| match p {
-        FormatProblem::WrongKind { found, .. } => format(FormatProblem::WrongKind {
-            found,
-            expected: kind.name(),
-        }),
-        p => format(p),
-    })?;
-    if header.geometry.kind() != kind {
-        return Err(format(FormatProblem::WrongKind {
-            found: header.geometry.kind().name(),
-            expected: kind.name(),
-        }));
-    }
+    let header = decode_of_kind(&head, len, kind).map_err(format)?;
     let mut data =
         Bits::heap((header.data_len / 8) as usize).ok_or(Error::OutOfMemory(header.data_len))?;
     r.read_exact(data.bytes_mut())

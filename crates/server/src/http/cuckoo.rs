@@ -23,8 +23,9 @@ use serde_json::{json, Value};
 
 use super::error::{blocking, can_write, ApiError, ApiResult, St};
 use super::parse_items;
-use crate::store::deletable::{CfAdded, CfLayout, CfNamed, CfSpec};
+use crate::store::deletable::{CfAdded, CfLayout, CfNamed, DeletableSpec};
 use crate::App;
+use bloomgate_blacklist::DeletableArgs;
 
 fn too_long(app: &App, item: &str) -> bool {
     item.len() > app.limits.max_item_bytes
@@ -120,11 +121,10 @@ pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
-/// `POST /v1/filters` with `"layout": "cuckoo"`: a chain planned for
-/// `items` at rate `fp` per sub-filter, buckets of 4 (the engine's best
-/// space per item), 500 evictions before an insert gives up, growing by
-/// sub-filters of the same size (RedisBloom's default expansion, 1).
-/// With `"layout": "counting"`: one counting filter for `items` at `fp`.
+/// `POST /v1/filters` with `"layout": "cuckoo"` or `"counting"`: the
+/// library's defaults for the HTTP API ([`DeletableSpec::new`]: buckets of
+/// 4, 500 evictions, growing by sub-filters of the same size) with `items`
+/// at rate `fp` per sub-filter, checked by the same limits as `CF.RESERVE`.
 pub(super) async fn create(
     app: Arc<App>,
     layout: CfLayout,
@@ -134,19 +134,19 @@ pub(super) async fn create(
     kind: bloomgate_url::KeyKind,
     mode: bloomgate_url::MatchMode,
 ) -> ApiResult {
-    if !(fp > 0.0 && fp < 1.0) || items < 2 {
-        return Err(ApiError::bad("need items >= 2 and 0 < fp < 1"));
-    }
-    let spec = CfSpec {
-        layout,
-        capacity: items,
-        bucket_size: 4,
-        max_iterations: 500,
-        expansion: 1,
+    let args = DeletableArgs {
+        capacity: i64::try_from(items).unwrap_or(i64::MAX),
         error_rate: Some(fp),
+        ..DeletableArgs::default()
+    };
+    let defaults = DeletableSpec {
         kind,
         mode,
+        ..DeletableSpec::new(layout, fp)
     };
+    let spec = args
+        .settle(&defaults)
+        .map_err(|e| ApiError::bad(e.to_string()))?;
     let n = blocking(move || app.store.cf_create(&name, &spec)).await??;
     let mut v = serde_json::to_value(n.info()).unwrap_or_default();
     v["type"] = json!(layout.name());

@@ -12,8 +12,7 @@
 use std::sync::Arc;
 
 pub use super::local::deletable::{
-    redisbloom_rate, CfAdded, CfInfo, CfLayout, CfNamed, CfSpec, CF_DUMP_CHUNK,
-    DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION, DEFAULT_MAX_ITERATIONS,
+    redisbloom_rate, CfAdded, CfInfo, CfLayout, CfNamed, DeletableSpec, CF_DUMP_CHUNK,
 };
 use super::{Store, StoreError};
 pub use bloomgate_engine::MAX_TABLES;
@@ -76,7 +75,7 @@ impl Store {
     }
 
     /// Creates a deletable filter (durable when it returns).
-    pub fn cf_create(&self, name: &str, spec: &CfSpec) -> Result<Arc<CfNamed>, StoreError> {
+    pub fn cf_create(&self, name: &str, spec: &DeletableSpec) -> Result<Arc<CfNamed>, StoreError> {
         match self {
             Store::Local(s) => s.cf_create(name, spec),
             Store::Redis(_) => Err(StoreError::Unsupported(UNSUPPORTED)),

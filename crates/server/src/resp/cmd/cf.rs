@@ -33,11 +33,9 @@
 use super::{error_reply, lossy, parse_f64, parse_i64, upper, Parsed, Refusal};
 use crate::resp::codec::Out;
 use crate::resp::session::Session;
-use crate::store::deletable::{
-    CfAdded, CfLayout, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY, DEFAULT_EXPANSION,
-    DEFAULT_MAX_ITERATIONS, MAX_TABLES,
-};
+use crate::store::deletable::{CfAdded, CfLayout, DeletableSpec, MAX_TABLES};
 use crate::store::StoreError;
+use bloomgate_blacklist::spec::{DeletableArgs, Setting, SpecError};
 
 /// Redis' answer to a command on a key of another type.
 pub(in crate::resp) const WRONGTYPE: &str =
@@ -69,7 +67,7 @@ fn cf_key(s: &Session, key: &[u8]) -> Key {
 /// A `CF.*` command.
 pub(in crate::resp) enum Cf<'a> {
     /// `CF.RESERVE key capacity [options]`.
-    Reserve { key: &'a [u8], spec: CfSpec },
+    Reserve { key: &'a [u8], spec: DeletableSpec },
     /// `CF.ADD`, `CF.ADDNX`, `CF.INSERT`, `CF.INSERTNX`.
     Add(Add<'a>),
     /// `CF.EXISTS` (one item) and `CF.MEXISTS` (`multi`).
@@ -105,7 +103,7 @@ pub(in crate::resp) struct Add<'a> {
     items: &'a [&'a [u8]],
     nx: bool,
     multi: bool,
-    create: Option<CfSpec>,
+    create: Option<DeletableSpec>,
 }
 
 impl<'a> Cf<'a> {
@@ -155,7 +153,9 @@ impl<'a> Cf<'a> {
                 items: &argv[2..],
                 nx: name == b"CF.ADDNX",
                 multi: false,
-                create: Some(CfSpec::redis_default(DEFAULT_CAPACITY)),
+                create: Some(DeletableSpec::redis_default(
+                    DeletableSpec::DEFAULT_CAPACITY,
+                )),
             })),
             b"CF.INSERT" | b"CF.INSERTNX" => {
                 parse_insert(argv, name == b"CF.INSERTNX").map(Cf::Add)
@@ -219,33 +219,23 @@ fn parse_reserve<'a>(argv: &'a [&'a [u8]]) -> Parsed<'a, Cf<'a>> {
         let at = argv[3..].iter().position(|a| upper(a) == name)? + 3;
         Some(argv.get(at + 1).copied())
     };
-    let int_opt = |name: &str, lo: i64, hi: i64, default: i64| -> Result<i64, Refusal<'a>> {
-        match opt(name.as_bytes()) {
-            None => Ok(default),
-            Some(v) => {
-                let v = v
-                    .and_then(parse_i64)
-                    .ok_or_else(|| Refusal::error(format!("Couldn't parse {name}")))?;
-                if (lo..=hi).contains(&v) {
-                    Ok(v)
-                } else {
-                    Err(Refusal::error(format!(
-                        "{name}: value must be in the range [{lo}, {hi}]"
-                    )))
-                }
-            }
-        }
+    let int_opt = |name: &str| -> Result<Option<i64>, Refusal<'a>> {
+        opt(name.as_bytes())
+            .map(|v| {
+                v.and_then(parse_i64)
+                    .ok_or_else(|| Refusal::error(format!("Couldn't parse {name}")))
+            })
+            .transpose()
     };
-    let max_iterations = int_opt("MAXITERATIONS", 1, 65535, DEFAULT_MAX_ITERATIONS.into())?;
-    let bucket_size = int_opt("BUCKETSIZE", 1, 255, DEFAULT_BUCKET_SIZE.into())?;
-    let expansion = int_opt("EXPANSION", 0, 32768, DEFAULT_EXPANSION.into())?;
+    let max_iterations = int_opt("MAXITERATIONS")?;
+    let bucket_size = int_opt("BUCKETSIZE")?;
+    let expansion = int_opt("EXPANSION")?;
     let error_rate = match opt(b"ERROR") {
         None => None,
-        Some(v) => match v.and_then(parse_f64) {
-            None => return Err(Refusal::error("Couldn't parse ERROR")),
-            Some(e) if e > 0.0 && e < 1.0 => Some(e),
-            Some(_) => return Err(Refusal::error("ERROR: value must be in the range (0, 1)")),
-        },
+        Some(v) => Some(
+            v.and_then(parse_f64)
+                .ok_or_else(|| Refusal::error("Couldn't parse ERROR"))?,
+        ),
     };
     let layout = match opt(b"LAYOUT") {
         None => CfLayout::Cuckoo,
@@ -255,24 +245,50 @@ fn parse_reserve<'a>(argv: &'a [&'a [u8]]) -> Parsed<'a, Cf<'a>> {
             _ => return Err(Refusal::error("LAYOUT: must be CUCKOO or COUNTING")),
         },
     };
-    if bucket_size * 2 > capacity {
-        return Err(Refusal::error(format!(
-            "Capacity must be in the range [2 * BUCKETSIZE, {REDISBLOOM_MAX_CAPACITY}]"
-        )));
-    }
-    let spec = CfSpec {
-        layout,
-        capacity: capacity as u64,
-        bucket_size: bucket_size as u16,
-        max_iterations: max_iterations as u16,
-        expansion: (expansion as u32).next_power_of_two() * u32::from(expansion != 0),
+    // Defaults and limits are the library's, the same as the HTTP API's;
+    // the texts of the refusals are RedisBloom's.
+    let args = DeletableArgs {
+        capacity,
+        bucket_size,
+        max_iterations,
+        expansion,
         error_rate,
-        ..CfSpec::redis_default(capacity as u64)
     };
+    let defaults = DeletableSpec {
+        layout,
+        ..DeletableSpec::redis_default(DeletableSpec::DEFAULT_CAPACITY)
+    };
+    let spec = args
+        .settle(&defaults)
+        .map_err(|e| Refusal::error(reserve_refusal(&e)))?;
     Ok(Cf::Reserve { key: argv[1], spec })
 }
 
-fn reserve(s: &mut Session, key: &[u8], spec: &CfSpec, out: &mut Out) {
+/// RedisBloom's text for a `CF.RESERVE` value out of its range.
+fn reserve_refusal(e: &SpecError) -> String {
+    match e {
+        SpecError::Setting { setting, .. } => {
+            let name = match setting {
+                Setting::BucketSize => "BUCKETSIZE",
+                Setting::MaxIterations => "MAXITERATIONS",
+                Setting::Expansion => "EXPANSION",
+            };
+            let r = setting.range();
+            format!(
+                "{name}: value must be in the range [{}, {}]",
+                r.start(),
+                r.end()
+            )
+        }
+        SpecError::Rate(_) => "ERROR: value must be in the range (0, 1)".into(),
+        SpecError::Capacity { .. } => {
+            format!("Capacity must be in the range [2 * BUCKETSIZE, {REDISBLOOM_MAX_CAPACITY}]")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn reserve(s: &mut Session, key: &[u8], spec: &DeletableSpec, out: &mut Out) {
     let name = lossy(key);
     match cf_key(s, key) {
         Key::Cuckoo(_) => return out.error("ERR item exists"),
@@ -293,7 +309,7 @@ fn reserve(s: &mut Session, key: &[u8], spec: &CfSpec, out: &mut Out) {
 /// Options are told apart by their first letter, as RedisBloom does.
 fn parse_insert<'a>(argv: &'a [&'a [u8]], nx: bool) -> Parsed<'a, Add<'a>> {
     let argc = argv.len();
-    let mut capacity = DEFAULT_CAPACITY as i64;
+    let mut capacity = DeletableSpec::DEFAULT_CAPACITY as i64;
     let mut create = true;
     let mut items_at = None;
     let mut i = 2;
@@ -307,7 +323,7 @@ fn parse_insert<'a>(argv: &'a [&'a [u8]], nx: bool) -> Parsed<'a, Add<'a>> {
                 let Some(c) = parse_i64(v) else {
                     return Err(Refusal::error("Bad capacity"));
                 };
-                if c < 2 * i64::from(DEFAULT_BUCKET_SIZE) {
+                if c < 2 * i64::from(DeletableSpec::DEFAULT_BUCKET_SIZE) {
                     return Err(Refusal::error(format!(
                         "Capacity must be in the range [cf-bucket-size * 2, {REDISBLOOM_MAX_CAPACITY}]"
                     )));
@@ -334,7 +350,7 @@ fn parse_insert<'a>(argv: &'a [&'a [u8]], nx: bool) -> Parsed<'a, Add<'a>> {
         items: &argv[at..],
         nx,
         multi: true,
-        create: create.then(|| CfSpec::redis_default(capacity as u64)),
+        create: create.then(|| DeletableSpec::redis_default(capacity as u64)),
     })
 }
 

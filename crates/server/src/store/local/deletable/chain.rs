@@ -1,6 +1,6 @@
 //! A served deletable filter's state: the engine's chain of tables
 //! ([`bloomgate_engine::Chain`] of [`DeletableTable`]s) with what the
-//! server adds to it: the parameters it was created with ([`CfSpec`]), the
+//! server adds to it: the parameters it was created with ([`DeletableSpec`]), the
 //! incarnation id and the sequence number of its last change (exactly-once
 //! replay, see the parent module), and RedisBloom's counters.
 //!
@@ -12,7 +12,7 @@
 
 use bloomgate_blacklist::cf_file::{CfContents, CfHeader, CfLayout, TableImage};
 use bloomgate_engine::{AmbiguousDelete, ChainAdd, DeletableTable, Removal, Table};
-use bloomgate_url::{KeyKind, MatchMode};
+
 use serde::Serialize;
 
 use crate::store::StoreError;
@@ -21,61 +21,8 @@ use crate::Limits;
 /// What one add did.
 pub type CfAdded = ChainAdd;
 
-/// RedisBloom's default capacity of a filter an add creates.
-pub const DEFAULT_CAPACITY: u64 = 1024;
-/// RedisBloom's default bucket size.
-pub const DEFAULT_BUCKET_SIZE: u16 = 2;
-/// RedisBloom's default number of kicks before an insert gives up.
-pub const DEFAULT_MAX_ITERATIONS: u16 = 20;
-/// RedisBloom's default expansion.
-pub const DEFAULT_EXPANSION: u32 = 1;
-
-/// The false-positive rate RedisBloom's 8-bit fingerprints give a
-/// sub-filter with buckets of `bucket_size`: a lookup compares 2·b
-/// fingerprints, each equal by chance with probability 1/255.
-pub fn redisbloom_rate(bucket_size: u16) -> f64 {
-    (2.0 * f64::from(bucket_size) / 255.0).min(0.5)
-}
-
-/// Parameters of a new deletable filter (`CF.RESERVE`, or an add that creates).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CfSpec {
-    /// Cuckoo tables or a counting filter.
-    pub layout: CfLayout,
-    /// Items the first sub-filter is planned for.
-    pub capacity: u64,
-    /// RedisBloom's bucket size (1..=255): sets the default error rate and
-    /// is reported by `CF.INFO`; the tables use the engine's buckets.
-    pub bucket_size: u16,
-    /// Kicks before an insert into a full table gives up (1..=65535).
-    pub max_iterations: u16,
-    /// Growth factor of the next sub-filter; 0 = never grow.
-    pub expansion: u32,
-    /// False-positive rate per sub-filter; `None`: RedisBloom's for the
-    /// bucket size ([`redisbloom_rate`]).
-    pub error_rate: Option<f64>,
-    /// How items are normalized before hashing (raw for `CF.RESERVE`; a
-    /// file built by the CLI keeps its own).
-    pub kind: KeyKind,
-    /// How queries are matched.
-    pub mode: MatchMode,
-}
-
-impl CfSpec {
-    /// RedisBloom's defaults for a filter an add creates, with `capacity`.
-    pub fn redis_default(capacity: u64) -> CfSpec {
-        CfSpec {
-            layout: CfLayout::Cuckoo,
-            capacity,
-            bucket_size: DEFAULT_BUCKET_SIZE,
-            max_iterations: DEFAULT_MAX_ITERATIONS,
-            expansion: DEFAULT_EXPANSION,
-            error_rate: None,
-            kind: KeyKind::Raw,
-            mode: MatchMode::Exact,
-        }
-    }
-}
+pub use bloomgate_blacklist::spec::redisbloom_rate;
+pub use bloomgate_blacklist::DeletableSpec;
 
 /// `CF.INFO`'s figures.
 #[derive(Clone, Debug, Serialize)]
@@ -127,7 +74,7 @@ pub(super) struct Chain {
     pub(super) id: u64,
     /// Sequence number of the last change applied.
     pub(super) seq: u64,
-    pub(super) spec: CfSpec,
+    pub(super) spec: DeletableSpec,
     pub(super) error_rate: f64,
     pub(super) tables: bloomgate_engine::Chain<DeletableTable>,
     pub(super) items: u64,
@@ -157,10 +104,8 @@ fn admit(limits: &Limits, now: u64, table: &DeletableTable) -> Result<(), StoreE
 impl Chain {
     /// A new chain of one table planned for the spec's capacity; refused
     /// if it passes the server's size limit or memory budget.
-    pub(super) fn new(spec: &CfSpec, limits: &Limits) -> Result<Chain, StoreError> {
-        let error_rate = spec
-            .error_rate
-            .unwrap_or_else(|| redisbloom_rate(spec.bucket_size));
+    pub(super) fn new(spec: &DeletableSpec, limits: &Limits) -> Result<Chain, StoreError> {
+        let error_rate = spec.rate();
         let mut spec = spec.clone();
         if spec.layout == CfLayout::Counting {
             // One filter that never fills: nothing to expand.
@@ -296,7 +241,7 @@ impl Chain {
         Ok(Chain {
             id: h.id,
             seq: h.seq,
-            spec: CfSpec {
+            spec: DeletableSpec {
                 layout: h.layout,
                 capacity: h.capacity,
                 bucket_size: h.bucket_size,
@@ -321,16 +266,18 @@ impl Chain {
         let table = DeletableTable::from_bytes(layout.kind(), bytes).map_err(|e| e.to_string())?;
         let (kind, mode) = bloomgate_blacklist::cf_file::key_rules(std::slice::from_ref(&table))
             .map_err(|e| e.to_string())?;
-        let (bucket_size, max_iterations) = table
-            .cuckoo_settings()
-            .map_or((DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS), |(b, k)| {
-                (b as u16, k.min(u32::from(u16::MAX)) as u16)
-            });
+        let (bucket_size, max_iterations) = table.cuckoo_settings().map_or(
+            (
+                DeletableSpec::DEFAULT_BUCKET_SIZE,
+                DeletableSpec::DEFAULT_MAX_ITERATIONS,
+            ),
+            |(b, k)| (b as u16, k.min(u32::from(u16::MAX)) as u16),
+        );
         let error_rate = table.target_fp();
         Ok(Chain {
             id: bloomgate_engine::random_seed(),
             seq: 0,
-            spec: CfSpec {
+            spec: DeletableSpec {
                 layout,
                 capacity: table.planned(),
                 bucket_size,

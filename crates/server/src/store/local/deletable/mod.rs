@@ -134,10 +134,7 @@ pub(crate) mod named;
 mod tests;
 
 pub use bloomgate_blacklist::cf_file::CfLayout;
-pub use chain::{
-    redisbloom_rate, CfAdded, CfInfo, CfSpec, DEFAULT_BUCKET_SIZE, DEFAULT_CAPACITY,
-    DEFAULT_EXPANSION, DEFAULT_MAX_ITERATIONS,
-};
+pub use chain::{redisbloom_rate, CfAdded, CfInfo, DeletableSpec};
 pub use dump::{parse_dump_header, CF_DUMP_CHUNK};
 pub use files::cf_path;
 pub(super) use files::deletable_layout;
@@ -343,7 +340,7 @@ impl Deletables {
 
     /// Creates a filter and writes its file. The caller has checked the
     /// name and that no Bloom filter has it, under the store's snapshot lock.
-    pub fn create(&self, name: &str, spec: &CfSpec) -> Result<Arc<CfNamed>, StoreError> {
+    pub fn create(&self, name: &str, spec: &DeletableSpec) -> Result<Arc<CfNamed>, StoreError> {
         if self.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
@@ -426,7 +423,7 @@ impl super::LocalStore {
     }
 
     /// Creates a deletable filter and writes its file.
-    pub fn cf_create(&self, name: &str, spec: &CfSpec) -> Result<Arc<CfNamed>, StoreError> {
+    pub fn cf_create(&self, name: &str, spec: &DeletableSpec) -> Result<Arc<CfNamed>, StoreError> {
         if !super::valid_name(name) {
             return Err(StoreError::BadName(name.into()));
         }

@@ -34,8 +34,8 @@ fn store(dir: &Path) -> LocalStore {
     LocalStore::open(dir, Limits::default(), Arc::new(Metrics::default())).unwrap()
 }
 
-fn spec(capacity: u64, expansion: u32) -> CfSpec {
-    CfSpec {
+fn spec(capacity: u64, expansion: u32) -> DeletableSpec {
+    DeletableSpec {
         layout: CfLayout::Cuckoo,
         capacity,
         bucket_size: 4,
@@ -56,7 +56,7 @@ fn items(n: usize, prefix: &str) -> Vec<Vec<u8>> {
 #[test]
 fn default_rate_is_redisbloom_s_and_sizes_8_bit_fingerprints() {
     assert!((redisbloom_rate(2) - 4.0 / 255.0).abs() < 1e-12);
-    let c = Chain::new(&CfSpec::redis_default(1024), &Limits::default()).unwrap();
+    let c = Chain::new(&DeletableSpec::redis_default(1024), &Limits::default()).unwrap();
     assert_eq!(c.info("x").fingerprint_bits, 8);
     let c = Chain::new(&spec(1000, 1), &Limits::default()).unwrap();
     // ⌈log2(2·4 / 1e-6)⌉ = 23.
@@ -140,7 +140,7 @@ fn file_round_trip_and_corruption() {
 /// whose header names the other layout.
 #[test]
 fn counting_chain_never_grows_and_keeps_its_layout() {
-    let sp = CfSpec {
+    let sp = DeletableSpec {
         layout: CfLayout::Counting,
         ..spec(50, 2)
     };
@@ -367,14 +367,14 @@ proptest! {
         error_rate in prop::sample::select(vec![0.4, 0.2, 0.1]),
         max_iterations in 1u16..=30,
     ) {
-        let sp = CfSpec {
+        let sp = DeletableSpec {
             layout,
             capacity,
             bucket_size,
             max_iterations,
             expansion,
             error_rate: Some(error_rate),
-            ..CfSpec::redis_default(capacity)
+            ..DeletableSpec::redis_default(capacity)
         };
         let mut c = Chain::new(&sp, &Limits::default()).unwrap();
         run(&mut c, steps, Vec::new(), false)?;
@@ -398,12 +398,12 @@ proptest! {
         fill in 1u16..=20,
         error_rate in prop::sample::select(vec![0.4, 0.2]),
     ) {
-        let sp = CfSpec {
+        let sp = DeletableSpec {
             layout,
             bucket_size: 2,
             expansion: 2,
             error_rate: Some(error_rate),
-            ..CfSpec::redis_default(4)
+            ..DeletableSpec::redis_default(4)
         };
         let mut c = Chain::new(&sp, &Limits::default()).unwrap();
         let mut tables = Vec::new();
