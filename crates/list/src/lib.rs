@@ -88,6 +88,31 @@ pub struct OpenOptions {
     pub update: bool,
 }
 
+/// What an add did to one key ([`List::add_keys`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was new: this add put it on the list.
+    New,
+    /// The key was (probably) on the list already.
+    Present,
+    /// The add was sent to Redis but no reply came back: it may have run.
+    /// Treat the key as new — its claim may be nobody else's.
+    Unknown,
+    /// The add did not run: not sent after a failure, or refused.
+    NotAdded,
+}
+
+/// What [`List::add_keys`] did: one [`Claim`] per key, in order, and the
+/// failure that stopped the adds, if any (then some keys are
+/// [`Claim::Unknown`] or [`Claim::NotAdded`]).
+#[derive(Debug)]
+pub struct Claims {
+    /// Per key, in order.
+    pub outcomes: Vec<Claim>,
+    /// The first failure.
+    pub error: Option<Error>,
+}
+
 /// A counting or cuckoo filter file with its key rules and whitelist.
 #[derive(Debug)]
 struct Table {
@@ -364,6 +389,51 @@ impl List {
                 }
             }
         }
+    }
+
+    /// Adds normalized keys, in order, and says what each add did
+    /// ([`Claim`]), also when the adds stop part way ([`Claims::error`]).
+    /// This is the add-if-absent claim of a shared list: of several
+    /// processes adding one key to one filter in Redis at once, exactly
+    /// one is told [`Claim::New`] (Redis decides, per key, atomically); of
+    /// equal keys in one call, the first. When Redis fails, the replies
+    /// that came back are kept, keys sent without a reply are
+    /// [`Claim::Unknown`] and keys not sent [`Claim::NotAdded`], so that a
+    /// caller can say exactly what happened to each. A file's list adds
+    /// key by key as [`List::add_key`] does; its first failure ends the
+    /// adds.
+    pub fn add_keys<T: AsRef<[u8]>>(&mut self, keys: &[T]) -> Claims {
+        let mut claims = Claims {
+            outcomes: vec![Claim::NotAdded; keys.len()],
+            error: None,
+        };
+        if let Err(e) = self.writable() {
+            claims.error = Some(e);
+            return claims;
+        }
+        if let Store::Redis(r) = &self.store {
+            let report = r.add_keys(keys);
+            for (c, o) in claims.outcomes.iter_mut().zip(&report.outcomes) {
+                *c = match o {
+                    Added::New => Claim::New,
+                    Added::Present => Claim::Present,
+                    Added::Unknown => Claim::Unknown,
+                    Added::NotAdded => Claim::NotAdded,
+                };
+            }
+            claims.error = report.error.map(Error::from);
+            return claims;
+        }
+        for (c, key) in claims.outcomes.iter_mut().zip(keys) {
+            match self.add_key(key.as_ref()) {
+                Ok(new) => *c = if new { Claim::New } else { Claim::Present },
+                Err(e) => {
+                    claims.error = Some(e);
+                    break;
+                }
+            }
+        }
+        claims
     }
 
     /// Fails with [`Error::CannotRemove`] unless the layout can delete.

@@ -67,8 +67,12 @@ pub fn parse_ratio(s: &str) -> Result<f64, String> {
 pub struct DedupArgs {
     /// The filter that remembers the entries seen, kept between runs: a
     /// filter file created on first use and saved atomically at the end of
-    /// each successful run (default: in memory only).
-    #[arg(long, value_name = "FILE")]
+    /// each successful run (default: in memory only); or a filter in Redis,
+    /// redis://HOST[:PORT]/NAME or redis+cluster://HOST:PORT[,…]/NAME,
+    /// made once with `bloomgate create ADDRESS --purpose dedup` and shared
+    /// by every process that dedups through it (each entry passes in
+    /// exactly one of them).
+    #[arg(long, value_name = "FILE|ADDRESS")]
     pub state: Option<std::path::PathBuf>,
     /// What the entries are (default: url, or the state's kind). Entries are
     /// compared in canonical form: `HTTP://A.com/x#top` and `http://a.com/x`
@@ -89,6 +93,8 @@ pub struct DedupArgs {
     pub layout: Option<LayoutArg>,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub redis: RedisOpts,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
     #[arg(default_value = "-")]
     pub inputs: Vec<String>,

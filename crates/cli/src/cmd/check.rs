@@ -1,6 +1,6 @@
 //! `bloomgate check`: which input lines are (probably) on the blacklist.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -29,7 +29,11 @@ enum Output {
 /// The answers to one chunk of input, formatted.
 struct ChunkOut {
     text: Vec<u8>,
+    /// Query lines answered (valid ones).
+    answered: u64,
     hits: u64,
+    /// Lines whose hit was exempted by the whitelist.
+    whitelisted: u64,
     errors: Vec<(u64, String)>,
 }
 
@@ -37,7 +41,9 @@ impl ChunkOut {
     fn new() -> ChunkOut {
         ChunkOut {
             text: Vec::new(),
+            answered: 0,
             hits: 0,
+            whitelisted: 0,
             errors: Vec::new(),
         }
     }
@@ -64,7 +70,9 @@ impl ChunkOut {
     ) {
         match verdict {
             Ok(v) => {
+                self.answered += 1;
                 self.hits += v.hit as u64;
+                self.whitelisted += v.whitelisted as u64;
                 match output {
                     Output::Lines if v.hit => {
                         self.text.extend_from_slice(line);
@@ -106,7 +114,9 @@ impl ChunkOut {
 /// What the answers add up to, in input order (the sink of both paths).
 struct Report<'a, W: Write> {
     out: W,
+    answered: u64,
     hits: u64,
+    whitelisted: u64,
     failed: u64,
     names: &'a [String],
     /// The filter's key kind (named in messages about invalid queries).
@@ -135,7 +145,9 @@ impl<'a, W: Write> Report<'a, std::io::BufWriter<W>> {
     fn new(out: W, names: &'a [String], kind: KeyKind) -> Self {
         Report {
             out: std::io::BufWriter::with_capacity(1 << 16, out),
+            answered: 0,
             hits: 0,
+            whitelisted: 0,
             failed: 0,
             names,
             kind,
@@ -145,7 +157,9 @@ impl<'a, W: Write> Report<'a, std::io::BufWriter<W>> {
 
 impl<W: Write> Report<'_, W> {
     fn take(&mut self, chunk: &input::Chunk, r: ChunkOut) -> Result<()> {
+        self.answered += r.answered;
         self.hits += r.hits;
+        self.whitelisted += r.whitelisted;
         let mut errors = r.errors;
         errors.sort_by_key(|(l, _)| *l);
         for (line, reason) in errors {
@@ -173,6 +187,17 @@ impl<W: Write> Report<'_, W> {
             eprintln!(
                 "bloomgate: ... and {} more invalid queries",
                 self.failed - 10
+            );
+        }
+        // On a terminal, what the run added up to (a pipe or a log gets
+        // the answers alone, as before).
+        if std::io::stderr().is_terminal() {
+            eprintln!(
+                "check: {}, {} on the list, {} whitelisted, {} invalid",
+                report::count(self.answered + self.failed, "line", "lines"),
+                report::thousands(self.hits),
+                report::thousands(self.whitelisted),
+                report::thousands(self.failed)
             );
         }
         // The exit-code rule (README, `bloomgate --help`): an invalid
@@ -219,9 +244,12 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
         a.memory,
     ) {
         (Some(bloom), Some(budget)) => check_sliced(&a, bloom, budget, output, &mut report)?,
-        _ => input::process(
+        _ => {
+            let progress = Progress::default();
+            let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
+            let result = input::process(
             a.inputs.clone(),
-            Progress::default(),
+            progress,
             |chunk| -> Result<ChunkOut, bloomgate_list::Error> {
                 let (mut r, lines) = ChunkOut::split(chunk);
                 // All lookups of the chunk (~4 MiB of input) in one batch
@@ -246,7 +274,10 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
                 let r = r.with_context(|| format!("checking against {}", list.address()))?;
                 report.take(chunk, r)
             },
-        )?,
+        );
+            report::finish(bar);
+            result?
+        }
     }
     report.finish(output)
 }

@@ -43,13 +43,14 @@ use bloomgate_blacklist::layers::{unix_now, Added, FillPolicy, Layers, Purpose};
 use bloomgate_blacklist::spec::FillArgs;
 use bloomgate_blacklist::FilterSpec;
 use bloomgate_engine::{random_seed, Access};
+use bloomgate_list::{Claim, Error as ListError, List, OpenOptions};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
 use crate::args::{DedupArgs, LayoutArg, PolicyArg, PolicyArgs};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::keynotes::{self, Collapse};
-use crate::report::thousands;
+use crate::report::{self, thousands};
 
 /// How many invalid entries are shown before only counting.
 const SHOW_INVALID: u64 = 10;
@@ -352,6 +353,19 @@ fn open_state(a: &DedupArgs, now: u64) -> Result<Layers> {
         .map_err(|e| UsageError(e.to_string()).into())
 }
 
+impl ChunkKeys {
+    /// The keys, in input order.
+    fn keys(&self) -> Vec<&[u8]> {
+        let mut keys: Vec<&[u8]> = Vec::with_capacity(self.ends.len());
+        let mut start = 0;
+        for &end in &self.ends {
+            keys.push(&self.arena[start..end]);
+            start = end;
+        }
+        keys
+    }
+}
+
 /// What a run counted.
 #[derive(Default)]
 struct Counts {
@@ -363,6 +377,38 @@ struct Counts {
     collapse: Collapse,
 }
 
+impl Counts {
+    /// Counts a chunk's invalid lines (taken out of `ck`), showing the
+    /// first [`SHOW_INVALID`] of the run; `name` is the chunk's input.
+    fn report_invalid(&mut self, ck: &mut ChunkKeys, name: &str, kind: KeyKind) {
+        ck.invalid.sort_by_key(|(l, _)| *l);
+        for (line, reason) in ck.invalid.drain(..) {
+            self.invalid += 1;
+            if self.invalid <= SHOW_INVALID {
+                eprintln!("bloomgate: {name}:{line}: invalid {kind} entry: {reason}");
+            }
+        }
+    }
+
+    /// The notes after the summary: invalid entries not shown, and what
+    /// the keys' canonical forms suggest about `--keys`.
+    fn notes(&self, kind: KeyKind) {
+        if self.invalid > SHOW_INVALID {
+            eprintln!(
+                "bloomgate: ... and {} more invalid entries",
+                self.invalid - SHOW_INVALID
+            );
+        }
+        let notes = [
+            keynotes::bare_domain_warning(self.bare_domains, self.invalid),
+            self.collapse.warning(kind),
+        ];
+        for note in notes.into_iter().flatten() {
+            eprintln!("bloomgate: {note}");
+        }
+    }
+}
+
 /// Runs `bloomgate dedup`, printing on standard output.
 pub fn run(a: DedupArgs) -> Result<i32> {
     run_to(a, std::io::stdout().lock())
@@ -370,6 +416,15 @@ pub fn run(a: DedupArgs) -> Result<i32> {
 
 /// Runs `bloomgate dedup`, printing into `out`. Returns the exit code.
 pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
+    if let Some(address) = a
+        .state
+        .as_deref()
+        .and_then(Path::to_str)
+        .filter(|s| crate::cmd::redis::is_address(s))
+    {
+        let address = address.to_string();
+        return run_shared(a, &address, out);
+    }
     let started = Instant::now();
     let _lock = a.state.as_deref().map(lock_state).transpose()?;
     let mut layers = open_state(&a, unix_now())?;
@@ -387,9 +442,11 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             .unwrap_or_default()
     };
     let sampling = std::sync::atomic::AtomicBool::new(kind != KeyKind::Raw);
+    let progress = Progress::default();
+    let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
     let result = input::process(
         a.inputs.clone(),
-        Progress::default(),
+        progress,
         |chunk| {
             let sample = sampling.load(std::sync::atomic::Ordering::Relaxed);
             canonicalize(chunk, kind, sample, take_spare())
@@ -400,22 +457,8 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             if !counts.collapse.wants() {
                 sampling.store(false, std::sync::atomic::Ordering::Relaxed);
             }
-            ck.invalid.sort_by_key(|(l, _)| *l);
-            for (line, reason) in ck.invalid.drain(..) {
-                counts.invalid += 1;
-                if counts.invalid <= SHOW_INVALID {
-                    eprintln!(
-                        "bloomgate: {}:{line}: invalid {kind} entry: {reason}",
-                        names[chunk.input]
-                    );
-                }
-            }
-            let mut keys: Vec<&[u8]> = Vec::with_capacity(ck.ends.len());
-            let mut start = 0;
-            for &end in &ck.ends {
-                keys.push(&ck.arena[start..end]);
-                start = end;
-            }
+            counts.report_invalid(&mut ck, &names[chunk.input], kind);
+            let keys = ck.keys();
             layers.add_batch(&keys, unix_now(), &mut added)?;
             counts.lines += keys.len() as u64;
             for (&(s, e), what) in ck.lines.iter().zip(&added) {
@@ -440,6 +483,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             Ok(())
         },
     );
+    report::finish(bar);
     counts.lines += counts.invalid;
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     if let Err(e) = result {
@@ -473,18 +517,163 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
         layers.policy(),
         layers.predicted_fp(),
     );
-    if counts.invalid > SHOW_INVALID {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries",
-            counts.invalid - SHOW_INVALID
-        );
+    counts.notes(kind);
+    Ok(0)
+}
+
+/// Runs `bloomgate dedup --state ADDRESS`: the state is a filter in Redis
+/// that several processes share, each adding its entries through
+/// [`List::add_keys`], whose add-if-absent claims Redis decides per key:
+/// of all the processes, exactly one prints a given entry. Nothing is
+/// saved at the end and no lock is taken (each add is already in Redis);
+/// the state is made once by `bloomgate create` and keeps its settings.
+///
+/// When Redis fails, the lines whose add was answered are printed as
+/// usual, those sent without a reply are printed too (they may have been
+/// added; treated as new, as `add --print-new` does), and the run exits
+/// 1 saying how many lines of each sort there were and where in the
+/// input it stopped: no line is dropped or passed twice without it.
+fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32> {
+    let started = Instant::now();
+    // Shown without its password.
+    let address = &bloomgate_redis::Address::parse(given_address)
+        .map(|a| a.display())
+        .map_err(|e| UsageError(e.to_string()))?;
+    let p = &a.policy;
+    let given: Vec<&str> = [
+        (a.items.is_some(), "--items"),
+        (a.fp.is_some(), "--fp"),
+        (a.layout.is_some(), "--layout"),
+        (p.policy.is_some(), "--policy"),
+        (p.expansion.is_some(), "--expansion"),
+        (p.generations.is_some(), "--generations"),
+        (p.window.is_some(), "--window"),
+        (p.window_secs.is_some(), "--window-secs"),
+        (p.clear_at.is_some(), "--clear-at"),
+    ]
+    .into_iter()
+    .filter_map(|(g, name)| g.then_some(name))
+    .collect();
+    if !given.is_empty() {
+        return Err(UsageError(format!(
+            "{address}: a dedup state in Redis is made once, with its settings, by `bloomgate create {address} --purpose dedup --items N --fp P`; {} cannot apply to it here: leave {} out",
+            given.join(", "),
+            if given.len() == 1 { "it" } else { "them" }
+        ))
+        .into());
     }
-    let notes = [
-        keynotes::bare_domain_warning(counts.bare_domains, counts.invalid),
-        counts.collapse.warning(kind),
-    ];
-    for note in notes.into_iter().flatten() {
-        eprintln!("bloomgate: {note}");
+    let options = OpenOptions {
+        update: true,
+        password_file: a.redis.redis_password_file.clone(),
+        ..OpenOptions::default()
+    };
+    let mut list = List::open_with(given_address, &options).map_err(|e| {
+        let missing = matches!(&e, ListError::RedisOpen { source, .. }
+            if matches!(**source, bloomgate_redis::Error::NotFound { .. }));
+        let e = crate::cmd::list_error(e);
+        match missing {
+            true => e.context(format!(
+                "the dedup state {address} does not exist; make it once (for every process that shares it) with `bloomgate create {address} --purpose dedup --keys {} --items N --fp P`",
+                a.keys.map_or(KeyKind::Url, KeyKind::from)
+            )),
+            false => e,
+        }
+    })?;
+    let kind = list.kind();
+    if let Some(k) = a.keys.map(KeyKind::from).filter(|&k| k != kind) {
+        return Err(UsageError(format!("{address} holds {kind} keys, but --keys {k} was given")).into());
     }
+    if list.mode() != MatchMode::Exact {
+        return Err(UsageError(format!(
+            "{address} matches {} keys by {}; a dedup state compares whole entries (make it with --match exact, the default)",
+            kind,
+            list.mode()
+        ))
+        .into());
+    }
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    let mut counts = Counts::default();
+    let (mut unknown, mut not_added) = (0u64, 0u64);
+    // Where the adds stopped: the input and line of the chunk that failed.
+    let mut stopped: Option<(String, u64)> = None;
+    let names = a.inputs.clone();
+    let progress = Progress::default();
+    let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
+    let result = input::process(
+        a.inputs.clone(),
+        progress,
+        |chunk| canonicalize(chunk, kind, kind != KeyKind::Raw, ChunkKeys::default()),
+        |chunk, mut ck| {
+            counts.bare_domains += ck.bare_domains;
+            counts.collapse.take(&ck.pairs);
+            counts.report_invalid(&mut ck, &names[chunk.input], kind);
+            let claims = list.add_keys(&ck.keys());
+            counts.lines += ck.ends.len() as u64;
+            for (&(s, e), claim) in ck.lines.iter().zip(&claims.outcomes) {
+                let print = match claim {
+                    Claim::New => {
+                        counts.passed += 1;
+                        true
+                    }
+                    // Sent without a reply: it may be in Redis now, so no
+                    // other process or later run would pass it.
+                    Claim::Unknown => {
+                        unknown += 1;
+                        true
+                    }
+                    Claim::Present => {
+                        counts.seen += 1;
+                        false
+                    }
+                    Claim::NotAdded => {
+                        not_added += 1;
+                        false
+                    }
+                };
+                if print {
+                    out.write_all(&chunk.data[s..e])?;
+                    out.write_all(b"\n")?;
+                }
+            }
+            if let Some(e) = claims.error {
+                stopped = Some((names[chunk.input].clone(), chunk.first_line));
+                out.flush()?;
+                return Err(anyhow::Error::new(e));
+            }
+            if chunk.paused {
+                out.flush()?;
+            }
+            Ok(())
+        },
+    );
+    report::finish(bar);
+    counts.lines += counts.invalid;
+    let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
+    if let Err(e) = result {
+        return Err(match stopped {
+            Some((name, line)) => e.context(format!(
+                "dedup through {address} stopped in the input chunk from {name}:{line}: {} lines passed (printed), {} dropped as seen, {} printed whose add got no reply (they may be in the state: treat them as new), {} not deduplicated and not printed; the input after them was not read: run it again from {name}:{line}",
+                thousands(counts.passed),
+                thousands(counts.seen),
+                thousands(unknown),
+                thousands(not_added)
+            )),
+            None => e.context(format!(
+                "dedup through {address} stopped: {} lines passed (printed) before it",
+                thousands(counts.passed)
+            )),
+        });
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "dedup: {} read, {} passed, {} dropped as seen, {} invalid; {} lines/s; state: {} (shared); predicted rate of new entries wrongly taken as seen: see `bloomgate info {address}`",
+        crate::report::count(counts.lines, "line", "lines"),
+        thousands(counts.passed),
+        thousands(counts.seen),
+        thousands(counts.invalid),
+        thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
+        address,
+    );
+    counts.notes(kind);
     Ok(0)
 }
