@@ -248,33 +248,33 @@ pub fn run_to(a: CheckArgs, out: impl Write) -> Result<i32> {
             let progress = Progress::default();
             let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
             let result = input::process(
-            a.inputs.clone(),
-            progress,
-            |chunk| -> Result<ChunkOut, bloomgate_list::Error> {
-                let (mut r, lines) = ChunkOut::split(chunk);
-                // All lookups of the chunk (~4 MiB of input) in one batch
-                // (pipelined in memory, one pipeline per Redis node), then
-                // the answers in order.
-                let mut verdicts = Vec::new();
-                list.check_many(
-                    lines.iter().map(|&(_, l)| l),
-                    &mut CheckScratch::default(),
-                    &mut verdicts,
-                )?;
-                for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
-                    let verdict = match verdict {
-                        Ok(v) => Ok(v.as_ref()),
-                        Err(e) => Err(e.clone()),
-                    };
-                    r.answer(output, line_no, line, verdict);
-                }
-                Ok(r)
-            },
-            |chunk, r| {
-                let r = r.with_context(|| format!("checking against {}", list.address()))?;
-                report.take(chunk, r)
-            },
-        );
+                a.inputs.clone(),
+                progress,
+                |chunk| -> Result<ChunkOut, bloomgate_list::Error> {
+                    let (mut r, lines) = ChunkOut::split(chunk);
+                    // All lookups of the chunk (~4 MiB of input) in one batch
+                    // (pipelined in memory, one pipeline per Redis node), then
+                    // the answers in order.
+                    let mut verdicts = Vec::new();
+                    list.check_many(
+                        lines.iter().map(|&(_, l)| l),
+                        &mut CheckScratch::default(),
+                        &mut verdicts,
+                    )?;
+                    for (&(line_no, line), verdict) in lines.iter().zip(&verdicts) {
+                        let verdict = match verdict {
+                            Ok(v) => Ok(v.as_ref()),
+                            Err(e) => Err(e.clone()),
+                        };
+                        r.answer(output, line_no, line, verdict);
+                    }
+                    Ok(r)
+                },
+                |chunk, r| {
+                    let r = r.with_context(|| format!("checking against {}", list.address()))?;
+                    report.take(chunk, r)
+                },
+            );
             report::finish(bar);
             result?
         }

@@ -581,7 +581,10 @@ fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32>
     })?;
     let kind = list.kind();
     if let Some(k) = a.keys.map(KeyKind::from).filter(|&k| k != kind) {
-        return Err(UsageError(format!("{address} holds {kind} keys, but --keys {k} was given")).into());
+        return Err(UsageError(format!(
+            "{address} holds {kind} keys, but --keys {k} was given"
+        ))
+        .into());
     }
     if list.mode() != MatchMode::Exact {
         return Err(UsageError(format!(
