@@ -469,3 +469,73 @@ fn smaller_surprises() {
         .collect();
     assert!(locks.is_empty(), "{locks:?}");
 }
+
+/// Runs `command` (a shell command line) under `script`, so that its
+/// standard streams are a pseudo-terminal; returns what the terminal
+/// showed.
+fn on_a_terminal(dir: &std::path::Path, command: &str) -> String {
+    let o = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the command on a pseudo-terminal");
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success() || o.status.code() == Some(1), "{shown}");
+    shown
+}
+
+#[test]
+fn check_and_dedup_summarize_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("urls.txt");
+    write_lines(&list, (0..100).map(|i| format!("http://h.example/{i}")));
+    let f = dir.path().join("urls.bgf");
+    ok(&bg(&[
+        "build",
+        "-n",
+        "1000",
+        "-p",
+        "1e-6",
+        "-o",
+        p(&f),
+        p(&list),
+    ]));
+    ok(&bg(&["whitelist", "add", p(&f), "http://h.example/7"]));
+    let queries = dir.path().join("q.txt");
+    write_lines(
+        &queries,
+        [
+            "http://h.example/1",
+            "http://h.example/2",
+            "http://h.example/7",
+            "http://elsewhere.example/",
+            "not a url",
+        ],
+    );
+    let bin = env!("CARGO_BIN_EXE_bloomgate");
+    // Standard output to a file, standard error on the terminal.
+    let shown = on_a_terminal(
+        dir.path(),
+        &format!("{bin} check urls.bgf q.txt > hits.txt"),
+    );
+    assert!(
+        shown.contains("check: 5 lines, 2 on the list, 1 whitelisted, 1 invalid"),
+        "{shown}"
+    );
+    let hits = std::fs::read_to_string(dir.path().join("hits.txt")).unwrap();
+    assert_eq!(hits, "http://h.example/1\nhttp://h.example/2\n");
+    // Piped, the same run says nothing but the invalid line.
+    let o = bg(&["check", p(&f), p(&queries)]);
+    assert_eq!(stdout(&o), hits);
+    assert!(!stderr(&o).contains("check:"), "{}", stderr(&o));
+    // dedup's summary, on the terminal.
+    let shown = on_a_terminal(
+        dir.path(),
+        &format!("cat urls.txt urls.txt q.txt | {bin} dedup > new.txt"),
+    );
+    assert!(
+        shown.contains("dedup: 205 lines read, 101 passed, 103 dropped as seen, 1 invalid"),
+        "{shown}"
+    );
+}
