@@ -547,6 +547,19 @@ mod tests {
     use super::*;
     use bloomgate_engine::{plan, Filter};
 
+    /// The key names and slots docs/redis-layout.md shows for `words`.
+    #[test]
+    fn documented_shard_keys_of_words() {
+        let keys: Vec<String> = (0..3).map(|i| shard_key("words", i)).collect();
+        assert_eq!(
+            keys,
+            ["bg:{ois}:words:0", "bg:{44x}:words:1", "bg:{6mo}:words:2"]
+        );
+        assert_eq!(key_slot(keys[0].as_bytes()), 2076);
+        assert_eq!(key_slot(keys[1].as_bytes()), 12203);
+        assert_eq!(shard_slot("words", 1), 12203);
+    }
+
     #[test]
     fn crc16_matches_the_cluster_spec() {
         // The test vector of the Redis Cluster specification.
