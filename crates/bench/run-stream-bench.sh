@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Throughput of `check` and `dedup` on a file and through a pipe, for two
+# binaries: BEFORE (answers only at a full chunk or the end of input) and
+# AFTER (answers flushed when the input pauses). Medians of RUNS (5) wall
+# times. Usage: crates/bench/run-stream-bench.sh BEFORE AFTER [LINES]
+set -euo pipefail
+before=$1 after=$2 lines=${3:-1000000} runs=${RUNS:-5}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+# 10^6 URLs, a tenth of them repeated, 2 of 3 on the list.
+awk -v n="$lines" 'BEGIN { for (i = 0; i < n; i++) printf "http://host%d.example/path/%d/page.html?q=%d\n", i % 50000, i % (n - n / 10), i % 7 }' > "$dir/urls.txt"
+awk 'NR % 3 != 0' "$dir/urls.txt" > "$dir/list.txt"
+"$after" build -n "$lines" -p 1e-4 -o "$dir/f.bgf" "$dir/list.txt" 2>/dev/null
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+time_of() { # command line, run in bash; prints wall seconds
+    local s e
+    s=$(date +%s.%N); bash -c "$1" > /dev/null 2>&1; e=$(date +%s.%N)
+    echo "$e - $s" | bc -l
+}
+echo "lscpu: $(lscpu | grep 'Model name' | sed 's/  */ /g')"
+echo "lines: $lines, runs: $runs"
+printf '%-40s %12s %12s\n' command before_s after_s
+for cmd in "check --count F U" "cat U | B check --count F -" "dedup U" "cat U | B dedup -"; do
+    row=()
+    for bin in "$before" "$after"; do
+        c=${cmd//F/$dir/f.bgf}
+        c=${c//U/$dir/urls.txt}
+        case $c in cat*) c=${c//B/$bin} ;; *) c="$bin $c" ;; esac
+        row+=("$(for _ in $(seq "$runs"); do time_of "$c"; done | median)")
+    done
+    printf '%-40s %12.3f %12.3f\n' "$cmd" "${row[0]}" "${row[1]}"
+done
