@@ -10,7 +10,8 @@
 //!
 //! Streaming: a regular file is read in whole chunks. A pipe, FIFO or
 //! terminal is read as its writer writes: when a read leaves no more bytes
-//! ready ([`Chunk::paused`]), the whole lines read so far are sent at once,
+//! ready within 2 ms ([`PAUSE`], [`Chunk::paused`]), the whole lines read
+//! so far are sent at once,
 //! so `check`, `dedup` and `add --print-new` answer a line that is followed
 //! by a pause without waiting for a full chunk or the end of input (they
 //! flush their output after such a chunk).
