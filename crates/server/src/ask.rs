@@ -10,11 +10,11 @@
 //!
 //! * a [`Verdict`] (hit, whitelisted, or not on the list);
 //! * [`Asked::Invalid`]: the item is not a key of the filter's kind (a
-//!   string that is no URL for a `url` filter), or longer than
-//!   `--max-item-bytes` allows; each front end says what that means in its
-//!   protocol;
+//!   string that is no URL for a `url` filter); each front end says what
+//!   that means in its protocol;
 //! * a [`StoreError`]: the filter cannot answer (unknown, damaged, a store
-//!   that cannot be reached) — never "absent".
+//!   that cannot be reached; [`StoreError::Invalid`] for an item longer
+//!   than `--max-item-bytes`, which it does not look at) — never "absent".
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ pub enum Asked {
 /// calls may block. Counted in the server's metrics as a check.
 pub async fn ask(app: &Arc<App>, name: &str, item: &[u8]) -> Result<Asked, StoreError> {
     if item.len() > app.limits.max_item_bytes {
-        return Ok(Asked::Invalid(format!(
+        return Err(StoreError::Invalid(format!(
             "item is too long ({} bytes; the limit is {})",
             item.len(),
             app.limits.max_item_bytes

@@ -285,8 +285,7 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, app: &Arc<App>, re
             out.clear();
         }
         if close {
-            let _ = timeout_at(Instant::now() + Duration::from_secs(1), s.shutdown()).await;
-            return;
+            return linger(&mut s).await;
         }
         if buf.capacity() > 4 * SMALL && buf.len() <= SMALL {
             buf.shrink_to(SMALL);
@@ -301,6 +300,25 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, app: &Arc<App>, re
                 started.get_or_insert_with(Instant::now);
                 buf.extend_from_slice(&chunk[..n]);
             }
+        }
+    }
+}
+
+/// Ends a connection that is being refused so that its client reads the
+/// reply: our side of the stream ends, and what the client still sends is
+/// read and dropped (up to 2 s or 8 MiB) before the close; closing with it
+/// unread would send a reset, and the client's system would drop the reply.
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    if !matches!(timeout_at(deadline, s.shutdown()).await, Ok(Ok(()))) {
+        return;
+    }
+    let mut sink = vec![0u8; 16 << 10];
+    let mut total = 0;
+    while total < 8 << 20 {
+        match timeout_at(deadline, s.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => total += n,
+            _ => return,
         }
     }
 }
