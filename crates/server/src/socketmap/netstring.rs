@@ -245,7 +245,7 @@ mod tests {
         reply(&mut out, Reply::Perm(""));
         assert_eq!(
             out,
-            b"9:NOTFOUND ,16:OK REJECT listed,15:TEMP store??down,5:PERM ,"
+            b"9:NOTFOUND ,16:OK REJECT listed,16:TEMP store??down,5:PERM ,"
         );
         let mut big = Vec::new();
         reply(&mut big, Reply::Ok(&vec![b'x'; 200_000]));
