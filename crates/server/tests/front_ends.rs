@@ -550,6 +550,59 @@ fn socketmap_answers_and_cuts_off_hostile_clients() {
     assert!(ask(&mut honest, b"disposable x@mailinator.test").starts_with("OK "));
 }
 
+/// `--socketmap unix:PATH`: the same answers on a unix socket that every
+/// local user may connect to; a second server cannot take a live socket.
+#[test]
+fn socketmap_on_a_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixStream;
+    let dir = Dir::new();
+    let data = host_filter(&dir);
+    let path = dir.path("socketmap.sock");
+    let arg = format!("unix:{}", path.display());
+    let server = Server::start(&data, &["--socketmap", &arg]);
+    assert_eq!(server.socketmap.as_deref(), Some(arg.as_str()));
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o666);
+    let mut s = UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(&netstring(b"disposable joe@mailinator.test"))
+        .unwrap();
+    s.write_all(&netstring(b"disposable joe@good.example"))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !got.ends_with(b"9:NOTFOUND ,") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "48:OK REJECT listed in disposable (mailinator.test),9:NOTFOUND ,"
+    );
+    // A live socket is not taken over: the second server refuses to start.
+    let other = dir.path("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let out = bg(&[
+        "serve",
+        "--data-dir",
+        other.to_str().unwrap(),
+        "--http",
+        "off",
+        "--resp",
+        "off",
+        "--socketmap",
+        &arg,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a server answers on this socket"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A private Postfix instance (its own config, queue and data directories
 /// in a temporary directory), smtpd on a free loopback port, delivering
 /// nowhere outside; stopped on drop.
