@@ -3,9 +3,9 @@
 //! `auth_request` (`GET /v1/filters/NAME/auth`, in [`crate::http`]) and
 //! Postfix's socketmap ([`crate::socketmap`]).
 //!
-//! The verdict is the store's ([`Filter::check_batch`] for Bloom filters,
-//! the deletable filter's own lookup for cuckoo and counting ones): the same
-//! key rules and whitelist as `bloomgate check` and every other front end;
+//! The verdict is the store's ([`crate::store::Filter::check_batch`], for every kind of
+//! filter): the same key rules and whitelist as `bloomgate check` and every
+//! other front end;
 //! nothing is decided here but how the three outcomes are told apart:
 //!
 //! * a [`Verdict`] (hit, whitelisted, or not on the list);
@@ -44,14 +44,7 @@ pub async fn ask(app: &Arc<App>, name: &str, item: &[u8]) -> Result<Asked, Store
         )));
     }
     app.metrics.items_checked.fetch_add(1, Relaxed);
-    let asked = if let Some(cf) = app.store.cf_get(name) {
-        let hit = cf.exists(&[item]).pop().unwrap_or(false);
-        Asked::Verdict(Verdict {
-            hit,
-            whitelisted: false,
-            matched: hit.then(|| String::from_utf8_lossy(item).into_owned()),
-        })
-    } else if app.store.is_remote() {
+    let asked = if app.store.is_remote() {
         let (app, name, item) = (app.clone(), name.to_string(), item.to_vec());
         tokio::task::spawn_blocking(move || check(&app, &name, &item))
             .await
@@ -70,7 +63,7 @@ pub async fn ask(app: &Arc<App>, name: &str, item: &[u8]) -> Result<Asked, Store
     Ok(asked)
 }
 
-/// A Bloom filter's verdict through the store.
+/// The filter's verdict through the store.
 fn check(app: &App, name: &str, item: &[u8]) -> Result<Asked, StoreError> {
     let filter = app.store.need(name)?;
     let mut answer = None;
