@@ -7,9 +7,15 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+# nginx and Postfix for the front-end tests (crates/server/tests/front_ends.rs).
+PATH="$PATH:/usr/sbin:/sbin" command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
+PATH="$PATH:/usr/sbin:/sbin" command -v postfix >/dev/null 2>&1 || need_apt+=(postfix)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  # Postfix's package asks how to configure the machine's mail: not at all
+  # (the test runs a private instance of its own).
+  echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

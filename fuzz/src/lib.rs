@@ -17,8 +17,9 @@
 use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
-pub const TARGETS: [&str; 13] = [
+pub const TARGETS: [&str; 14] = [
     "resp",
+    "socketmap",
     "http_json",
     "bgf_header",
     "deletable_header",
@@ -37,6 +38,7 @@ pub const TARGETS: [&str; 13] = [
 pub fn run(name: &str, data: &[u8]) {
     match name {
         "resp" => resp(data),
+        "socketmap" => socketmap(data),
         "http_json" => http_json(data),
         "bgf_header" => bgf_header(data),
         "log" => log(data),
@@ -69,6 +71,42 @@ pub fn resp(data: &[u8]) {
                 pos += used;
             }
             Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+/// Postfix socketmap requests: as many netstrings as parse from the bytes
+/// (a small limit, so that it is reached too), each split into a request;
+/// every frame lies inside the buffer and within the limit, a promised
+/// length is past what is there, and a reply built from the request
+/// parses back whole.
+pub fn socketmap(data: &[u8]) {
+    use bloomgate_server::socketmap::netstring::{self, Parsed, Reply};
+    let max = 64;
+    let mut pos = 0;
+    while pos < data.len() {
+        match netstring::parse(&data[pos..], max) {
+            Ok(Parsed::Frame { payload, consumed }) => {
+                assert!(payload.end < consumed && pos + consumed <= data.len());
+                assert!(payload.len() <= max);
+                let p = &data[pos..][payload];
+                let mut out = Vec::new();
+                match netstring::request(p) {
+                    Ok(r) => netstring::reply(&mut out, Reply::Ok(r.key)),
+                    Err(e) => netstring::reply(&mut out, Reply::Perm(&e.to_string())),
+                }
+                let back = netstring::parse(&out, netstring::MAX_NETSTRING);
+                assert!(
+                    matches!(back, Ok(Parsed::Frame { consumed, .. }) if consumed == out.len()),
+                    "{back:?}"
+                );
+                pos += consumed;
+            }
+            Ok(Parsed::Need(n)) => {
+                assert!(n.is_none_or(|n| n > data.len() - pos));
+                break;
+            }
+            Err(_) => break,
         }
     }
 }

@@ -14,7 +14,8 @@
 //! loop; `http/error.rs` the errors ([`ApiError`]) and access checks,
 //! `http/gate.rs` the middleware every request passes (timing, counting,
 //! refusals before the body is read, JSON errors), `http/cuckoo.rs` the
-//! handlers of deletable filters.
+//! handlers of deletable filters, `http/nginx.rs` the endpoint of nginx's
+//! `auth_request`.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use tokio::sync::Semaphore;
 mod cuckoo;
 mod error;
 mod gate;
+mod nginx;
 
 pub use error::ApiError;
 use error::{blocking, can_read, can_write, ApiResult, St};
@@ -62,6 +64,8 @@ pub fn router(app: Arc<App>) -> Router {
             post(whitelist_add).delete(whitelist_remove),
         )
         .route("/v1/filters/{name}/reload", post(reload))
+        .route("/v1/filters/{name}/auth", get(nginx::by_path))
+        .route("/v1/auth", get(nginx::by_header))
         .route("/v1/snapshot", post(snapshot))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")

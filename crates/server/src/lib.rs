@@ -28,6 +28,7 @@
 //! | [`store`] | the storage interface ([`store::Store`], [`store::Filter`], [`store::Ack`], [`store::StoreError`]) and the local store (`store/local/`) |
 //! | [`http`] | HTTP handlers, the one HTTP mapping of store errors, the accept loop |
 //! | [`resp`] | Redis protocol: `codec` (frames, replies), `conn` (connection loop, pipelining), `commands` and `bf` (command semantics) |
+//! | [`socketmap`], [`ask`] | Postfix's socketmap tables (`--socketmap`); one item asked of a filter by name (socketmap, nginx `auth_request`) |
 //! | [`wal`], [`journal`] | the local store's write-ahead log and live-add journals |
 //! | [`auth`], [`budget`], [`metrics`] | access, input memory, counters |
 //!
@@ -36,6 +37,7 @@
 //! says through `tracing` events; the binary decides where they go.
 #![deny(missing_docs)]
 
+pub mod ask;
 pub mod auth;
 pub mod budget;
 pub mod fds;
@@ -45,6 +47,7 @@ pub mod malloc;
 pub mod memory;
 pub mod metrics;
 pub mod resp;
+pub mod socketmap;
 pub mod store;
 pub mod wal;
 
@@ -162,6 +165,11 @@ pub struct ServeConfig {
     /// Serve the filters of a Redis server or cluster instead of
     /// `data_dir`'s files (see [`store::RedisStore`]).
     pub redis: Option<store::RedisOptions>,
+    /// Postfix socketmap listen address ([`socketmap`]); `None`: off.
+    pub socketmap: Option<socketmap::SocketmapAddr>,
+    /// The socketmap's `OK` value for a listed key (see
+    /// [`socketmap::DEFAULT_REPLY`]).
+    pub socketmap_reply: String,
 }
 
 impl Default for ServeConfig {
@@ -179,6 +187,8 @@ impl Default for ServeConfig {
             threads: 0,
             resp_threads: 0,
             redis: None,
+            socketmap: None,
+            socketmap_reply: socketmap::DEFAULT_REPLY.into(),
         }
     }
 }
@@ -217,6 +227,10 @@ pub enum ServerError {
     /// A store operation failed during startup or shutdown.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The configuration cannot work (e.g. a socketmap listener where
+    /// reads need the token, which socketmap clients cannot present).
+    #[error("{0}")]
+    Config(String),
     /// Other I/O failure.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -229,6 +243,9 @@ pub struct BoundAddrs {
     pub http: Option<SocketAddr>,
     /// Redis-protocol address, if enabled.
     pub resp: Option<SocketAddr>,
+    /// Socketmap address (`inet:IP:PORT` or `unix:PATH`), if enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socketmap: Option<String>,
 }
 
 /// Runs the service until SIGTERM/SIGINT (then snapshots and returns).
@@ -252,6 +269,12 @@ pub fn run(config: ServeConfig) -> Result<(), ServerError> {
 /// The async body of [`run`], for callers that already have a runtime.
 pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
     let access = auth::AccessPolicy::from_config(&config)?;
+    if config.socketmap.is_some() && access.check_read(false).is_err() {
+        return Err(ServerError::Config(
+            "--socketmap needs reads open (no --token-file, or --open-reads): socketmap clients cannot present a token".into(),
+        ));
+    }
+    socketmap::check_reply_template(&config.socketmap_reply).map_err(ServerError::Config)?;
     let metrics = Arc::new(metrics::Metrics::default());
     let store = tokio::task::spawn_blocking({
         let dir = config.data_dir.clone();
@@ -305,6 +328,18 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServerError> {
             app.clone(),
             stop_rx.clone(),
             threads,
+        )));
+    }
+    if let Some(addr) = &config.socketmap {
+        let l = socketmap::Listener::bind(addr).await.map_err(|source| {
+            ServerError::Config(format!("cannot listen on socketmap {addr}: {source}"))
+        })?;
+        bound.socketmap = Some(l.addr()?.to_string());
+        tasks.push(tokio::spawn(socketmap::serve(
+            l,
+            app.clone(),
+            config.socketmap_reply.clone(),
+            stop_rx.clone(),
         )));
     }
     tracing::info!(

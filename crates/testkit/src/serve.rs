@@ -12,6 +12,9 @@ pub struct Server {
     pub child: Child,
     pub http: SocketAddr,
     pub resp: SocketAddr,
+    /// The socketmap listener (`inet:IP:PORT` or `unix:PATH`), when
+    /// started with `--socketmap`.
+    pub socketmap: Option<String>,
     pub dir: PathBuf,
 }
 
@@ -84,6 +87,7 @@ impl Server {
                     child,
                     http: v["http"].as_str().unwrap().parse().unwrap(),
                     resp: v["resp"].as_str().unwrap().parse().unwrap(),
+                    socketmap: v["socketmap"].as_str().map(String::from),
                     dir: dir.to_path_buf(),
                 };
             }

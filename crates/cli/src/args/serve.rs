@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// Redis-protocol (RESP2/RESP3, RedisBloom commands) listen address, or `off`.
     #[arg(long, default_value = "127.0.0.1:6380", value_parser = parse_listen)]
     pub resp: Listen,
+    /// Postfix socketmap listen address (`127.0.0.1:PORT` or `unix:/PATH`); off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub socketmap: Option<bloomgate_server::socketmap::SocketmapAddr>,
+    /// The socketmap's value for a listed key; `{filter}`, `{matched}`, `{key}` are filled in.
+    #[arg(long, value_name = "TEXT", default_value = bloomgate_server::socketmap::DEFAULT_REPLY)]
+    pub socketmap_reply: String,
     /// File whose first line is the access token required for writes
     /// (HTTP `Authorization: Bearer`, Redis `AUTH`).
     #[arg(long)]

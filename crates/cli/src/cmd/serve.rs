@@ -39,6 +39,8 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         data_dir: a.data_dir.unwrap_or_default(),
         http: a.http.0,
         resp: a.resp.0,
+        socketmap: a.socketmap,
+        socketmap_reply: a.socketmap_reply,
         token_file: a.token_file,
         open_reads: a.open_reads,
         snapshot_interval: Duration::from_secs(a.snapshot_secs),
@@ -70,7 +72,7 @@ pub fn run(a: ServeArgs) -> Result<i32> {
         config.limits.memory =
             std::sync::Arc::new(bloomgate_server::memory::MemoryBudget::new(limit));
     }
-    if config.http.is_none() && config.resp.is_none() {
+    if config.http.is_none() && config.resp.is_none() && config.socketmap.is_none() {
         return Err(crate::cmd::UsageError(
             "both --http and --resp are off: nothing to serve".into(),
         )

@@ -19,7 +19,7 @@ use crate::App;
 pub(super) async fn observe(State(app): St, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let path = req.uri().path();
-    let op = if path.ends_with("/check") {
+    let op = if path.ends_with("/check") || path.ends_with("/auth") {
         Op::Check
     } else if path.ends_with("/add") {
         Op::Add
@@ -81,7 +81,9 @@ pub(super) async fn observe(State(app): St, req: Request, next: Next) -> Respons
         )
         .into_response(),
     };
-    let error = resp.status().is_client_error() || resp.status().is_server_error();
+    // An auth_request verdict of 403 ("listed") is an answer, not an error.
+    let error = (resp.status().is_client_error() || resp.status().is_server_error())
+        && !resp.headers().contains_key(super::nginx::VERDICT_HEADER);
     let resp = if error { json_error(resp).await } else { resp };
     app.metrics.record(Proto::Http, op, start.elapsed(), error);
     resp
