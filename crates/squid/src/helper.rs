@@ -266,13 +266,14 @@ impl Helper {
                 .map(|e| format!("{}: {e}", c.name));
         }
         let mut next = 0;
+        let mut invalid = String::new();
         for r in &requests {
             let answer = match &r.queries {
                 Err(bad) => Answer::Unknown(bad_message(bad)),
                 Ok(qs) => {
                     let span = next..next + qs.len();
                     next += qs.len();
-                    self.decide(span, &queries)
+                    self.decide(span, &queries, &mut invalid)
                 }
             };
             stats.requests += 1;
@@ -287,7 +288,13 @@ impl Helper {
     }
 
     /// The answer for the queries at `span` of this batch.
-    fn decide<'s>(&'s self, span: std::ops::Range<usize>, queries: &[&'s [u8]]) -> Answer<'s> {
+    fn decide<'s>(
+        &'s self,
+        span: std::ops::Range<usize>,
+        queries: &[&'s [u8]],
+        invalid: &'s mut String,
+    ) -> Answer<'s> {
+        // An invalid query's message is made in `invalid` ("" marks it).
         let mut unknown: Option<&str> = None;
         for (i, c) in self.categories.iter().enumerate() {
             if let Some(failure) = &self.failures[i] {
@@ -304,13 +311,20 @@ impl Helper {
                         }
                     }
                     Ok(_) => {}
-                    Err(_) => {
-                        unknown.get_or_insert("a query is not valid for a list's key kind");
+                    Err(e) if unknown.is_none() => {
+                        let q = String::from_utf8_lossy(queries[q]);
+                        *invalid = format!("{}: {q:?} is not a valid query: {e}", c.name);
+                        unknown = Some("");
                     }
+                    Err(_) => {}
                 }
             }
         }
-        unknown.map_or(Answer::NotListed, Answer::Unknown)
+        match unknown {
+            None => Answer::NotListed,
+            Some("") => Answer::Unknown(invalid),
+            Some(failure) => Answer::Unknown(failure),
+        }
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! - `external_acl_type`: the tokens of the configured format (`%URI`,
 //!   `%DST`, …) separated by spaces, each escaped as a URL component
-//!   (`quote=url`, Squid's default: `%20` for a space). The answer is `OK`
+//!   (`quote=url`, Squid's default: `%20` for a space); a value Squid does
+//!   not have, and the empty argument list of an `acl … external NAME`
+//!   line, are sent as `-`, which is no query. The answer is `OK`
 //!   (the ACL matches: the item is listed), `ERR` (it does not) or `BH`
 //!   (the helper could not tell), followed by `key=value` pairs such as
 //!   `tag=` and `message=`.
@@ -108,7 +110,7 @@ pub fn parse_line(line: &[u8], concurrency: bool, kind: Kind, too_long: bool) ->
         .split(|&b| b == b' ' || b == b'\t')
         .filter(|t| !t.is_empty());
     let queries: Vec<Cow<'_, [u8]>> = match kind {
-        Kind::Acl => tokens.map(percent_decode).collect(),
+        Kind::Acl => tokens.filter(|t| t != b"-").map(percent_decode).collect(),
         Kind::Rewrite => tokens.next().map(Cow::Borrowed).into_iter().collect(),
     };
     Request {
