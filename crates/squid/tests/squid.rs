@@ -143,7 +143,9 @@ impl Squid {
         }
         std::fs::write(sq.join("squid.conf"), &text).unwrap();
         let child = Command::new(squid_bin().unwrap())
-            .args(["-N", "-f"])
+            // Its own service name: Squids of parallel tests must not
+            // share their IPC sockets and shared memory names.
+            .args(["-N", "-n", &format!("bgtest{port}"), "-f"])
             .arg(sq.join("squid.conf"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
