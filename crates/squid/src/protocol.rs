@@ -196,16 +196,20 @@ pub fn write_answer(
             Kind::Acl => {
                 out.extend_from_slice(b"OK tag=");
                 write_value(out, category.as_bytes());
-                out.extend_from_slice(b" message=");
-                let mut m = Vec::with_capacity(category.len() + 2 + matched.len());
-                m.extend_from_slice(category.as_bytes());
-                m.extend_from_slice(b": ");
-                m.extend_from_slice(matched);
-                write_value(out, &m);
+                out.extend_from_slice(b" message=\"");
+                write_quoted(out, category.as_bytes());
+                out.extend_from_slice(b": ");
+                write_quoted(out, matched);
+                out.push(b'"');
             }
             Kind::Rewrite => {
                 out.extend_from_slice(b"OK status=302 url=");
-                write_value(out, &expand_redirect(redirect, category, query));
+                let start = out.len();
+                expand_redirect_into(out, redirect, category, query);
+                if !plain(&out[start..]) {
+                    let url = out.split_off(start);
+                    write_value(out, &url);
+                }
             }
         },
         Answer::NotListed => out.extend_from_slice(b"ERR"),
@@ -217,36 +221,51 @@ pub fn write_answer(
     out.push(b'\n');
 }
 
-/// Writes one `key=value` value: bare when it has no space, quote,
-/// backslash or control byte, else quoted with `\` escapes; control bytes
-/// become `?`.
-fn write_value(out: &mut Vec<u8>, value: &[u8]) {
-    let plain = !value.is_empty()
+/// Whether a value goes out bare: not empty, and no space, quote,
+/// backslash or control byte.
+fn plain(value: &[u8]) -> bool {
+    !value.is_empty()
         && value
             .iter()
-            .all(|&b| b > b' ' && b != b'"' && b != b'\\' && b != 0x7f);
-    if plain {
+            .all(|&b| b > b' ' && b != b'"' && b != b'\\' && b != 0x7f)
+}
+
+/// Writes one `key=value` value: bare when [`plain`], else quoted.
+fn write_value(out: &mut Vec<u8>, value: &[u8]) {
+    if plain(value) {
         out.extend_from_slice(value);
-        return;
+    } else {
+        out.push(b'"');
+        write_quoted(out, value);
+        out.push(b'"');
     }
-    out.push(b'"');
+}
+
+/// Writes the inside of a quoted value: `\` before `"` and `\`, control
+/// bytes as `?`.
+fn write_quoted(out: &mut Vec<u8>, value: &[u8]) {
     for &b in value {
         match b {
             b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
-            b' ' => out.push(b' '),
             b if b < b' ' || b == 0x7f => out.push(b'?'),
             b => out.push(b),
         }
     }
-    out.push(b'"');
 }
 
 /// The block page address for a listed URL, from a squidGuard-style
 /// template: `%t` the category, `%u` the URL (percent-encoded, for a query
 /// string), `%%` a percent sign; anything else is copied.
 pub fn expand_redirect(template: &str, category: &str, url: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(template.len() + url.len() * 3);
+    expand_redirect_into(&mut out, template, category, url);
+    out
+}
+
+/// [`expand_redirect`], appending to `out`.
+fn expand_redirect_into(out: &mut Vec<u8>, template: &str, category: &str, url: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let t = template.as_bytes();
-    let mut out = Vec::with_capacity(t.len() + url.len() * 3);
     let mut i = 0;
     while i < t.len() {
         match (t[i], t.get(i + 1)) {
@@ -256,7 +275,11 @@ pub fn expand_redirect(template: &str, category: &str, url: &[u8]) -> Vec<u8> {
                     if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
                         out.push(b);
                     } else {
-                        out.extend_from_slice(format!("%{b:02X}").as_bytes());
+                        out.extend_from_slice(&[
+                            b'%',
+                            HEX[usize::from(b >> 4)],
+                            HEX[usize::from(b & 15)],
+                        ]);
                     }
                 }
             }
@@ -269,7 +292,6 @@ pub fn expand_redirect(template: &str, category: &str, url: &[u8]) -> Vec<u8> {
         }
         i += 2;
     }
-    out
 }
 
 #[cfg(test)]
@@ -370,7 +392,7 @@ mod tests {
         );
         assert_eq!(
             answer(None, Kind::Acl, Answer::Unknown("redis \"down\"\n\\")),
-            "BH message=\"redis \\\"down\\\"? \\\\\"\n"
+            "BH message=\"redis \\\"down\\\"?\\\\\"\n"
         );
     }
 }
