@@ -63,28 +63,31 @@ acl {
 EOF
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-# seconds and peak RSS (KiB) of a command: "SECONDS KIB"
-measure() { /usr/bin/time -f '%e %M' -o "$W/time" "$@"; cat "$W/time"; }
+# wall seconds, peak RSS (KiB) and CPU seconds (user + system) of a
+# command: "SECONDS KIB CPU". On a loaded machine the CPU seconds say what
+# a program costs; the wall seconds also count the waits for a core.
+measure() { /usr/bin/time -f '%e %M %U %S' -o "$W/time" "$@"; awk '{print $1, $2, $3 + $4}' "$W/time"; }
 
 echo "## build"
-read -r sg_s sg_kb < <(measure squidGuard -c "$W/squidGuard.conf" -C all 2>/dev/null)
+read -r sg_s sg_kb _ < <(measure squidGuard -c "$W/squidGuard.conf" -C all 2>/dev/null)
 sg_size=$(du -cb "$W/bl/bench/"*.db | tail -1 | cut -f1)
-read -r bg_s bg_kb < <(measure "$B" build --squidguard "$W/bl" --fp 1e-4 -o "$W/lists" 2>/dev/null)
+read -r bg_s bg_kb _ < <(measure "$B" build --squidguard "$W/bl" --fp 1e-4 -o "$W/lists" 2>/dev/null)
 bg_size=$(stat -c %s "$W/lists/bench.bgf")
 printf '| %-12s | %8s s | %12s bytes | %8s KiB RSS |\n' squidGuard "$sg_s" "$sg_size" "$sg_kb" bloomgate "$bg_s" "$bg_size" "$bg_kb"
 
 echo "## lookups through the helper protocol (url_rewrite lines on a pipe)"
 run() { # NAME INPUT OUTFILE COMMAND...
   local name=$1 in=$2 out=$3; shift 3
-  local times=()
+  local times=() cpus=()
   for _ in $(seq "$RUNS"); do
-    read -r s kb < <(measure sh -c 'in=$0 out=$1; shift; cat "$in" | "$@" > "$out"' "$in" "$out" "$@" 2>/dev/null)
-    times+=("$s"); rss=$kb
+    read -r s kb cpu < <(measure sh -c 'in=$0 out=$1; shift; cat "$in" | "$@" > "$out"' "$in" "$out" "$@" 2>/dev/null)
+    times+=("$s"); cpus+=("$cpu"); rss=$kb
   done
   local med; med=$(printf '%s\n' "${times[@]}" | median)
+  local cmed; cmed=$(printf '%s\n' "${cpus[@]}" | median)
   local blocked; blocked=$(grep -c -E '^([0-9]+ )?OK' "$out" || true)
-  printf '| %-28s | %8s s | %10.0f lookups/s | %8s KiB RSS | %s blocked | runs: %s\n' \
-    "$name" "$med" "$(echo "$Q / $med" | bc -l)" "$rss" "$blocked" "${times[*]}"
+  printf '| %-28s | %8s s | %10.0f lookups/s | %6s s CPU | %10.0f lookups/CPU-s | %8s KiB RSS | %s blocked | wall: %s; CPU: %s\n' \
+    "$name" "$med" "$(echo "$Q / $med" | bc -l)" "$cmed" "$(echo "$Q / $cmed" | bc -l)" "$rss" "$blocked" "${times[*]}" "${cpus[*]}"
   echo "$blocked" > "$out.blocked"
 }
 run "squidGuard" "$W/queries" "$W/sg.out" squidGuard -c "$W/squidGuard.conf"
