@@ -10,6 +10,9 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 # nginx and Postfix for the front-end tests (crates/server/tests/front_ends.rs).
 PATH="$PATH:/usr/sbin:/sbin" command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 PATH="$PATH:/usr/sbin:/sbin" command -v postfix >/dev/null 2>&1 || need_apt+=(postfix)
+# Squid 5 for the squid-helper tests (crates/squid/tests/squid.rs), curl to ask it.
+[ -x /usr/sbin/squid ] || need_apt+=(squid)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "test.sh: installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -32,6 +32,7 @@ pub const TARGETS: [&str; 14] = [
     "whitelist",
     "whitelist_file",
     "url",
+    "squid",
 ];
 
 /// Runs target `name` on `data`. Panics on an unknown name.
@@ -51,6 +52,7 @@ pub fn run(name: &str, data: &[u8]) {
         "whitelist" => whitelist(data),
         "whitelist_file" => whitelist_file(data),
         "url" => url(data),
+        "squid" => squid(data),
         other => panic!("unknown fuzz target {other:?}"),
     }
 }
@@ -107,6 +109,53 @@ pub fn socketmap(data: &[u8]) {
                 break;
             }
             Err(_) => break,
+        }
+    }
+}
+
+/// Squid helper request lines, under both helper kinds, with and without
+/// channel IDs: a channel ID read is a prefix of digits of the line, and
+/// each answer to it is exactly one line without control bytes.
+pub fn squid(data: &[u8]) {
+    use bloomgate_squid::protocol::{parse_line, write_answer, Answer, Kind};
+    for line in data.split(|&b| b == b'\n') {
+        for (concurrency, kind) in [
+            (false, Kind::Acl),
+            (true, Kind::Acl),
+            (false, Kind::Rewrite),
+            (true, Kind::Rewrite),
+        ] {
+            let r = parse_line(line, concurrency, kind, line.len() % 7 == 0);
+            if let Some(id) = r.channel {
+                assert!(concurrency && line.starts_with(id));
+                assert!(id.iter().all(u8::is_ascii_digit));
+            }
+            let first = r.queries.as_ref().ok().and_then(|q| q.first());
+            let query = first.map(|q| q.as_ref()).unwrap_or(b"");
+            let text = String::from_utf8_lossy(line);
+            for answer in [
+                Answer::NotListed,
+                Answer::Unknown(&text),
+                Answer::Listed {
+                    category: "cat",
+                    matched: line,
+                    query,
+                },
+            ] {
+                let mut out = Vec::new();
+                write_answer(
+                    &mut out,
+                    r.channel,
+                    kind,
+                    "http://b.example/?u=%u&t=%t%",
+                    answer,
+                );
+                assert_eq!(
+                    out.iter().position(|&b| b < b' ' || b == 0x7f),
+                    Some(out.len() - 1)
+                );
+                assert_eq!(out.last(), Some(&b'\n'));
+            }
         }
     }
 }

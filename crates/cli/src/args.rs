@@ -115,6 +115,10 @@ pub enum Command {
     /// what was lost (bytes, offsets). Refuses while a server runs on the
     /// directory. See docs/http-api.md, "Damaged log or journal".
     Repair(RepairArgs),
+    /// Answer Squid's `external_acl_type` (or, with --redirect,
+    /// `url_rewrite_program`) requests on stdin from lists (README,
+    /// "Filtering web traffic with Squid").
+    SquidHelper(crate::cmd::squid::SquidHelperArgs),
 }
 
 /// Parses a size in bytes: `12G`, `800M`, `64K`, `1.5GiB`, `4096` (binary
@@ -298,7 +302,7 @@ impl From<MatchArg> for MatchMode {
 }
 
 /// Sizing inputs shared by `plan` and `build`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct SizeArgs {
     /// Number of items the filter must hold (`10000000000`, `1e10`).
     /// `build` counts the entries of its input files when it is left out.

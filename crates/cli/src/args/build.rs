@@ -155,7 +155,7 @@ pub enum PurposeArg {
 }
 
 /// `bloomgate build`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct BuildArgs {
     #[command(flatten)]
     pub size: SizeArgs,
@@ -206,6 +206,12 @@ pub struct BuildArgs {
     pub spill: Option<u64>,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// Read a squidGuard/UT1 blacklist directory (`CATEGORY/domains`,
+    /// `CATEGORY/urls`) instead of input files: a `url` filter in `prefix`
+    /// mode per category, `-o DIR/CATEGORY.bgf`; all in one filter when
+    /// `-o` ends in `.bgf`.
+    #[arg(long, value_name = "DIR")]
+    pub squidguard: Option<std::path::PathBuf>,
     /// Input files, one entry per line (`-` for standard input; `.gz`, `.zst` decompressed).
     #[arg(default_value = "-")]
     pub inputs: Vec<String>,

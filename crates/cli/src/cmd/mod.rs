@@ -13,6 +13,7 @@ mod remove;
 mod repair;
 pub mod serve;
 mod spill;
+pub mod squid;
 mod union;
 mod url;
 mod whitelist;
@@ -74,6 +75,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Pull(a) => redis::pull(a),
         Command::Dedup(a) => dedup::run(a),
         Command::Repair(a) => repair::run(a),
+        Command::SquidHelper(a) => squid::run(a),
     }
 }
 
