@@ -17,7 +17,7 @@
 use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
-pub const TARGETS: [&str; 14] = [
+pub const TARGETS: [&str; 15] = [
     "resp",
     "socketmap",
     "http_json",
