@@ -435,43 +435,54 @@ fn cluster_shards_writers_reshard_and_failover() {
         &stream,
         (0..150_000).map(|i| format!("http://stream{i}.example/x")),
     );
-    let adder = Command::new(testkit::bin())
-        .args(["add", &addr, p(&stream)])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The adds go round after round over the same lines while the reshard
+    // runs (one round may be over before a slot moves: adds are fast), so
+    // that some of them meet the moving slots.
     let t = Instant::now();
-    let reshard = Command::new("redis-cli")
+    let mut reshard = Command::new("redis-cli")
         .args(["--cluster", "reshard", &format!("127.0.0.1:{src_port}")])
         .args(["--cluster-from", &src.id, "--cluster-to", &dst.id])
         .args(["--cluster-slots", "2000", "--cluster-yes"])
-        .output()
+        // To a file, not a pipe: it prints a line per slot moved, and a
+        // pipe nobody reads until it ends would stop it.
+        .stdout(std::fs::File::create(d.join("reshard.out")).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
         .unwrap();
-    let reshard_secs = t.elapsed().as_secs_f64();
-    let added = adder.wait_with_output().unwrap();
+    let mut rounds: Vec<String> = Vec::new();
+    loop {
+        let resharding = reshard.try_wait().unwrap().is_none();
+        if !rounds.is_empty() && !resharding {
+            break;
+        }
+        assert!(rounds.len() < 200, "the reshard did not end");
+        let added = bg(&["add", &addr, p(&stream)]);
+        let err = String::from_utf8_lossy(&added.stderr).into_owned();
+        ok(&added);
+        assert!(err.contains("150,000 lines"), "{err}");
+        assert!(!err.contains("error"), "{err}");
+        rounds.push(err);
+    }
+    let reshard_status = reshard.wait().unwrap();
     eprintln!(
-        "reshard {reshard_secs:.1} s, adds {:.1} s",
+        "reshard and {} rounds of adds: {:.1} s",
+        rounds.len(),
         t.elapsed().as_secs_f64()
     );
     assert!(
-        reshard.status.success(),
+        reshard_status.success(),
         "{}",
-        String::from_utf8_lossy(&reshard.stdout)
+        std::fs::read_to_string(d.join("reshard.out")).unwrap_or_default()
     );
-    let added_err = String::from_utf8_lossy(&added.stderr).into_owned();
-    ok(&added);
-    assert!(added_err.contains("150,000 lines"), "{added_err}");
-    assert!(!added_err.contains("error"), "{added_err}");
-    // The adds did meet the moving slots (MOVED/ASK), and were resent.
-    assert!(added_err.contains("redirected"), "{added_err}");
-    eprintln!(
-        "{}",
-        added_err
-            .lines()
-            .find(|l| l.contains("redirected"))
-            .unwrap()
-    );
+    // The first round added every line; the adds did meet the moving
+    // slots (MOVED/ASK), and were resent.
+    assert!(rounds[0].contains("150,000 new items"), "{}", rounds[0]);
+    let redirected = rounds
+        .iter()
+        .flat_map(|r| r.lines())
+        .find(|l| l.contains("redirected"));
+    assert!(redirected.is_some(), "{rounds:?}");
+    eprintln!("{}", redirected.unwrap());
     let after = shard_keys_per_master(&cluster, "big");
     assert!(
         after[&src_port] < per_master[&src_port],
