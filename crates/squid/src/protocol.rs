@@ -35,6 +35,8 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+
 /// The longest request line read whole (64 KiB, above Squid's longest URL).
 /// Longer lines are answered `BH` and the rest of them skipped.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -67,6 +69,10 @@ pub enum BadRequest {
     BadChannel,
 }
 
+/// A request's queries: up to four inline (a line rarely has more), so a
+/// request line costs no allocation.
+pub type Queries<'a> = SmallVec<[Cow<'a, [u8]>; 4]>;
+
 /// One request line, parsed.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request<'a> {
@@ -74,7 +80,7 @@ pub struct Request<'a> {
     pub channel: Option<&'a [u8]>,
     /// The queries (percent-decoded tokens for `external_acl_type`, the URL
     /// for `url_rewrite_program`), or why there are none.
-    pub queries: Result<Vec<Cow<'a, [u8]>>, BadRequest>,
+    pub queries: Result<Queries<'a>, BadRequest>,
 }
 
 /// Parses one request line (without its `\n`; a trailing `\r` is
@@ -109,7 +115,7 @@ pub fn parse_line(line: &[u8], concurrency: bool, kind: Kind, too_long: bool) ->
     let mut tokens = rest
         .split(|&b| b == b' ' || b == b'\t')
         .filter(|t| !t.is_empty());
-    let queries: Vec<Cow<'_, [u8]>> = match kind {
+    let queries: Queries<'_> = match kind {
         Kind::Acl => tokens.filter(|t| t != b"-").map(percent_decode).collect(),
         Kind::Rewrite => tokens.next().map(Cow::Borrowed).into_iter().collect(),
     };
@@ -204,11 +210,12 @@ pub fn write_answer(
             }
             Kind::Rewrite => {
                 out.extend_from_slice(b"OK status=302 url=");
-                let start = out.len();
-                expand_redirect_into(out, redirect, category, query);
-                if !plain(&out[start..]) {
-                    let url = out.split_off(start);
-                    write_value(out, &url);
+                // The URL goes in percent-encoded, which is always plain: only
+                // the template and the category can make the value need quotes.
+                if plain(redirect.as_bytes()) && plain(category.as_bytes()) {
+                    expand_redirect_into(out, redirect, category, query);
+                } else {
+                    write_value(out, &expand_redirect(redirect, category, query));
                 }
             }
         },
@@ -262,36 +269,67 @@ pub fn expand_redirect(template: &str, category: &str, url: &[u8]) -> Vec<u8> {
     out
 }
 
-/// [`expand_redirect`], appending to `out`.
+/// [`expand_redirect`], appending to `out`: the template's literal runs
+/// are copied whole.
 fn expand_redirect_into(out: &mut Vec<u8>, template: &str, category: &str, url: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let t = template.as_bytes();
-    let mut i = 0;
-    while i < t.len() {
-        match (t[i], t.get(i + 1)) {
-            (b'%', Some(b't')) => out.extend_from_slice(category.as_bytes()),
-            (b'%', Some(b'u')) => {
-                for &b in url {
-                    if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                        out.push(b);
-                    } else {
-                        out.extend_from_slice(&[
-                            b'%',
-                            HEX[usize::from(b >> 4)],
-                            HEX[usize::from(b & 15)],
-                        ]);
-                    }
-                }
-            }
-            (b'%', Some(b'%')) => out.push(b'%'),
-            (b, _) => {
-                out.push(b);
-                i += 1;
+    let mut t = template.as_bytes();
+    while !t.is_empty() {
+        let literal = t.iter().position(|&b| b == b'%').unwrap_or(t.len());
+        out.extend_from_slice(&t[..literal]);
+        // `t` is now empty or starts with '%'.
+        t = &t[literal..];
+        match t.get(..2) {
+            Some(b"%t") => out.extend_from_slice(category.as_bytes()),
+            Some(b"%u") => percent_encode_into(out, url),
+            Some(b"%%") => out.push(b'%'),
+            Some(_) | None => {
+                // A lone '%' (or the end) is copied as it is.
+                out.extend_from_slice(&t[..t.len().min(1)]);
+                t = &t[t.len().min(1)..];
                 continue;
             }
         }
-        i += 2;
+        t = &t[2..];
     }
+}
+
+/// RFC 3986's unreserved bytes (letters, digits, `-._~`): the bytes a
+/// percent-encoded query value keeps as they are.
+const UNRESERVED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        b += 1;
+    }
+    t
+};
+
+/// Appends `url` percent-encoded for a query string: [`UNRESERVED`] bytes as
+/// they are, every other byte as `%XX`. Written into room made once (at
+/// most three bytes per byte), not pushed byte by byte: a block answer's
+/// cost is mostly this loop.
+fn percent_encode_into(out: &mut Vec<u8>, url: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let start = out.len();
+    out.resize(start + url.len() * 3, 0);
+    let room = &mut out[start..];
+    let mut n = 0;
+    for &b in url {
+        if UNRESERVED[usize::from(b)] {
+            room[n] = b;
+            n += 1;
+        } else {
+            room[n..n + 3].copy_from_slice(&[
+                b'%',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+            n += 3;
+        }
+    }
+    out.truncate(start + n);
 }
 
 #[cfg(test)]
@@ -334,8 +372,8 @@ mod tests {
         );
         assert_eq!(r.channel, Some(&b"0"[..]));
         assert_eq!(
-            r.queries.unwrap(),
-            vec![Cow::Borrowed(&b"http://evil.example/x"[..])]
+            r.queries.unwrap().as_slice(),
+            [Cow::Borrowed(&b"http://evil.example/x"[..])]
         );
     }
 

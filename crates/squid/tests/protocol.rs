@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use bloomgate_squid::protocol::{parse_line, percent_decode, write_answer, Answer, Kind};
+use bloomgate_squid::protocol::{
+    expand_redirect, parse_line, percent_decode, write_answer, Answer, Kind,
+};
 use bloomgate_squid::{Category, Helper, Options};
 use proptest::prelude::*;
 
@@ -103,6 +105,67 @@ proptest! {
             write_answer(&mut out, r.channel, kind, "http://b.example/?u=%u&c=%t", answer);
             well_formed(&out, r.channel);
         }
+    }
+
+    #[test]
+    fn a_block_answer_carries_the_url_percent_encoded(
+        url in proptest::collection::vec(any::<u8>(), 0..200),
+        spaced in any::<bool>(),
+    ) {
+        // Byte by byte, as RFC 3986 says: unreserved bytes as they are,
+        // every other byte as %XX (upper-case hex).
+        let by_byte: String = url
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let template = if spaced { "http://b.example/?c=%t u=%u" } else { "http://b.example/?c=%t&u=%u" };
+        let expanded = expand_redirect(template, "adult", &url);
+        let want = template.replace("%t", "adult").replace("%u", &by_byte);
+        prop_assert_eq!(&expanded[..], want.as_bytes());
+        let decoded = percent_decode(&expanded[expanded.len() - by_byte.len()..]);
+        prop_assert_eq!(decoded.as_ref(), &url[..]);
+        let mut out = Vec::new();
+        write_answer(&mut out, None, Kind::Rewrite, template, Answer::Listed { category: "adult", matched: b"x", query: &url });
+        // A template with a space makes the value quoted; otherwise it is bare.
+        let want = if spaced {
+            format!("OK status=302 url=\"{}\"\n", String::from_utf8_lossy(&expanded))
+        } else {
+            format!("OK status=302 url={}\n", String::from_utf8_lossy(&expanded))
+        };
+        prop_assert_eq!(String::from_utf8_lossy(&out), want);
+    }
+
+    #[test]
+    fn any_template_expands_as_squidguard_reads_it(
+        template in "[a%tu/?=]{0,24}",
+        url in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        // The template read one byte at a time: %t, %u and %% expand, any
+        // other byte (a lone % included) is copied.
+        let encoded = expand_redirect("%u", "", &url);
+        let t = template.as_bytes();
+        let mut want = Vec::new();
+        let mut i = 0;
+        while i < t.len() {
+            match (t[i], t.get(i + 1)) {
+                (b'%', Some(b't')) => want.extend_from_slice(b"cat"),
+                (b'%', Some(b'u')) => want.extend_from_slice(&encoded),
+                (b'%', Some(b'%')) => want.push(b'%'),
+                (b, _) => {
+                    want.push(b);
+                    i += 1;
+                    continue;
+                }
+            }
+            i += 2;
+        }
+        prop_assert_eq!(expand_redirect(&template, "cat", &url), want);
     }
 
     #[test]
