@@ -50,6 +50,7 @@
 pub mod check;
 mod error;
 pub mod info;
+pub mod stamp;
 pub mod units;
 
 use std::path::{Path, PathBuf};
@@ -64,6 +65,7 @@ use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 pub use check::{CheckScratch, Verdict};
 pub use error::Error;
 pub use info::Info;
+pub use stamp::{Change, Stamp};
 
 /// How a list is opened ([`List::open_with`]).
 #[derive(Clone, Debug, Default)]

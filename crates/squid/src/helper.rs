@@ -22,24 +22,28 @@
 //! only when every list answered for every query is it `ERR`. A whitelisted
 //! query is not listed.
 //!
-//! # Replaced files are picked up without a restart
+//! # Replaced files and live adds are picked up without a restart
 //!
-//! Before each batch the helper compares each list file's identity
-//! (device, inode, size, modification time; and its whitelist file's) with
-//! the one it opened. A file replaced by an atomic rename (what `build -o`
+//! Before each batch the helper compares each list's [`Stamp`] (the
+//! identity of its file and whitelist file, and in a served data directory
+//! of its journal and log segments) with the one it opened. A file replaced by an atomic rename (what `build -o`
 //! and `whitelist add` do) is reopened, and answers come from the new file
 //! from that batch on. A replacement that fails to open (damaged,
 //! half-copied in place) is reported once on the log and the list keeps
 //! answering from the file it had, which stays mapped; the helper tries
-//! again when the file changes once more. Lists in Redis are always read
-//! where they are stored.
+//! again when the file changes once more. In a data directory that
+//! `bloomgate serve` runs on, the server's live adds change the log: the
+//! list is reopened (which replays them) at most once per
+//! [`LIVE_ADDS_EVERY`], so an add acknowledged by the server is answered
+//! `OK` by the helper within about a second. Lists in Redis are always
+//! read where they are stored.
 
 use std::borrow::Cow;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use bloomgate_list::{CheckScratch, List, Verdict};
+use bloomgate_list::{Change, CheckScratch, List, Stamp, Verdict};
 use bloomgate_url::KeyError;
 
 use crate::protocol::{parse_line, write_answer, Answer, BadRequest, Kind, MAX_LINE};
@@ -47,6 +51,11 @@ use crate::protocol::{parse_line, write_answer, Answer, BadRequest, Kind, MAX_LI
 /// Most lines per batch the reader hands over (it bounds the memory a
 /// batch takes with [`MAX_LINE`]-long lines).
 const BATCH_LINES: usize = 4096;
+
+/// How often, at most, a list is reopened to see a server's live adds:
+/// an add acknowledged by `bloomgate serve` on the list's data directory
+/// is answered by the helper within this long (plus one batch).
+pub const LIVE_ADDS_EVERY: Duration = Duration::from_secs(1);
 
 /// Batches the reader may queue ahead of the answering loop.
 const QUEUED_BATCHES: usize = 16;
@@ -69,6 +78,7 @@ pub struct Category {
     list: List,
     stamp: Option<Stamp>,
     refused: Option<Stamp>,
+    opened: Instant,
 }
 
 impl Category {
@@ -81,6 +91,7 @@ impl Category {
             list: List::open(address)?,
             stamp,
             refused: None,
+            opened: Instant::now(),
         })
     }
 
@@ -94,56 +105,42 @@ impl Category {
         &self.list
     }
 
-    /// Reopens the list when its file or whitelist was replaced; returns a
-    /// line for the log when something happened.
+    /// Reopens the list when its file or whitelist was replaced, or when
+    /// the server of its data directory took live adds (at most once per
+    /// [`LIVE_ADDS_EVERY`]: each reopen replays the log); returns a line
+    /// for the log when a replaced file was reopened or refused.
     fn refresh(&mut self) -> Option<String> {
-        let stamp = Stamp::of(self.list.address())?;
-        if Some(&stamp) == self.stamp.as_ref() || Some(&stamp) == self.refused.as_ref() {
+        let now = Stamp::of(self.list.address())?;
+        if Some(&now) == self.refused.as_ref() {
             return None;
+        }
+        let change = match &self.stamp {
+            Some(before) => before.compare(&now),
+            None => Change::Files,
+        };
+        match change {
+            Change::None => return None,
+            Change::LiveAdds if self.opened.elapsed() < LIVE_ADDS_EVERY => return None,
+            Change::LiveAdds | Change::Files => {}
         }
         match List::open(self.list.address()) {
             Ok(list) => {
                 self.list = list;
-                self.stamp = Some(stamp);
+                self.stamp = Some(now);
                 self.refused = None;
-                Some(format!(
-                    "{}: reopened {} (replaced)",
-                    self.name,
-                    self.list.address()
-                ))
+                self.opened = Instant::now();
+                (change == Change::Files)
+                    .then(|| format!("{}: reopened {} (replaced)", self.name, self.list.address()))
             }
             Err(e) => {
-                self.refused = Some(stamp);
+                self.refused = Some(now);
                 Some(format!(
-                    "{}: {} was replaced but does not open ({e}); still answering from the file opened before",
+                    "{}: {} changed but does not open ({e}); still answering from the list opened before",
                     self.name,
                     self.list.address()
                 ))
             }
         }
-    }
-}
-
-/// A file's identity: a rename over it changes the inode, an in-place
-/// write the size or time. The whitelist file's identity is part of it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Stamp([(u64, u64, u64, i64, i64); 2]);
-
-impl Stamp {
-    /// `None` for a Redis address (nothing to watch) or a file that cannot
-    /// be read now (it is being replaced: checked again next batch).
-    fn of(address: &str) -> Option<Stamp> {
-        if bloomgate_redis::is_redis_address(address) {
-            return None;
-        }
-        let id = |p: &Path| -> Option<(u64, u64, u64, i64, i64)> {
-            use std::os::unix::fs::MetadataExt;
-            let m = std::fs::metadata(p).ok()?;
-            Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
-        };
-        let file = id(Path::new(address))?;
-        let whitelist = id(Path::new(&format!("{address}.whitelist"))).unwrap_or_default();
-        Some(Stamp([file, whitelist]))
     }
 }
 

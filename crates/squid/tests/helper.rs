@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use testkit::redis::{redis_missing, RedisServer};
-use testkit::{bg, bin, ok, p};
+use testkit::{bg, bin, ok, p, Server};
 
 /// A helper process with its pipes.
 struct Helper {
@@ -141,6 +141,42 @@ fn a_damaged_replacement_keeps_the_file_it_had_and_a_good_one_is_taken() {
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("does not open"), "{stderr}");
     assert!(stderr.contains("reopened"), "{stderr}");
+}
+
+#[test]
+fn live_adds_to_a_served_data_directory_are_answered_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    let list = build(&dir, "adult", "evil.example/\n");
+    // No snapshot during the test: the add reaches the files only in the
+    // server's log, which is what the helper must see.
+    let serve = Server::start(&dir, &["--snapshot-secs", "3600"]);
+    let mut h = Helper::start(&["--concurrency", &list]);
+    assert!(h.ask("1 http://evil.example/").starts_with("1 OK "));
+    assert_eq!(h.ask("2 http://newly.example/a"), "2 ERR");
+    // The server acknowledges the add once it is in its log; the helper
+    // reopens the list (replaying the log) at most once a second.
+    assert_eq!(
+        serve
+            .resp()
+            .cmd(&["BF.ADD", "adult", "newly.example/"])
+            .int(),
+        1
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let answer = loop {
+        let answer = h.ask("3 http://newly.example/a");
+        if answer != "3 ERR" || std::time::Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("3 OK "), "{answer}");
+    assert!(h.ask("4 http://evil.example/").starts_with("4 OK "));
+    assert_eq!(h.ask("5 http://clean.example/"), "5 ERR");
+    let (status, stderr) = h.close();
+    assert!(status.success(), "{stderr}");
 }
 
 #[test]
