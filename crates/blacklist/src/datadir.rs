@@ -37,11 +37,8 @@ use bloomgate_url::{entry_key, KeyError};
 
 use crate::journal::{self, Lineage, Repair};
 use crate::layers::{GrowLimits, Layers};
-use crate::wal::{self, Record, WAL_DIR};
+use crate::wal::{self, Record, LOCK_FILE, WAL_DIR};
 use crate::Error;
-
-/// The lock file inside the log directory.
-pub const LOCK_FILE: &str = "lock";
 
 /// Where a filter file lives: its data directory and name, if it is in one
 /// (a `NAME.bgf` beside a `.bloomgate-wal/` directory or a `NAME.live`).
