@@ -37,7 +37,7 @@
 //!   handle read.
 //! * **Batching.** Lookups and adds from all connections are queued per
 //!   filter and sent as a few large pipelines, per node, as soon as the
-//!   previous batch returns (`coalesce`): a pipelined single-key workload
+//!   previous batch returns (`named::coalesce`): a pipelined single-key workload
 //!   from many clients costs Redis what the CLI's batches cost it.
 //! * **Credentials.** A password or user that Redis refuses is a clear
 //!   error (`ERR … authentication failed …`, HTTP 400), at startup and on
@@ -58,18 +58,18 @@ use std::time::Duration;
 
 use bloomgate_blacklist::layers::FillPolicy;
 use bloomgate_blacklist::FilterSpec;
-use bloomgate_blacklist::Verdict;
 use bloomgate_engine::{random_seed, Layout};
 use bloomgate_redis::{layout, Address, RedisFilter};
 use bloomgate_url::KeyError;
 use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
 
-use super::{AddOutcome, Info, LayerInfo, StoreError};
+use super::{AddOutcome, StoreError};
 use crate::Limits;
 
-mod coalesce;
+mod named;
 
-pub use coalesce::{Added, Checked};
+use named::Broken;
+pub use named::{Added, Checked, RedisNamed};
 
 /// How long a server answers from a filter's metadata and whitelist
 /// before it checks them again (one `HMGET` per filter per interval).
@@ -151,41 +151,6 @@ pub struct StoreHealth {
     pub last_error: Option<String>,
     /// Requests answered unavailable (HTTP 503, RESP `-TRYAGAIN`) so far.
     pub unavailable_answers: u64,
-}
-
-/// One filter of the [`RedisStore`].
-pub struct RedisNamed {
-    name: String,
-    /// The handle, or why the filter could not be opened (Redis was
-    /// unreachable, or refused the credentials): every operation then
-    /// fails with that error.
-    filter: Result<RwLock<RedisFilter>, Broken>,
-    /// When the handle was last checked against the metadata.
-    checked: Mutex<std::time::Instant>,
-    health: Arc<Health>,
-    checks: AtomicU64,
-    hits: AtomicU64,
-    /// The queues of its lookups and adds (see `coalesce`).
-    batches: coalesce::Coalescer,
-}
-
-/// Why a filter's handle could not be opened.
-#[derive(Clone, Debug)]
-enum Broken {
-    /// Redis could not be reached: [`StoreError::Unavailable`].
-    Unavailable(String),
-    /// The request cannot succeed as configured (refused credentials, a
-    /// bad password file): [`StoreError::Invalid`].
-    Refused(String),
-}
-
-impl Broken {
-    fn error(&self) -> StoreError {
-        match self {
-            Broken::Unavailable(why) => StoreError::Unavailable(why.clone()),
-            Broken::Refused(why) => StoreError::Invalid(why.clone()),
-        }
-    }
 }
 
 /// A crate error as a store error: every failure to reach or use Redis is
@@ -570,7 +535,7 @@ impl RedisStore {
 
     /// Names of the filters served, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.all().iter().map(|n| n.name.clone()).collect()
+        self.all().iter().map(|n| n.name().to_string()).collect()
     }
 
     /// Creates an empty filter in Redis (the blocked layout only): a zero
@@ -783,163 +748,6 @@ impl RedisStore {
             out.push(Ok(r.map_err(store_err)?));
         }
         Ok(out)
-    }
-}
-
-impl RedisNamed {
-    fn new(
-        name: &str,
-        filter: Result<RwLock<RedisFilter>, Broken>,
-        limits: &Limits,
-        health: Arc<Health>,
-    ) -> Arc<RedisNamed> {
-        Arc::new_cyclic(|me| RedisNamed {
-            name: name.to_string(),
-            filter,
-            checked: Mutex::new(std::time::Instant::now()),
-            health,
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            batches: coalesce::Coalescer::new(me.clone(), limits.max_item_bytes),
-        })
-    }
-
-    /// Queues a lookup of `queries` with the filter's other lookups (see
-    /// `coalesce`); the verdicts, one per query, arrive on the receiver.
-    pub fn check_later(&self, queries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Checked> {
-        match &self.filter {
-            Ok(_) => self.batches.check(queries),
-            Err(broken) => ready(Err(broken.error())),
-        }
-    }
-
-    fn queue_add(&self, entries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Added> {
-        match &self.filter {
-            Ok(_) => self.batches.add(entries),
-            Err(broken) => ready(Err(broken.error())),
-        }
-    }
-
-    /// Waits (blocking the thread) for a queued request's answer.
-    fn wait<T>(
-        &self,
-        rx: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
-    }
-
-    fn read(&self) -> Result<std::sync::RwLockReadGuard<'_, RedisFilter>, StoreError> {
-        let f = match &self.filter {
-            Ok(f) => f,
-            Err(broken) => return Err(broken.error()),
-        };
-        self.revalidate_if_due(f)?;
-        Ok(f.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Checks the handle against the metadata when it was last checked
-    /// [`REVALIDATE_EVERY`] ago or more (one request does, the others go
-    /// on meanwhile). A filter deleted elsewhere is [`StoreError::NotFound`]
-    /// (checked again at each request until it is pushed again).
-    fn revalidate_if_due(&self, f: &RwLock<RedisFilter>) -> Result<(), StoreError> {
-        {
-            let Ok(mut checked) = self.checked.try_lock() else {
-                return Ok(());
-            };
-            if checked.elapsed() < REVALIDATE_EVERY {
-                return Ok(());
-            }
-            *checked = std::time::Instant::now();
-        }
-        let mut w = f.write().unwrap_or_else(|p| p.into_inner());
-        match w.revalidate() {
-            Ok(_) => Ok(()),
-            Err(e @ bloomgate_redis::Error::NotFound { .. }) => {
-                // Check again at the next request.
-                let mut checked = lock(&self.checked);
-                if let Some(t) = checked.checked_sub(REVALIDATE_EVERY) {
-                    *checked = t;
-                }
-                Err(store_err(e))
-            }
-            Err(e) => Err(store_err(e)),
-        }
-    }
-
-    /// The filter's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Answers queries as the filter's file would: `each` gets one verdict per query.
-    pub fn check_batch(
-        &self,
-        queries: &[&[u8]],
-        mut each: impl FnMut(Result<Verdict, KeyError>),
-    ) -> Result<(), StoreError> {
-        for v in self.health.note(self.wait(self.check_later(queries)))? {
-            each(v);
-        }
-        Ok(())
-    }
-
-    /// Adds to the lookup counters.
-    pub fn count(&self, checks: u64, hits: u64) {
-        self.checks.fetch_add(checks, Relaxed);
-        self.hits.fetch_add(hits, Relaxed);
-    }
-
-    /// (checks, hits).
-    pub fn counters(&self) -> (u64, u64) {
-        (self.checks.load(Relaxed), self.hits.load(Relaxed))
-    }
-
-    /// Information (the item count and whitelist size read from Redis now).
-    pub fn info(&self) -> Result<Info, StoreError> {
-        self.health.note(self.info_inner())
-    }
-
-    fn info_inner(&self) -> Result<Info, StoreError> {
-        let f = self.read()?;
-        let i = f.info().map_err(store_err)?;
-        if let Some((shard, problem)) = i.damaged.first() {
-            return Err(StoreError::Unavailable(format!(
-                "{}: the filter is damaged: {} of {} shards are missing or of the wrong length, first shard {shard} ({}): {problem} (evicted by Redis's maxmemory policy, or deleted); push it again",
-                self.name,
-                i.damaged.len(),
-                i.shards,
-                layout::shard_key(&self.name, *shard)
-            )));
-        }
-        let p = &f.meta().params;
-        Ok(Info {
-            name: self.name.clone(),
-            key_kind: f.kind().as_str().into(),
-            match_mode: f.mode().as_str().into(),
-            layout: p.layout.name().into(),
-            bits: p.bits,
-            k: p.k,
-            items: i.items,
-            capacity: p.planned_items,
-            fill_ratio: i.fill_ratio(),
-            predicted_fp: f.predicted_fp(i.items),
-            target_fp: p.target_fp,
-            layers: 1,
-            growth: "fixed".into(),
-            expansion: None,
-            policy: "fixed".into(),
-            size_bytes: i.data_bytes,
-            whitelist_entries: i.whitelist as usize,
-            unsnapshotted_changes: false,
-            layer_info: vec![LayerInfo {
-                bytes: i.data_bytes,
-                bits: p.bits,
-                k: p.k,
-                capacity: p.planned_items,
-                items: i.items,
-                target_fp: p.target_fp,
-            }],
-        })
     }
 }
 

@@ -43,7 +43,8 @@ use bloomgate_redis::{layout, RedisFilter};
 use bloomgate_url::KeyError;
 use tokio::sync::oneshot;
 
-use super::{store_err, RedisNamed};
+use super::RedisNamed;
+use crate::store::redis::store_err;
 use crate::store::{AddOutcome, StoreError};
 
 /// The answer to a queued lookup: one verdict per query, or why none can
