@@ -67,7 +67,7 @@ use bloomgate_url::{entry_key, max_lookups, query_keys, KeyError, KeyKind, Match
 
 use datadir::{DirLock, ReplayStats};
 use layers::{layer_path, FillPolicy, GrowLimits, Layers};
-pub use spec::{DeletableArgs, DeletableSpec, FilterSpec, SpecError};
+pub use spec::{DeletableArgs, DeletablePlan, DeletableSpec, FilterSpec, SpecError};
 pub use whitelist::Whitelist;
 
 /// Errors of this crate.

@@ -31,9 +31,9 @@ use bloomgate_engine::{math, Layout, Params, Plan};
 use bloomgate_url::{KeyKind, MatchMode};
 
 use crate::cf_file::CfLayout;
+use crate::layers::fill::{check_fill, FillError};
 use crate::layers::{
     FillPolicy, Layers, Purpose, Rotate, DEFAULT_CLEAR_AT, DEFAULT_EXPANSION, DEFAULT_GENERATIONS,
-    MAX_EXPANSION, MAX_LAYERS,
 };
 
 /// A specification that cannot make a filter: which value, and its limit.
@@ -46,26 +46,10 @@ pub enum SpecError {
     /// A rate outside (0, 1).
     #[error("false-positive rate {0}: it must be strictly between 0 and 1")]
     Rate(f64),
-    /// A growth factor outside 1..=[`MAX_EXPANSION`].
-    #[error("expansion {0}: it must be in 1..={max} for a growing filter", max = MAX_EXPANSION)]
-    Expansion(u64),
-    /// A ring of too few or too many generations.
-    #[error("rotate needs 2 to {max} generations, got {0}", max = MAX_LAYERS)]
-    Generations(u64),
-    /// A rotation window of 0 adds or 0 seconds.
-    #[error("a rotation window must be at least 1")]
-    Window,
-    /// A clear threshold outside (0, 1).
-    #[error("the clear threshold is a fill ratio strictly between 0 and 1, got {0}")]
-    ClearAt(f64),
-    /// A forgetting policy for a url or host blacklist.
-    #[error("the {policy} policy forgets entries, and a {kind} blacklist must never forget one (a forgotten entry is a blocked {kind} let through); use grow or refuse, or build a dedup/cache filter (bloomgate dedup, or --keys raw)")]
-    Forgets {
-        /// The policy's name.
-        policy: &'static str,
-        /// The key kind.
-        kind: KeyKind,
-    },
+    /// A fill policy's setting out of range, or a policy this filter may
+    /// not use ([`crate::layers::fill::check_fill`]).
+    #[error(transparent)]
+    Fill(#[from] FillError),
     /// A setting of another policy than the one asked for.
     #[error("'{setting}' does not apply to the {policy} policy")]
     NotApplicable {
@@ -203,7 +187,7 @@ impl FilterSpec {
             return Err(SpecError::Items(self.items));
         }
         check_rate(self.rate)?;
-        check_fill(&self.fill, self.kind, self.purpose)
+        Ok(check_fill(&self.fill, self.kind, self.purpose)?)
     }
 
     /// The rate of one lookup that keeps a query of this key kind and match
@@ -381,6 +365,85 @@ impl DeletableSpec {
         self.error_rate
             .unwrap_or_else(|| redisbloom_rate(self.bucket_size))
     }
+
+    /// What `bloomgate build --layout counting|cuckoo` makes: one table
+    /// that never grows, planned for `items` at the per-query rate `fp`
+    /// (turned into the per-lookup rate of its key kind and match mode,
+    /// as a Bloom filter's), with the engine's default bucket size and
+    /// evictions.
+    pub fn for_build(
+        layout: CfLayout,
+        items: u64,
+        fp: f64,
+        kind: KeyKind,
+        mode: MatchMode,
+    ) -> DeletableSpec {
+        DeletableSpec {
+            layout,
+            capacity: items,
+            bucket_size: math::CUCKOO_DEFAULT_BUCKET_SIZE as u16,
+            max_iterations: math::CUCKOO_DEFAULT_MAX_KICKS as u16,
+            expansion: 0,
+            error_rate: Some(crate::per_lookup_rate(kind, mode, fp)),
+            kind,
+            mode,
+        }
+    }
+
+    /// The size of the first table: the engine's plan for
+    /// [`DeletableSpec::capacity`] items at [`DeletableSpec::rate`], with
+    /// buckets of [`DeletableSpec::bucket_size`] slots (the engine's
+    /// largest if more) for a cuckoo table. `bloomgate plan`, `build` and
+    /// the server's tables are all sized by it.
+    pub fn plan(&self) -> Result<DeletablePlan, SpecError> {
+        let failed = |e: math::PlanError| SpecError::Plan(e.to_string());
+        Ok(match self.layout {
+            CfLayout::Counting => DeletablePlan::Counting(
+                math::plan_counting(self.capacity, self.rate()).map_err(failed)?,
+            ),
+            CfLayout::Cuckoo => {
+                let b = u32::from(self.bucket_size).clamp(1, math::CUCKOO_MAX_BUCKET_SIZE);
+                DeletablePlan::Cuckoo(
+                    math::plan_cuckoo(self.capacity, self.rate(), b).map_err(failed)?,
+                )
+            }
+        })
+    }
+}
+
+/// The size of a deletable filter's table ([`DeletableSpec::plan`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeletablePlan {
+    /// A counting Bloom filter's counters and probes.
+    Counting(math::CountingPlan),
+    /// A cuckoo table's buckets and fingerprints.
+    Cuckoo(math::CuckooPlan),
+}
+
+impl DeletablePlan {
+    /// Bits of the table.
+    pub fn bits(&self) -> u64 {
+        match self {
+            DeletablePlan::Counting(p) => p.bits(),
+            DeletablePlan::Cuckoo(p) => p.bits(),
+        }
+    }
+
+    /// Bytes of the table (a file adds the engine's header to it).
+    pub fn bytes(&self) -> u64 {
+        match self {
+            DeletablePlan::Counting(p) => p.bytes(),
+            DeletablePlan::Cuckoo(p) => p.bytes(),
+        }
+    }
+
+    /// The predicted false-positive rate of one lookup at the planned items.
+    pub fn predicted_fp(&self) -> f64 {
+        match self {
+            DeletablePlan::Counting(p) => p.predicted_fp,
+            DeletablePlan::Cuckoo(p) => p.predicted_fp,
+        }
+    }
 }
 
 /// The false-positive rate RedisBloom's 8-bit fingerprints give a
@@ -399,42 +462,10 @@ pub fn check_rate(rate: f64) -> Result<(), SpecError> {
     }
 }
 
-/// Checks a fill policy's settings, and that a filter of key kind `kind`
-/// and purpose `purpose` may use it: the forgetting policies (rotate,
-/// clear) are refused for url and host blacklists, where a forgotten entry
-/// is a blocked URL let through.
-pub fn check_fill(fill: &FillPolicy, kind: KeyKind, purpose: Purpose) -> Result<(), SpecError> {
-    match fill {
-        FillPolicy::Grow { expansion } if !(1..=MAX_EXPANSION).contains(expansion) => {
-            return Err(SpecError::Expansion(u64::from(*expansion)))
-        }
-        FillPolicy::Rotate(r) => check_rotate(r)?,
-        FillPolicy::Clear { at } if !(*at > 0.0 && *at < 1.0) => {
-            return Err(SpecError::ClearAt(*at))
-        }
-        _ => {}
+impl From<FillError> for crate::Error {
+    fn from(e: FillError) -> crate::Error {
+        crate::Error::Spec(e.into())
     }
-    if fill.forgets()
-        && purpose == Purpose::Blacklist
-        && matches!(kind, KeyKind::Url | KeyKind::Host)
-    {
-        return Err(SpecError::Forgets {
-            policy: fill.name(),
-            kind,
-        });
-    }
-    Ok(())
-}
-
-/// Checks a rotation's settings.
-pub fn check_rotate(r: &Rotate) -> Result<(), SpecError> {
-    if r.generations < 2 || r.generations as usize > MAX_LAYERS {
-        return Err(SpecError::Generations(u64::from(r.generations)));
-    }
-    if r.window == 0 || r.window_secs == Some(0) {
-        return Err(SpecError::Window);
-    }
-    Ok(())
 }
 
 /// The settings of a fill policy as a front end received them: a policy
@@ -487,14 +518,14 @@ impl FillArgs<'_> {
         Ok(match policy {
             "grow" => FillPolicy::Grow {
                 expansion: match self.expansion {
-                    Some((_, e)) => narrow(e, SpecError::Expansion)?,
+                    Some((_, e)) => narrow(e, |v| FillError::Expansion(v).into())?,
                     None => DEFAULT_EXPANSION,
                 },
             },
             "refuse" => FillPolicy::Refuse,
             "rotate" => FillPolicy::Rotate(Rotate {
                 generations: match self.generations {
-                    Some((_, g)) => narrow(g, SpecError::Generations)?,
+                    Some((_, g)) => narrow(g, |v| FillError::Generations(v).into())?,
                     None => DEFAULT_GENERATIONS,
                 },
                 window: self.window.map_or(items, |w| w.1),
@@ -528,6 +559,7 @@ pub fn per_query_rate(kind: KeyKind, mode: MatchMode, per_lookup: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::MAX_EXPANSION;
 
     #[test]
     fn deletable_defaults_and_limits_live_here() {
@@ -593,7 +625,7 @@ mod tests {
         assert!(grow(MAX_EXPANSION).validate().is_ok());
         for bad in [0, MAX_EXPANSION + 1] {
             let e = grow(bad).validate().unwrap_err();
-            assert_eq!(e, SpecError::Expansion(u64::from(bad)));
+            assert_eq!(e, SpecError::Fill(FillError::Expansion(u64::from(bad))));
             assert!(e.to_string().contains("1..=32768"), "{e}");
         }
         assert_eq!(

@@ -11,11 +11,13 @@ mod build;
 mod list;
 mod redis;
 mod serve;
+mod squid;
 
 pub use build::*;
 pub use list::*;
 pub use redis::*;
 pub use serve::*;
+pub use squid::*;
 
 /// The exit-code rule of every command (also in the README).
 pub const EXIT_CODES: &str = "\
@@ -118,7 +120,7 @@ pub enum Command {
     /// Answer Squid's `external_acl_type` (or, with --redirect,
     /// `url_rewrite_program`) requests on stdin from lists (README,
     /// "Filtering web traffic with Squid").
-    SquidHelper(crate::cmd::squid::SquidHelperArgs),
+    SquidHelper(SquidHelperArgs),
 }
 
 /// Parses a size in bytes: `12G`, `800M`, `64K`, `1.5GiB`, `4096` (binary

@@ -79,6 +79,7 @@ use bloomgate_engine::math;
 use bloomgate_url::KeyKind;
 use serde::{Deserialize, Serialize};
 
+use super::MAX_LAYERS;
 use crate::Error;
 
 /// Largest growth factor (RedisBloom's `EXPANSION` limit), on every
@@ -168,9 +169,9 @@ pub struct Rotate {
 }
 
 impl Rotate {
-    /// Checks the settings ([`crate::spec::check_rotate`]).
+    /// Checks the settings ([`check_rotate`]).
     pub fn validate(&self) -> Result<(), Error> {
-        crate::spec::check_rotate(self).map_err(Error::from)
+        check_rotate(self).map_err(Error::from)
     }
 
     /// Items per generation, `w = ⌈N / (G − 1)⌉`.
@@ -223,9 +224,74 @@ pub enum Purpose {
 }
 
 /// Fails unless `policy` may be used for a filter of key kind `kind` and
-/// purpose `purpose` ([`crate::spec::check_fill`]): the forgetting
+/// purpose `purpose` ([`check_fill`]): the forgetting
 /// policies (rotate, clear) are refused for url and host blacklists, where
 /// a forgotten entry is a blocked URL let through.
 pub fn check_policy(policy: &FillPolicy, kind: KeyKind, purpose: Purpose) -> Result<(), Error> {
-    crate::spec::check_fill(policy, kind, purpose).map_err(Error::from)
+    check_fill(policy, kind, purpose).map_err(Error::from)
+}
+
+/// A fill policy's setting out of range, or a policy that a filter may
+/// not use (wrapped in [`crate::SpecError::Fill`]).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FillError {
+    /// A growth factor outside 1..=[`MAX_EXPANSION`].
+    #[error("expansion {0}: it must be in 1..={max} for a growing filter", max = MAX_EXPANSION)]
+    Expansion(u64),
+    /// A ring of too few or too many generations.
+    #[error("rotate needs 2 to {max} generations, got {0}", max = MAX_LAYERS)]
+    Generations(u64),
+    /// A rotation window of 0 adds or 0 seconds.
+    #[error("a rotation window must be at least 1")]
+    Window,
+    /// A clear threshold outside (0, 1).
+    #[error("the clear threshold is a fill ratio strictly between 0 and 1, got {0}")]
+    ClearAt(f64),
+    /// A forgetting policy for a url or host blacklist.
+    #[error("the {policy} policy forgets entries, and a {kind} blacklist must never forget one (a forgotten entry is a blocked {kind} let through); use grow or refuse, or build a dedup/cache filter (bloomgate dedup, or --keys raw)")]
+    Forgets {
+        /// The policy's name.
+        policy: &'static str,
+        /// The key kind.
+        kind: KeyKind,
+    },
+}
+
+/// Checks a fill policy's settings, and that a filter of key kind `kind`
+/// and purpose `purpose` may use it: the forgetting policies (rotate,
+/// clear) are refused for url and host blacklists, where a forgotten entry
+/// is a blocked URL let through.
+pub fn check_fill(fill: &FillPolicy, kind: KeyKind, purpose: Purpose) -> Result<(), FillError> {
+    match fill {
+        FillPolicy::Grow { expansion } if !(1..=MAX_EXPANSION).contains(expansion) => {
+            return Err(FillError::Expansion(u64::from(*expansion)))
+        }
+        FillPolicy::Rotate(r) => check_rotate(r)?,
+        FillPolicy::Clear { at } if !(*at > 0.0 && *at < 1.0) => {
+            return Err(FillError::ClearAt(*at))
+        }
+        _ => {}
+    }
+    if fill.forgets()
+        && purpose == Purpose::Blacklist
+        && matches!(kind, KeyKind::Url | KeyKind::Host)
+    {
+        return Err(FillError::Forgets {
+            policy: fill.name(),
+            kind,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a rotation's settings.
+pub fn check_rotate(r: &Rotate) -> Result<(), FillError> {
+    if r.generations < 2 || r.generations as usize > MAX_LAYERS {
+        return Err(FillError::Generations(u64::from(r.generations)));
+    }
+    if r.window == 0 || r.window_secs == Some(0) {
+        return Err(FillError::Window);
+    }
+    Ok(())
 }

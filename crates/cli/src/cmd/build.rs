@@ -387,9 +387,6 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
 }
 
 pub fn build(mut a: BuildArgs) -> Result<i32> {
-    if let Some(dir) = a.squidguard.take() {
-        return crate::cmd::squid::build_squidguard(a, &dir);
-    }
     let layout = match (a.layout.bloom(), a.layout.deletable()) {
         (Some(layout), _) => layout,
         (None, Some(which)) => return crate::cmd::deletable::build(a, which),
@@ -410,7 +407,7 @@ pub fn build(mut a: BuildArgs) -> Result<i32> {
     }
     let items = match a.size.items {
         Some(n) => n,
-        None => count_entries(&a.inputs)?,
+        None => crate::cmd::count_entries(&a.inputs)?,
     };
     let spec = FilterSpec {
         kind,
@@ -500,42 +497,6 @@ fn refuse_useless(
         "{}: not written: {why} (--allow-useless writes it anyway)",
         a.output
     ))
-}
-
-/// Counts the entries (non-empty lines) of input files, for a build whose
-/// `--items` was left out: one extra pass over the inputs, said on stderr.
-pub(super) fn count_entries(inputs: &[String]) -> Result<u64> {
-    if inputs.iter().any(|i| i == "-") {
-        return Err(crate::cmd::UsageError(
-            "--items is required when reading standard input (it cannot be read twice to count it)"
-                .into(),
-        )
-        .into());
-    }
-    let started = Instant::now();
-    let mut n = 0u64;
-    input::process(
-        inputs.to_vec(),
-        Progress::default(),
-        |chunk| {
-            let mut c = 0u64;
-            chunk.for_each_line(|_, _| c += 1);
-            c
-        },
-        |_, c| {
-            n += c;
-            Ok(())
-        },
-    )?;
-    if n == 0 {
-        bail!("the inputs hold no entries (and --items was not given)");
-    }
-    eprintln!(
-        "bloomgate: --items not given: counted {} entries in the inputs ({:.1} s); planning for that many",
-        thousands(n),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(n)
 }
 
 /// The memory a build may give the filter's bits.

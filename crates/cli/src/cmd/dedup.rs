@@ -101,7 +101,7 @@ pub(crate) fn build_policy(
     kind: KeyKind,
 ) -> Result<FillPolicy, UsageError> {
     let policy = policy_from(a, items, "fixed")?;
-    bloomgate_blacklist::spec::check_fill(&policy, kind, Purpose::Blacklist)
+    bloomgate_blacklist::layers::fill::check_fill(&policy, kind, Purpose::Blacklist)
         .map_err(|e| UsageError(e.to_string()))?;
     if policy.forgets() {
         return Err(UsageError(format!(

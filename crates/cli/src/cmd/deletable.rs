@@ -46,9 +46,9 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use bloomgate_blacklist::per_lookup_rate;
+use bloomgate_blacklist::cf_file::CfLayout;
+use bloomgate_blacklist::{DeletablePlan, DeletableSpec};
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
-use bloomgate_engine::math::{self, CUCKOO_DEFAULT_BUCKET_SIZE};
 use bloomgate_engine::{
     random_seed, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams, Removal,
 };
@@ -459,29 +459,25 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
     }
     let items = match a.size.items {
         Some(n) => n,
-        None => crate::cmd::build::count_entries(&a.inputs)?,
+        None => crate::cmd::count_entries(&a.inputs)?,
     };
     // Replacing a file an `add` or `remove` may be changing: wait for it.
     let _file_lock = match Path::new(&a.output).exists() {
         true => Some(lock_file(&a.output)?),
         false => None,
     };
-    let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
+    let spec = DeletableSpec::for_build(CfLayout::of(which), items, a.size.fp, kind, mode);
     let seed = a.seed.unwrap_or_else(random_seed);
-    let usage = |e: bloomgate_engine::PlanError| UsageError(e.to_string());
-    let filter = match which {
-        DeletableKind::Counting => {
-            let plan = math::plan_counting(items, per_lookup).map_err(usage)?;
-            check_memory(layout, plan.bytes(), a.memory)?;
+    let plan = spec.plan().map_err(|e| UsageError(e.to_string()))?;
+    check_memory(layout, plan.bytes(), a.memory)?;
+    let filter = match plan {
+        DeletablePlan::Counting(plan) => {
             let mut params = CountingParams::from_plan(&plan, seed);
             params.key_kind = kind.as_u8();
             params.match_mode = mode.as_u8();
             AnyFilter::Counting(CountingFilter::new(params)?)
         }
-        DeletableKind::Cuckoo => {
-            let plan =
-                math::plan_cuckoo(items, per_lookup, CUCKOO_DEFAULT_BUCKET_SIZE).map_err(usage)?;
-            check_memory(layout, plan.bytes(), a.memory)?;
+        DeletablePlan::Cuckoo(plan) => {
             let mut params = CuckooParams::from_plan(&plan, seed);
             params.key_kind = kind.as_u8();
             params.match_mode = mode.as_u8();

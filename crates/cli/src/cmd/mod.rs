@@ -53,7 +53,10 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Plan(a) => plan::run(a),
         Command::Create(a) => create::run(a),
-        Command::Build(a) => build::build(a),
+        Command::Build(mut a) => match a.squidguard.take() {
+            Some(dir) => squid::build_squidguard(a, &dir),
+            None => build::build(a),
+        },
         Command::Add(a) => build::add(a),
         Command::Remove(a) => remove::run(a),
         Command::Check(a) if a.quiet => match check::run(a) {
@@ -212,4 +215,40 @@ fn check_kernel_name() -> Result<()> {
         .into()),
         _ => Ok(()),
     }
+}
+
+/// Counts the entries (non-empty lines) of input files, for a build whose
+/// `--items` was left out: one extra pass over the inputs, said on stderr.
+pub fn count_entries(inputs: &[String]) -> Result<u64> {
+    if inputs.iter().any(|i| i == "-") {
+        return Err(UsageError(
+            "--items is required when reading standard input (it cannot be read twice to count it)"
+                .into(),
+        )
+        .into());
+    }
+    let started = std::time::Instant::now();
+    let mut n = 0u64;
+    crate::input::process(
+        inputs.to_vec(),
+        crate::input::Progress::default(),
+        |chunk| {
+            let mut c = 0u64;
+            chunk.for_each_line(|_, _| c += 1);
+            c
+        },
+        |_, c| {
+            n += c;
+            Ok(())
+        },
+    )?;
+    if n == 0 {
+        anyhow::bail!("the inputs hold no entries (and --items was not given)");
+    }
+    eprintln!(
+        "bloomgate: --items not given: counted {} entries in the inputs ({:.1} s); planning for that many",
+        crate::report::thousands(n),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(n)
 }

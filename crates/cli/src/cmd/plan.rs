@@ -2,9 +2,12 @@
 //! optimum; with `--layout counting|cuckoo`, the cost of a filter that can
 //! delete, beside them.
 //!
-//! The deletable rows come from the engine's planners
-//! (`math::plan_counting`, `math::plan_cuckoo`, whose formulas and
-//! trade-offs are in `bloomgate_engine::math`): a counting filter is the
+//! The deletable rows are the plan of the [`DeletableSpec`] that `build
+//! --layout counting|cuckoo` makes its table from
+//! ([`DeletableSpec::for_build`], [`DeletableSpec::plan`]), so the row is
+//! the table that command writes (`file_bytes` in `--json`: the file, the
+//! engine's header included). The formulas and trade-offs are the engine's
+//! planners' (`bloomgate_engine::math`): a counting filter is the
 //! blocked Bloom layout with 4-bit counters in 128-counter blocks, so it
 //! costs several times a blocked filter; a cuckoo filter's table is a power
 //! of two of buckets, so its bits per item vary between `f/0.95` and
@@ -16,6 +19,9 @@ use std::io::Write;
 use anyhow::Result;
 use serde_json::json;
 
+use bloomgate_blacklist::cf_file::CfLayout;
+use bloomgate_blacklist::{DeletablePlan, DeletableSpec};
+use bloomgate_engine::format::HEADER_LEN;
 use bloomgate_engine::math::{self, Layout};
 use bloomgate_url::{max_lookups, KeyKind, MatchMode};
 
@@ -42,7 +48,12 @@ pub fn run(a: PlanArgs) -> Result<i32> {
     let (opt_bpi, opt_k) = math::classic_optimum(per_lookup);
     let extra = match a.layout {
         Some(l @ (BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo)) => {
-            Some(deletable_row(l, n, per_lookup, lookups, &layouts[0])?)
+            let layout = match l {
+                BuildLayoutArg::Counting => CfLayout::Counting,
+                _ => CfLayout::Cuckoo,
+            };
+            let spec = DeletableSpec::for_build(layout, n, p, kind, mode);
+            Some(deletable_row(&spec, lookups, &layouts[0])?)
         }
         _ => None,
     };
@@ -147,14 +158,13 @@ struct DeletableRow {
     note: String,
 }
 
-fn deletable_row(
-    layout: BuildLayoutArg,
-    n: u64,
-    per_lookup: f64,
-    lookups: u32,
-    blocked: &math::Plan,
-) -> Result<DeletableRow> {
-    let usage = |e: math::PlanError| crate::cmd::UsageError(e.to_string());
+fn deletable_row(spec: &DeletableSpec, lookups: u32, blocked: &math::Plan) -> Result<DeletableRow> {
+    let n = spec.capacity;
+    let planned = spec
+        .plan()
+        .map_err(|e| crate::cmd::UsageError(e.to_string()))?;
+    // The file `build` writes: the engine's header, then the table.
+    let file_bytes = HEADER_LEN as u64 + planned.bytes();
     let per_query = |fp: f64| 1.0 - (1.0 - fp).powi(lookups as i32);
     let row = |name: &str, bits: u64, bpi: f64, k: String, fp: f64| {
         format!(
@@ -168,9 +178,8 @@ fn deletable_row(
         )
     };
     let times = |bits: u64| bits as f64 / blocked.bits as f64;
-    Ok(match layout {
-        BuildLayoutArg::Counting => {
-            let pl = math::plan_counting(n, per_lookup).map_err(usage)?;
+    Ok(match planned {
+        DeletablePlan::Counting(pl) => {
             DeletableRow {
                 row: row(
                     "counting",
@@ -183,6 +192,7 @@ fn deletable_row(
                     "layout": "counting",
                     "bits": pl.bits(),
                     "bytes": pl.bytes(),
+                    "file_bytes": file_bytes,
                     "bits_per_item": pl.bits_per_item(),
                     "k": pl.k,
                     "predicted_fp": pl.predicted_fp,
@@ -201,9 +211,7 @@ fn deletable_row(
                 ),
             }
         }
-        _ => {
-            let pl = math::plan_cuckoo(n, per_lookup, math::CUCKOO_DEFAULT_BUCKET_SIZE)
-                .map_err(usage)?;
+        DeletablePlan::Cuckoo(pl) => {
             let fits = (pl.slots() as f64 * math::cuckoo_max_load(pl.bucket_size)).floor() as u64;
             DeletableRow {
                 row: row(
@@ -217,6 +225,7 @@ fn deletable_row(
                     "layout": "cuckoo",
                     "bits": pl.bits(),
                     "bytes": pl.bytes(),
+                    "file_bytes": file_bytes,
                     "bits_per_item": pl.bits_per_item(),
                     "k": null,
                     "predicted_fp": pl.predicted_fp,

@@ -276,7 +276,7 @@ impl Deletables {
             *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(vec![sum]);
             // Its changes are saved to NAME.cf from now on; written now, so
             // that the log's records have a file to apply to.
-            if let Err(e) = files::save_to(dir, &n, &read(&n.state)) {
+            if let Err(e) = n.save_to(dir, &read(&n.state)) {
                 damaged.push(fail(name, &path, e.to_string()));
                 continue;
             }
@@ -381,7 +381,7 @@ impl Deletables {
 
     /// Writes the chain's file with the changes it contains now.
     fn save(&self, named: &CfNamed) -> Result<(), StoreError> {
-        files::save_to(&self.shared.dir, named, &read(&named.state))
+        named.save_to(&self.shared.dir, &read(&named.state))
     }
 
     /// Saves every changed filter (a snapshot, after the log's rotation).

@@ -4,9 +4,11 @@
 //! order; the reply waits for the log's fsync ([`Ack`]). Replay at startup
 //! applies a logged change exactly once ([`CfNamed::replay`]).
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 
+use bloomgate_blacklist::cf_file;
 use bloomgate_blacklist::wal::{CuckooOp, CuckooRecord};
 use std::convert::Infallible;
 
@@ -16,7 +18,8 @@ use bloomgate_list::check::{check_many, verdict, CheckScratch};
 use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
 
 use super::chain::{CfAdded, CfInfo, Chain};
-use super::{read, write, DumpHeads, Shared};
+use super::files::{bgf_path, cf_path};
+use super::{lock, read, write, DumpHeads, Shared};
 use crate::store::{Ack, StoreError};
 use crate::wal::{self, Wal};
 
@@ -172,17 +175,9 @@ impl CfNamed {
         stop_at_full: bool,
         out: &mut Vec<CfAdded>,
     ) -> Result<Ack, StoreError> {
-        let wal = self.wal()?;
         let limits = &self.shared.limits;
-        if let Some(e) = wal.refusing() {
-            return Err(e.into());
-        }
+        let (wal, mut c) = self.begin_write()?;
         let mut log = Vec::new();
-        let mut c = write(&self.state);
-        if self.deleted.load(Relaxed) {
-            return Err(StoreError::NotFound(self.name.clone()));
-        }
-        self.settle(&c, wal)?;
         for item in items {
             if item.len() > limits.max_item_bytes {
                 return Err(StoreError::Invalid("item is too long".into()));
@@ -220,16 +215,8 @@ impl CfNamed {
     /// [`Ack`] that resolves once the change (and all earlier ones) is
     /// durable.
     pub fn delete_item(&self, item: &[u8]) -> Result<(bool, Ack), StoreError> {
-        let wal = self.wal()?;
-        if let Some(e) = wal.refusing() {
-            return Err(e.into());
-        }
+        let (wal, mut c) = self.begin_write()?;
         let mut log = Vec::new();
-        let mut c = write(&self.state);
-        if self.deleted.load(Relaxed) {
-            return Err(StoreError::NotFound(self.name.clone()));
-        }
-        self.settle(&c, wal)?;
         let key = normalized(&c, item)?;
         let item: &[u8] = &key;
         let found = c.delete(item).map_err(|e| ambiguous(&self.name, &e))?;
@@ -238,6 +225,23 @@ impl CfNamed {
             wal::encode_cuckoo(&mut log, &self.name, c.id, c.seq, CuckooOp::Delete, item);
         }
         Ok((found, self.queue(wal, log)))
+    }
+
+    /// The start of every change: the log (refused while it refuses
+    /// writes), the chain's write lock, the filter still there (not
+    /// deleted meanwhile), and the chain settled against the log
+    /// ([`CfNamed::settle`]).
+    fn begin_write(&self) -> Result<(&Wal, RwLockWriteGuard<'_, Chain>), StoreError> {
+        let wal = self.wal()?;
+        if let Some(e) = wal.refusing() {
+            return Err(e.into());
+        }
+        let c = write(&self.state);
+        if self.deleted.load(Relaxed) {
+            return Err(StoreError::NotFound(self.name.clone()));
+        }
+        self.settle(&c, wal)?;
+        Ok((wal, c))
     }
 
     /// Before a change: if the log failed since this chain's last change
@@ -253,7 +257,7 @@ impl CfNamed {
         let now = wal.failures();
         if self.logged_epoch.load(Relaxed) != now {
             if self.dirty.load(Relaxed) {
-                super::files::save_to(&self.shared.dir, self, c)?;
+                self.save_to(&self.shared.dir, c)?;
             }
             self.logged_epoch.store(now, Relaxed);
         }
@@ -316,5 +320,62 @@ impl CfNamed {
         }
         c.seq = rec.seq;
         self.dirty.store(true, Relaxed);
+    }
+}
+
+impl CfNamed {
+    /// Writes `NAME.cf` for `c`, this filter's chain, then, for a filter
+    /// exported to `NAME.bgf`, that file (the new file's hash is in `NAME.cf`
+    /// before the file is written, so a crash between the two leaves a
+    /// `NAME.bgf` that `NAME.cf` still names).
+    pub(super) fn save_to(&self, dir: &Path, c: &Chain) -> Result<(), StoreError> {
+        use std::io::Write;
+        let (mut h, body) = c.image();
+        let mut export = lock(&self.export);
+        let mut hashes = export.clone();
+        if hashes.is_some() && body.len() != 1 {
+            // A replayed add grew it past one table: one engine file cannot
+            // hold it.
+            tracing::warn!(
+                "bloomgate serve: cuckoo filter '{}' has {} sub-filters and is no longer exported to {}.bgf",
+                self.name,
+                body.len(),
+                self.name
+            );
+            hashes = None;
+        }
+        let image = match (hashes.as_mut(), body.first()) {
+            (Some(list), Some(one)) => {
+                let mut sum = xxhash_rust::xxh3::Xxh3::new();
+                one.pieces().iter().for_each(|p| sum.update(p));
+                let sum = sum.digest();
+                if list.last() != Some(&sum) {
+                    list.push(sum);
+                }
+                if list.len() > 2 {
+                    list.remove(0);
+                }
+                Some(one)
+            }
+            _ => None,
+        };
+        h.bgf = hashes.clone();
+        self.dirty.store(false, Relaxed);
+        let failed = |path: PathBuf, e: std::io::Error| {
+            self.dirty.store(true, Relaxed);
+            StoreError::io(path.display(), e)
+        };
+        let path = cf_path(dir, &self.name);
+        bloomgate_engine::atomic::replace_with(&path, |f| cf_file::write(f, &h, &body))
+            .map_err(|e| failed(path.clone(), e.into()))?;
+        *export = hashes;
+        if let Some(image) = image {
+            let bgf = bgf_path(dir, &self.name);
+            bloomgate_engine::atomic::replace_with(&bgf, |f| {
+                image.pieces().iter().try_for_each(|p| f.write_all(p))
+            })
+            .map_err(|e| failed(bgf.clone(), e.into()))?;
+        }
+        Ok(())
     }
 }
