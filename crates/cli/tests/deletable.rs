@@ -595,6 +595,54 @@ fn plan_shows_the_cost_of_cuckoo_beside_bloom() {
     assert!((cuckoo["load"].as_f64().unwrap() - 1e5 / 105_264.0).abs() < 1e-12);
 }
 
+/// The deletable row of `plan` is the file `build` then writes: for each
+/// layout, key kind and a few sizes, the plan's `file_bytes` is the built
+/// file's length, and its `bytes` the table's size that `info` reports.
+#[test]
+fn plan_size_is_the_size_of_the_file_build_makes() {
+    let d = Dir::new();
+    let input = d.path().join("in.txt");
+    std::fs::write(&input, "example.com\nbad.example.org/x\n").unwrap();
+    for layout in LAYOUTS {
+        for (items, fp, keys) in [
+            ("1000", "0.01", "url"),
+            ("12345", "1e-4", "host"),
+            ("3", "0.001", "raw"),
+        ] {
+            let (out, _) = ok(&[
+                "plan", "-n", items, "-p", fp, "--keys", keys, "--layout", layout, "--json",
+            ]);
+            let v: Value = serde_json::from_str(&out).unwrap();
+            let row = &v["layouts"][2];
+            assert_eq!(row["layout"], layout);
+            let f = d.path().join(format!("{layout}-{items}.bgf"));
+            ok(&[
+                "build",
+                "--layout",
+                layout,
+                "-n",
+                items,
+                "-p",
+                fp,
+                "--keys",
+                keys,
+                "-o",
+                s(&f),
+                s(&input),
+            ]);
+            let len = std::fs::metadata(&f).unwrap().len();
+            assert_eq!(
+                row["file_bytes"].as_u64().unwrap(),
+                len,
+                "{layout} {items} {fp} {keys}: {row}"
+            );
+            let (info, _) = ok(&["info", "--json", s(&f)]);
+            let info: Value = serde_json::from_str(&info).unwrap();
+            assert_eq!(row["bytes"], info["bytes"], "{layout} {items}: {info}");
+        }
+    }
+}
+
 #[test]
 fn plan_text_names_the_deletable_row() {
     let (out, _) = ok(&["plan", "-n", "1e5", "-p", "1e-4", "--layout", "cuckoo"]);
