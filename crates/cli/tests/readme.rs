@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use testkit::free_port;
 use testkit::redis::{redis_missing, RedisServer};
 
 /// The markers of a block that is not run (followed by the reason).
@@ -103,14 +104,6 @@ fn steps(doc: &str, b: &Block) -> Vec<Step> {
         }
     }
     out
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Run {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit::{bg, ok, skip, write_lines, Dir, Server};
+use testkit::{bg, free_port, ok, program, skip, write_lines, Dir, Server};
 
 /// The fenced block after the README line containing `marker`.
 fn readme_block(marker: &str) -> String {
@@ -43,26 +43,6 @@ fn substitute(text: &str, from: &str, to: &str) -> String {
 
 /// A loopback port free when asked (the program given it binds it soon
 /// after; a start that loses the race is retried with another).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The path of program `name` (also in the sbin directories, which a
-/// non-login PATH may lack).
-fn program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file());
-    found
-}
-
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")

@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use testkit::redis::RedisServer;
-use testkit::{bin, p, skip};
+use testkit::{bin, free_port, p, skip};
 
 /// The README's blocks in ```conf fences, in order.
 fn readme_confs() -> Vec<String> {
@@ -57,14 +57,6 @@ fn have_tools() -> bool {
         return false;
     }
     true
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// An origin server answering 200 `origin` to every request.

@@ -332,6 +332,29 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// A loopback TCP port the system just gave out (free unless another
+/// process takes it before the caller binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The path of program `name` on the `PATH`, or in the sbin directories
+/// (which a non-login `PATH` may lack).
+pub fn program(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"])
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.is_file());
+    found
+}
+
+/// Whether `cmd --version` runs.
 pub fn have(cmd: &str) -> bool {
     Command::new(cmd)
         .arg("--version")
