@@ -56,7 +56,8 @@
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
-//! | `store/redis/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
+//! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
+//! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
 //! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
 
 pub mod deletable;
