@@ -601,7 +601,7 @@ fn plan_shows_the_cost_of_cuckoo_beside_bloom() {
 #[test]
 fn plan_size_is_the_size_of_the_file_build_makes() {
     let d = Dir::new();
-    let input = d.path().join("in.txt");
+    let input = d.path("in.txt");
     std::fs::write(&input, "example.com\nbad.example.org/x\n").unwrap();
     for layout in LAYOUTS {
         for (items, fp, keys) in [
@@ -615,7 +615,7 @@ fn plan_size_is_the_size_of_the_file_build_makes() {
             let v: Value = serde_json::from_str(&out).unwrap();
             let row = &v["layouts"][2];
             assert_eq!(row["layout"], layout);
-            let f = d.path().join(format!("{layout}-{items}.bgf"));
+            let f = d.path(&format!("{layout}-{items}.bgf"));
             ok(&[
                 "build",
                 "--layout",

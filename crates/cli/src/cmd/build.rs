@@ -386,7 +386,7 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
     }
 }
 
-pub fn build(mut a: BuildArgs) -> Result<i32> {
+pub fn build(a: BuildArgs) -> Result<i32> {
     let layout = match (a.layout.bloom(), a.layout.deletable()) {
         (Some(layout), _) => layout,
         (None, Some(which)) => return crate::cmd::deletable::build(a, which),
