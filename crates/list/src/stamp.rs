@@ -71,7 +71,7 @@ impl Stamp {
                     let Ok(n) = e.file_name().into_string() else {
                         continue;
                     };
-                    if n == datadir::LOCK_FILE {
+                    if n == wal::LOCK_FILE {
                         continue;
                     }
                     live.push((n, identity(&e.path()).unwrap_or_default()));
