@@ -91,6 +91,7 @@ use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
 use crate::storage::Bits;
 
 mod file;
+mod owned;
 
 pub(crate) use file::{FileState, UpdateLog};
 
