@@ -269,12 +269,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     /// The single-writer path sets the same bits, counts the same new items
     /// and answers the same per insert as the shared path, on every kernel;
-    /// batches of 256 and more take the shared path's region-sorted route.
+    /// batches of 256 and more take the shared path's region-sorted route,
+    /// owned batches are sorted by region or not.
     /// Small filters (few blocks) make items share blocks and collide.
     #[test]
     fn owned_and_shared_inserts_give_the_same_bytes(
         ids in proptest::collection::vec(0u32..3000, 0..1500),
-        cuts in proptest::collection::vec((0usize..700, any::<bool>()), 1..6),
+        cuts in proptest::collection::vec((0usize..700, any::<bool>(), any::<bool>()), 1..6),
         n in 10u64..2000, p in prop_oneof![Just(0.01), Just(1e-4), Just(0.2)],
         seed in any::<u64>(),
     ) {
@@ -284,12 +285,12 @@ proptest! {
             let mut owned = small(Layout::Blocked, n, p, seed);
             owned.set_kernel(kernel);
             let mut rest = &items[..];
-            for &(len, batched) in cuts.iter().cycle().take(64) {
+            for &(len, batched, sorted) in cuts.iter().cycle().take(64) {
                 if rest.is_empty() { break; }
                 let (now, later) = rest.split_at(len.min(rest.len()));
                 rest = later;
                 if batched {
-                    prop_assert_eq!(owned.insert_batch_owned(now), shared.insert_batch(now));
+                    prop_assert_eq!(owned.insert_batch_owned_as(now, sorted), shared.insert_batch(now));
                 } else {
                     for it in now {
                         prop_assert_eq!(owned.insert_owned(it), shared.insert(it), "kernel {}", kernel);
