@@ -2,7 +2,7 @@
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
 //! engine calls the safe functions here ([`block_contains`], [`dispatch`],
-//! [`block_mask`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
+//! [`block_mask`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
 //! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
 //! reference: the tests run every supported kernel on the same inputs and
