@@ -7,7 +7,9 @@
 //! `&Filter`. Lookups never lock; blocked inserts take a per-region lock and
 //! classic inserts use atomic `fetch_or` (see [`Regions`]). Insertion never
 //! clears a bit, so a completed insertion is visible to every later lookup:
-//! there are no false negatives, even under concurrency.
+//! there are no false negatives, even under concurrency. A writer that holds
+//! the filter alone (`&mut Filter`, as `build` does) inserts through
+//! `filter/owned.rs` instead: no locks or atomics, the same bits.
 //!
 //! # Add-if-absent
 //!
@@ -91,6 +93,7 @@ use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
 use crate::storage::Bits;
 
 mod file;
+mod owned;
 
 pub(crate) use file::{FileState, UpdateLog};
 

@@ -102,6 +102,17 @@ impl Bits {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
     }
 
+    /// The words as plain integers, for a writer that holds the filter
+    /// exclusively (the single-writer insert path): no atomics, no locks.
+    #[inline(always)]
+    pub(crate) fn words_mut(&mut self) -> &mut [u64] {
+        // SAFETY: same memory as `words()` (initialised, 64-byte aligned,
+        // alive as long as `self`), and u64 has AtomicU64's size and
+        // alignment. `&mut self` guarantees no shared view (atomic or not)
+        // is alive, so this is the only reference to it for its lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr() as *mut u64, self.words) }
+    }
+
     /// The words grouped in 512-bit blocks (the blocked layout's unit; the
     /// word count is always a multiple of 8).
     #[inline(always)]

@@ -61,6 +61,18 @@ trait Subject {
     fn insert_all_batch(&mut self, keys: &[&[u8]]) {
         self.insert_all(keys)
     }
+    /// Whether the subject also has a shared (`&self`, thread-safe) insert
+    /// path beside the one timed as its inserts (bloomgate's blocked
+    /// filter: `insert_owned` is timed as its insert, `insert` here).
+    fn has_shared(&self) -> bool {
+        false
+    }
+    /// Insert every key through the shared path, one at a time, then
+    /// batched (only called if `has_shared`).
+    fn insert_all_shared(&mut self, keys: &[&[u8]], batched: bool) {
+        let _ = batched;
+        self.insert_all(keys)
+    }
     /// How many keys are reported present, one lookup at a time.
     fn count(&self, keys: &[&[u8]]) -> u64 {
         let mut c = 0u64;
@@ -165,8 +177,10 @@ impl Subject for Ours {
     fn predicted_fp(&self, n: u64) -> f64 {
         self.f.predicted_fp_for(n)
     }
+    /// The single-writer path: the harness owns the filter, as sbbf-rs's
+    /// inserts own their buffer (`&mut`).
     fn insert(&mut self, key: &[u8]) {
-        self.f.insert(key);
+        self.f.insert_owned(key);
     }
     fn contains(&self, key: &[u8]) -> bool {
         self.f.contains(key)
@@ -175,7 +189,19 @@ impl Subject for Ours {
         true
     }
     fn insert_all_batch(&mut self, keys: &[&[u8]]) {
-        self.f.insert_batch(keys);
+        self.f.insert_batch_owned(keys);
+    }
+    fn has_shared(&self) -> bool {
+        self.f.params().layout == Layout::Blocked
+    }
+    fn insert_all_shared(&mut self, keys: &[&[u8]], batched: bool) {
+        if batched {
+            self.f.insert_batch(keys);
+        } else {
+            for k in keys {
+                self.f.insert(k);
+            }
+        }
     }
     fn count_batch(&self, keys: &[&[u8]], out: &mut Vec<bool>) -> u64 {
         self.f.contains_batch(keys, out);
@@ -826,8 +852,19 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
     let mut ins_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
     let mut ins_b_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
     let mut built: Vec<Option<Box<dyn Subject>>> = (0..makers.len()).map(|_| None).collect();
+    // The shared (`&Filter`) insert paths of the subjects that have one.
+    let mut shared_times: Vec<[Vec<f64>; 2]> = vec![[vec![], vec![]]; makers.len()];
     for _ in 0..cfg.reps {
         for (i, (make, _)) in makers.iter().enumerate() {
+            if make().has_shared() {
+                for (b, times) in shared_times[i].iter_mut().enumerate() {
+                    let mut s = make();
+                    let t = Instant::now();
+                    s.insert_all_shared(black_box(&ins_s), b == 1);
+                    times.push(t.elapsed().as_nanos() as f64 / n as f64);
+                    expect_all(&s.name(), "shared inserts", s.count(&ins_s), ins_s.len());
+                }
+            }
             let mut s = make();
             let t = Instant::now();
             s.insert_all(black_box(&ins_s));
@@ -862,6 +899,11 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
         rep.add(&s.name(), Op::Insert, ins_times[i].clone(), None);
         if s.has_batch() {
             rep.add(&s.name(), Op::InsertBatch, ins_b_times[i].clone(), None);
+        }
+        if s.has_shared() {
+            let name = format!("{} (shared &Filter)", s.name());
+            rep.add(&name, Op::Insert, shared_times[i][0].clone(), None);
+            rep.add(&name, Op::InsertBatch, shared_times[i][1].clone(), None);
         }
     }
     let fuse = fuse.unwrap();
@@ -986,7 +1028,8 @@ fn dram(cfg: &Cfg) -> Report {
     eprintln!("== DRAM: {} bytes, {n} keys", cfg.dram_bytes);
     // Timed-insert keys: the last `reserve` of the n keys, pre-generated.
     let chunk = 1_000_000u64.min(n / 20);
-    let reserve = chunk * cfg.reps as u64 * 2;
+    // Two chunks per rep for the timed paths, two for the shared ones.
+    let reserve = chunk * cfg.reps as u64 * 4;
     let fill_hi = n - reserve;
     let res_keys = Keys::from_ids(fill_hi..n);
     let res = res_keys.slices();
@@ -1017,9 +1060,11 @@ fn dram(cfg: &Cfg) -> Report {
         );
         let mut single = vec![];
         let mut batched = vec![];
+        let mut shared: [Vec<f64>; 2] = [vec![], vec![]];
+        let part = |j: usize| &res[j * chunk as usize..(j + 1) * chunk as usize];
+        let mut inserted = vec![];
         for r in 0..cfg.reps {
-            let c1 = &res[(2 * r) * chunk as usize..(2 * r + 1) * chunk as usize];
-            let c2 = &res[(2 * r + 1) * chunk as usize..(2 * r + 2) * chunk as usize];
+            let (c1, c2) = (part(4 * r), part(4 * r + 1));
             let t = Instant::now();
             s.insert_all(black_box(c1));
             single.push(t.elapsed().as_nanos() as f64 / chunk as f64);
@@ -1030,14 +1075,38 @@ fn dram(cfg: &Cfg) -> Report {
             } else {
                 s.insert_all(c2);
             }
+            inserted.extend([c1, c2]);
+            if s.has_shared() {
+                for (b, times) in shared.iter_mut().enumerate() {
+                    let t = Instant::now();
+                    s.insert_all_shared(black_box(part(4 * r + 2 + b)), b == 1);
+                    times.push(t.elapsed().as_nanos() as f64 / chunk as f64);
+                }
+            } else {
+                // Untimed: the lookup samples may name these keys.
+                s.insert_all_batch(part(4 * r + 2));
+                s.insert_all_batch(part(4 * r + 3));
+            }
+            inserted.extend([part(4 * r + 2), part(4 * r + 3)]);
         }
         rep.add(&s.name(), Op::Insert, single, None);
         if !batched.is_empty() {
             rep.add(&s.name(), Op::InsertBatch, batched, None);
         }
+        if s.has_shared() {
+            let name = format!("{} (shared &Filter)", s.name());
+            let [one, many] = shared;
+            rep.add(&name, Op::Insert, one, None);
+            rep.add(&name, Op::InsertBatch, many, None);
+        }
         // Every timed-inserted key must be there.
-        let found = s.count(&res);
-        expect_all(&s.name(), "reserved keys", found, res.len());
+        let found: u64 = inserted.iter().map(|c| s.count(c)).sum();
+        expect_all(
+            &s.name(),
+            "reserved keys",
+            found,
+            inserted.len() * chunk as usize,
+        );
     };
 
     let mut blocked = Ours::new(Layout::Blocked, bits, n, false);

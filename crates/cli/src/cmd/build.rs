@@ -122,8 +122,9 @@ impl Changed {
 /// How the entries are written into the filter.
 enum Sink<'a> {
     /// A new filter: the keys canonicalized on all cores, the bits set in
-    /// input order (so the item count is reproducible).
-    Build(Arc<Filter>),
+    /// input order (so the item count is reproducible) by the one writer
+    /// that holds the filter (`Filter::insert_batch_owned`: no locks).
+    Build(&'a mut Filter),
     /// One slice of a new filter too large for memory (see
     /// `bloomgate_engine::slice`): as [`Sink::Build`], only the bits in the
     /// slice are set. A classic filter's items also mark in [`Changed`]
@@ -161,13 +162,16 @@ fn insert_inputs(
     mut spill: Option<&mut Spill>,
 ) -> Result<Stats> {
     enum Par<'s> {
-        Insert(Arc<Filter>),
         Update(Arc<Filter>),
         Slice(&'s Slice),
     }
     let mut flagged = None;
+    let mut owned = None;
     let (parallel, mut growing) = match sink {
-        Sink::Build(f) => (Some(Par::Insert(f)), None),
+        Sink::Build(f) => {
+            owned = Some(f);
+            (None, None)
+        }
         Sink::Slice(s, changed) => {
             flagged = changed;
             if let Some(c) = flagged.as_deref_mut() {
@@ -241,6 +245,9 @@ fn insert_inputs(
             // slicing: the workers canonicalize, the writer only hashes
             // and sets bits.
             let keys = out.keys.keys();
+            if let Some(f) = owned.as_deref_mut() {
+                out.new = f.insert_batch_owned(&keys);
+            }
             match (&parallel, growing.as_deref_mut()) {
                 (Some(Par::Slice(s)), _) if flagged.is_some() => {
                     let mut flags = vec![false; keys.len()];
@@ -249,7 +256,6 @@ fn insert_inputs(
                         c.take(&flags);
                     }
                 }
-                (Some(Par::Insert(f)), _) => out.new = f.insert_batch(&keys),
                 // A slice counts its new items itself (Slice::new_items).
                 (Some(Par::Slice(s)), _) if !spill_ranges.is_empty() => {
                     out.spills = vec![Vec::new(); spill_ranges.len()];
@@ -436,16 +442,15 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         return Ok(code);
     }
     // The engine's error already names the (temporary) file and the failure.
-    let filter = Arc::new(Filter::create_file(&a.output, params)?);
+    let mut filter = Filter::create_file(&a.output, params)?;
     let stats = insert_inputs(
         (kind, mode),
         &a.inputs,
         a.strict,
-        Sink::Build(filter.clone()),
+        Sink::Build(&mut filter),
         Pass::ONLY,
         None,
     )?;
-    let mut filter = Arc::into_inner(filter).expect("the inserting threads are done");
     let p = filter.params();
     refuse_useless(
         &a,

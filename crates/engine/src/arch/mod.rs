@@ -2,7 +2,7 @@
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
 //! engine calls the safe functions here ([`block_contains`], [`dispatch`],
-//! [`block_mask`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
+//! [`block_mask`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
 //! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
 //! reference: the tests run every supported kernel on the same inputs and
@@ -182,6 +182,23 @@ pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
     scalar::block_mask(h, k)
 }
 
+/// ORs the probes of `h` into a block the caller holds exclusively (plain
+/// memory, no other reader or writer); whether a bit was new. The same bits
+/// as [`block_mask`] OR-ed into the block word by word; a block that has
+/// them all already is not written.
+///
+/// AVX-512 builds the mask in a vector register; AVX2 and scalar use the
+/// scalar reference, which the compiler vectorizes where it can.
+#[inline(always)]
+pub fn block_insert(kernel: Kernel, block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    match kernel.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        Isa::Avx512 => unsafe { x86_64::block_insert_avx512(block, h, k) },
+        _ => scalar::block_insert(block, h, k),
+    }
+}
+
 /// Hints the CPU to start loading the cache line at `ptr`. Never faults,
 /// whatever the address: a prefetch is only a hint.
 #[inline(always)]
@@ -258,6 +275,31 @@ mod tests {
                 let holed = atomic(m);
                 holed[w].fetch_and(!(1u64 << bit), Relaxed);
                 prop_assert!(!block_contains(kernel, &holed, h, k), "kernel {}", kernel);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_insert_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
+            // Random blocks rarely hold a whole mask; sparse ones (and the
+            // second insert below) cover "nothing new" too.
+            let words = if sparse { words.map(|w| w & w.rotate_left(13) & w.rotate_left(29)) } else { words };
+            let h = h | 1;
+            let mut want = words;
+            let want_new = scalar::block_insert(&mut want, h, k);
+            let mask = block_mask(h, k);
+            let or: [u64; 8] = std::array::from_fn(|i| words[i] | mask[i]);
+            prop_assert_eq!(want, or);
+            prop_assert_eq!(want_new, or != words);
+            assert_expected_kernels();
+            for kernel in Kernel::supported() {
+                let mut got = words;
+                let new = dispatch(kernel, |kk| block_insert(kk, &mut got, h, k));
+                prop_assert_eq!(got, want, "kernel {}", kernel);
+                prop_assert_eq!(new, want_new, "kernel {}", kernel);
+                prop_assert!(!block_insert(kernel, &mut got, h, k), "kernel {}", kernel);
+                prop_assert_eq!(got, want, "kernel {}", kernel);
             }
         }
     }

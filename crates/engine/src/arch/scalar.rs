@@ -34,3 +34,28 @@ pub fn block_contains(block: &[u64; 8], h: u32, k: u32) -> bool {
     }
     true
 }
+
+/// ORs the `k` probes of `h` into `block`, a block its caller holds
+/// exclusively. Returns whether a bit was new. An item whose bits are all
+/// set already writes nothing (a mapped file's page is not dirtied for it).
+///
+/// One branch per item, not per word: whether a given word gains bits is a
+/// coin flip for a new item, and eight unpredictable branches cost more
+/// than the stores. The eight-word test and merge are plain integer code,
+/// which the compiler turns into two vector loads, a test and a store where
+/// the loop is compiled for AVX2 or AVX-512 (`arch::dispatch`).
+#[inline(always)]
+pub fn block_insert(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    let mask = block_mask(h, k);
+    let missing = mask
+        .iter()
+        .zip(block.iter())
+        .fold(0, |acc, (m, c)| acc | (m & !c));
+    if missing == 0 {
+        return false;
+    }
+    for (w, m) in block.iter_mut().zip(mask) {
+        *w |= m;
+    }
+    true
+}

@@ -156,3 +156,58 @@ pub(super) unsafe fn block_contains_avx512(block: &Block, h: u32, k: u32) -> boo
     }
     missing == 0
 }
+
+/// AVX-512F twin of [`super::scalar::block_insert`]: builds the probe mask in
+/// one 512-bit register instead of eight words on the stack.
+///
+/// The sixteen positions of a round come from one multiply (`vpmulld`) and
+/// a shift, stored once; then each probe is broadcast to the sixteen 32-bit
+/// lanes of the block, the lane's first bit subtracted, and `vpsllvd` of 1
+/// by the difference gives the probe's bit in its own lane and 0 in every
+/// other (a count that is negative, read as unsigned, or above 31 shifts
+/// everything out). The test and the merge are one `vpandnd`, one test and
+/// one store of the whole block. Measured in cache (`insert_profile`-style
+/// loop, k = 12): 39 ns against 52–55 ns for the scalar mask, whose eight
+/// stack words are then reloaded as vectors before their stores retire.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn block_insert_avx512(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    let first_bit = _mm512_setr_epi32(
+        0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
+    );
+    let ones = _mm512_set1_epi32(1);
+    let hv = _mm512_set1_epi32(h as i32);
+    let k = k.min(64) as usize;
+    let mut mask = _mm512_setzero_si512();
+    let mut positions = [0u32; 16];
+    let mut i = 0;
+    while i < k {
+        // SAFETY: POWERS has 64 entries and here 0 ≤ i ≤ 48 (k ≤ 64, i steps
+        // by 16), so the unaligned 64-byte load reads POWERS[i..i+16], in
+        // bounds; `positions` is 64 writable bytes.
+        unsafe {
+            let mults = _mm512_loadu_si512(POWERS.as_ptr().add(i).cast());
+            let x = _mm512_mullo_epi32(hv, mults);
+            _mm512_storeu_si512(positions.as_mut_ptr().cast(), _mm512_srli_epi32::<23>(x));
+        }
+        for &pos in &positions[..(k - i).min(16)] {
+            let shift = _mm512_sub_epi32(_mm512_set1_epi32(pos as i32), first_bit);
+            mask = _mm512_or_si512(mask, _mm512_sllv_epi32(ones, shift));
+        }
+        i += 16;
+    }
+    // SAFETY: `block` is 64 bytes the caller holds exclusively (`&mut`);
+    // unaligned vector loads and stores need no alignment.
+    unsafe {
+        let cur = _mm512_loadu_si512(block.as_ptr().cast());
+        let missing = _mm512_andnot_si512(cur, mask);
+        if _mm512_test_epi32_mask(missing, missing) == 0 {
+            return false;
+        }
+        _mm512_storeu_si512(block.as_mut_ptr().cast(), _mm512_or_si512(cur, mask));
+    }
+    true
+}

@@ -264,3 +264,44 @@ fn or_bytes_round_trip() {
     assert!(b.or_bytes_at(bytes.len() as u64, &[0; 8]).is_err());
     assert!(b.or_bytes_at(3, &[0; 8]).is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// The single-writer path sets the same bits, counts the same new items
+    /// and answers the same per insert as the shared path, on every kernel;
+    /// batches of 256 and more take the shared path's region-sorted route,
+    /// owned batches are sorted by region or not.
+    /// Small filters (few blocks) make items share blocks and collide.
+    #[test]
+    fn owned_and_shared_inserts_give_the_same_bytes(
+        ids in proptest::collection::vec(0u32..3000, 0..1500),
+        cuts in proptest::collection::vec((0usize..700, any::<bool>(), any::<bool>()), 1..6),
+        n in 10u64..2000, p in prop_oneof![Just(0.01), Just(1e-4), Just(0.2)],
+        seed in any::<u64>(),
+    ) {
+        let items: Vec<Vec<u8>> = ids.iter().map(|i| format!("http://h{i}.example/{}", i % 7).into_bytes()).collect();
+        for kernel in Kernel::supported() {
+            let shared = small(Layout::Blocked, n, p, seed);
+            let mut owned = small(Layout::Blocked, n, p, seed);
+            owned.set_kernel(kernel);
+            let mut rest = &items[..];
+            for &(len, batched, sorted) in cuts.iter().cycle().take(64) {
+                if rest.is_empty() { break; }
+                let (now, later) = rest.split_at(len.min(rest.len()));
+                rest = later;
+                if batched {
+                    prop_assert_eq!(owned.insert_batch_owned_as(now, sorted), shared.insert_batch(now));
+                } else {
+                    for it in now {
+                        prop_assert_eq!(owned.insert_owned(it), shared.insert(it), "kernel {}", kernel);
+                    }
+                }
+            }
+            prop_assert_eq!(owned.insert_batch_owned(rest), shared.insert_batch(rest));
+            prop_assert_eq!(owned.as_bytes(), shared.as_bytes(), "kernel {}", kernel);
+            prop_assert_eq!(owned.items(), shared.items());
+            prop_assert_eq!(owned.touched.load(Relaxed), shared.touched.load(Relaxed));
+            for it in &items { prop_assert!(owned.contains(it)); }
+        }
+    }
+}
