@@ -48,11 +48,8 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use bloomgate_blacklist::per_lookup_rate;
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
-use bloomgate_engine::math::{self, CUCKOO_DEFAULT_BUCKET_SIZE};
-use bloomgate_engine::{
-    random_seed, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams, Removal,
-};
-use bloomgate_list::{List, OpenOptions};
+use bloomgate_engine::{random_seed, AnyFilter, Removal};
+use bloomgate_list::{List, OpenOptions, TablePlan};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
 use crate::args::{BuildArgs, KeysArg};
@@ -469,25 +466,9 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
     let per_lookup = per_lookup_rate(kind, mode, a.size.fp);
     let seed = a.seed.unwrap_or_else(random_seed);
     let usage = |e: bloomgate_engine::PlanError| UsageError(e.to_string());
-    let filter = match which {
-        DeletableKind::Counting => {
-            let plan = math::plan_counting(items, per_lookup).map_err(usage)?;
-            check_memory(layout, plan.bytes(), a.memory)?;
-            let mut params = CountingParams::from_plan(&plan, seed);
-            params.key_kind = kind.as_u8();
-            params.match_mode = mode.as_u8();
-            AnyFilter::Counting(CountingFilter::new(params)?)
-        }
-        DeletableKind::Cuckoo => {
-            let plan =
-                math::plan_cuckoo(items, per_lookup, CUCKOO_DEFAULT_BUCKET_SIZE).map_err(usage)?;
-            check_memory(layout, plan.bytes(), a.memory)?;
-            let mut params = CuckooParams::from_plan(&plan, seed);
-            params.key_kind = kind.as_u8();
-            params.match_mode = mode.as_u8();
-            AnyFilter::Cuckoo(CuckooFilter::new(params)?)
-        }
-    };
+    let plan = TablePlan::new(which, items, per_lookup, kind, mode, seed).map_err(usage)?;
+    check_memory(layout, plan.bytes(), a.memory)?;
+    let filter = plan.create()?;
     let mut list = List::from_table(filter, &a.output)?;
     let mut full = None;
     let (t, result) = apply(&mut list, &a.inputs, a.strict, Op::Add, &mut full);
