@@ -16,7 +16,7 @@ if [ ! -x "$venv/bin/python" ]; then
   }
 fi
 need=()
-for spec in maturin:maturin pytest:pytest scrapy:scrapy 'redis:redis>=5'; do
+for spec in maturin:maturin pytest:pytest scrapy:scrapy 'redis:redis>=5' scrapy_redis:scrapy-redis; do
   mod=${spec%%:*}
   "$venv/bin/python" -c "import $mod" >/dev/null 2>&1 || need+=("${spec#*:}")
 done

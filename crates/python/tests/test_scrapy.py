@@ -186,3 +186,29 @@ def test_two_crawlers_sharing_a_redis_cluster_filter(tmp_path, site, cluster):
     assert max(site.hits.values()) == 1, site.hits.most_common(3)
     assert sa.get("bloomgate/new", 0) + sb.get("bloomgate/new", 0) == PAGES
     assert "bloomgate/unavailable" not in sa and "bloomgate/unavailable" not in sb
+
+
+def test_scrapy_redis_scheduler_two_crawlers(tmp_path, site, redis_server):
+    """scrapy-redis's scheduler (its queue in Redis) with this filter in the
+    same Redis: two crawlers, each page downloaded once in total."""
+    addr = f"redis://{redis_server.addr}/srseen"
+    bloomgate.create(addr, 100000, 1e-6, keys="url")
+    settings = {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_PERSIST": True,
+        "REDIS_URL": f"redis://{redis_server.addr}/0",
+        "DUPEFILTER_CLASS": "bloomgate.scrapy.BloomDupeFilter",
+        "BLOOMGATE_DUPEFILTER_REDIS": addr,
+        "BLOOMGATE_DUPEFILTER_KEYS": "url",
+    }
+    a = crawl(tmp_path, settings, site.url("/page/0"), "sr-a")
+    b = crawl(tmp_path, settings, site.url(f"/page/{PAGES // 2}"), "sr-b")
+    sa = finish(*a, tmp_path, "sr-a")
+    sb = finish(*b, tmp_path, "sr-b")
+    # A crawler that finds the shared queue empty may stop early; what one
+    # left in the queue is crawled by a third run.
+    c = crawl(tmp_path, settings, site.url("/page/0"), "sr-c")
+    sc = finish(*c, tmp_path, "sr-c")
+    assert set(site.hits) == {f"page/{i}" for i in range(PAGES)}
+    assert max(site.hits.values()) == 1, site.hits.most_common(3)
+    assert sum(s.get("bloomgate/new", 0) for s in (sa, sb, sc)) == PAGES
