@@ -188,13 +188,16 @@ def run_fleet(args):
         def measure(name, add1, add_many, has_many, mem):
             ks = keys("a", 0, single)
             t1, claims = timed(lambda: [add1(k) for k in ks])
-            assert all(claims), f"{name}: a new key not claimed"
+            # A new key taken for a present one (a false positive of the
+            # filter so far) is not claimed: counted, bounded.
+            unclaimed = claims.count(False)
             ta = 0.0
             for s in range(single, n, 10_000):
                 ks = keys("a", s, min(10_000, n - s))
                 dt, c = timed(lambda: add_many(ks))
-                assert all(c), f"{name}: a new key not claimed"
+                unclaimed += list(c).count(False)
                 ta += dt
+            assert unclaimed <= 10 * FP * n, f"{name}: {unclaimed} new keys not claimed"
             tl = 0.0
             looked = 0
             for s in range(0, min(n, 200_000), 10_000):
@@ -209,15 +212,18 @@ def run_fleet(args):
                    "claims_per_s_batched": (n - single) / ta,
                    "lookups_per_s_batched": looked / tl,
                    "bytes_per_item": mem() / n,
+                   "unclaimed_new_keys": unclaimed,
                    "fp_measured": fps / 200_000}
             rows.append(row)
             print(json.dumps(row), flush=True)
 
+        want = args.fleet_peers.split(",")
         # bloomgate's filter in Redis.
         addr = f"redis://127.0.0.1:{port}/bench"
         bloomgate.create(addr, n, FP, keys="raw")
         lst = bloomgate.open(addr)
-        measure("bloomgate (Redis)", lst.add, lst.add_many, lst.check_many,
+        if "bloomgate" in want:
+            measure("bloomgate (Redis)", lst.add, lst.add_many, lst.check_many,
                 lambda: r.info("memory")["used_memory"] - base)
         r.flushall()
         base = r.info("memory")["used_memory"]
@@ -238,7 +244,8 @@ def run_fleet(args):
                 p.sismember("dupefilter", fp(k))
             return [bool(x) for x in p.execute()]
 
-        measure("Redis set (scrapy-redis SADD)", lambda k: r.sadd("dupefilter", fp(k)) == 1,
+        if "set" in want:
+            measure("Redis set (scrapy-redis SADD)", lambda k: r.sadd("dupefilter", fp(k)) == 1,
                 sadd_many, sis_many, lambda: r.info("memory")["used_memory"] - base)
         r.flushall()
         base = r.info("memory")["used_memory"]
@@ -270,7 +277,8 @@ def run_fleet(args):
             res = p.execute()
             return [all(res[i * k:(i + 1) * k]) for i in range(len(ks))]
 
-        measure("Redis per-bit Bloom (SETBIT/GETBIT)", lambda key: setbit_many([key])[0],
+        if "perbit" in want:
+            measure("Redis per-bit Bloom (SETBIT/GETBIT)", lambda key: setbit_many([key])[0],
                 setbit_many, getbit_many, lambda: r.info("memory")["used_memory"] - base)
         return rows
     finally:
@@ -284,6 +292,7 @@ def main():
     ap.add_argument("what", choices=["local", "fleet"])
     ap.add_argument("--items", type=int, default=10_000_000)
     ap.add_argument("--slow-items", type=int, default=1_000_000)
+    ap.add_argument("--fleet-peers", default="bloomgate,set,perbit")
     ap.add_argument("--peers", default="blocked,classic,rbloom,pybloomfiltermmap3,pybloom-live")
     args = ap.parse_args()
     print(f"# {args.what}: {args.items:,} items at {FP}, python {sys.version.split()[0]}",
