@@ -64,8 +64,8 @@ def test_every_layout_from_a_file(tmp_path, layout):
 
 def test_build_streams_a_generator_and_refuses_an_invalid_entry(tmp_path):
     path = str(tmp_path / "g.bgf")
-    n = bloomgate.build(path, (f"host{i}.example" for i in range(70000)), keys="host")
-    assert n == 70000
+    n = bloomgate.build(path, (f"host{i}.example" for i in range(70000)), keys="host", seed=7)
+    assert 69950 <= n <= 70000  # "new": probably absent before (a false positive is not)
     lst = bloomgate.open(path)
     assert lst.info()["planned_items"] >= 70000
     assert "www.host5.example" in lst  # host keys match subdomains' queries
