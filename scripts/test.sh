@@ -45,3 +45,6 @@ fi
 echo "test.sh: expecting the kernels ${BLOOMGATE_EXPECT_KERNELS:-scalar}"
 echo "test.sh: cargo test (release: the FP-rate and 2^33-bit tests do real work)"
 cargo test --workspace --release
+# The Python package and its Scrapy duplicate filter (crates/python).
+echo "test.sh: Python tests"
+bash scripts/python-tests.sh

@@ -51,6 +51,7 @@ pub mod check;
 mod error;
 pub mod info;
 pub mod stamp;
+mod table;
 pub mod units;
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,7 @@ pub use check::{CheckScratch, Verdict};
 pub use error::Error;
 pub use info::Info;
 pub use stamp::{Change, Stamp};
+pub use table::TablePlan;
 
 /// How a list is opened ([`List::open_with`]).
 #[derive(Clone, Debug, Default)]

@@ -47,12 +47,10 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 
 use bloomgate_blacklist::cf_file::CfLayout;
-use bloomgate_blacklist::{DeletablePlan, DeletableSpec};
+use bloomgate_blacklist::DeletableSpec;
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
-use bloomgate_engine::{
-    random_seed, AnyFilter, CountingFilter, CountingParams, CuckooFilter, CuckooParams, Removal,
-};
-use bloomgate_list::{List, OpenOptions};
+use bloomgate_engine::{random_seed, AnyFilter, Removal};
+use bloomgate_list::{List, OpenOptions, TablePlan};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
 use crate::args::{BuildArgs, KeysArg};
@@ -468,22 +466,9 @@ pub fn build(a: BuildArgs, which: DeletableKind) -> Result<i32> {
     };
     let spec = DeletableSpec::for_build(CfLayout::of(which), items, a.size.fp, kind, mode);
     let seed = a.seed.unwrap_or_else(random_seed);
-    let plan = spec.plan().map_err(|e| UsageError(e.to_string()))?;
+    let plan = TablePlan::new(&spec, seed).map_err(|e| UsageError(e.to_string()))?;
     check_memory(layout, plan.bytes(), a.memory)?;
-    let filter = match plan {
-        DeletablePlan::Counting(plan) => {
-            let mut params = CountingParams::from_plan(&plan, seed);
-            params.key_kind = kind.as_u8();
-            params.match_mode = mode.as_u8();
-            AnyFilter::Counting(CountingFilter::new(params)?)
-        }
-        DeletablePlan::Cuckoo(plan) => {
-            let mut params = CuckooParams::from_plan(&plan, seed);
-            params.key_kind = kind.as_u8();
-            params.match_mode = mode.as_u8();
-            AnyFilter::Cuckoo(CuckooFilter::new(params)?)
-        }
-    };
+    let filter = plan.create()?;
     let mut list = List::from_table(filter, &a.output)?;
     let mut full = None;
     let (t, result) = apply(&mut list, &a.inputs, a.strict, Op::Add, &mut full);
