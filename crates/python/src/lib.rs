@@ -22,8 +22,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use bloomgate_blacklist::layers::unix_now;
 use bloomgate_blacklist::cf_file::CfLayout;
+use bloomgate_blacklist::layers::unix_now;
 use bloomgate_blacklist::{DeletableSpec, FilterSpec};
 use bloomgate_engine::format::DeletableKind;
 use bloomgate_engine::math;
