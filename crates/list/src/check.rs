@@ -36,7 +36,7 @@
 use std::ops::Range;
 
 use bloomgate_blacklist::{verdict_ref, VerdictRef, Whitelist};
-use bloomgate_url::{query_keys, KeyError, KeyKind, MatchMode};
+use bloomgate_url::{push_query_keys, KeyError, KeyKind, MatchMode};
 
 /// The answer to one query.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +105,6 @@ impl Verdict {
 /// or why it is not a valid query.
 #[derive(Debug, Default)]
 pub struct QueryKeys {
-    one: Vec<Vec<u8>>,
     arena: Vec<u8>,
     ends: Vec<usize>,
     spans: Vec<Result<Range<usize>, KeyError>>,
@@ -121,14 +120,9 @@ impl QueryKeys {
 
     /// Appends the keys of one query, by the key kind and match mode.
     pub fn push(&mut self, kind: KeyKind, mode: MatchMode, query: &[u8]) {
-        let span = query_keys(kind, mode, query, &mut self.one).map(|()| {
-            let first = self.ends.len();
-            for key in &self.one {
-                self.arena.extend_from_slice(key);
-                self.ends.push(self.arena.len());
-            }
-            first..self.ends.len()
-        });
+        let first = self.ends.len();
+        let span = push_query_keys(kind, mode, query, &mut self.arena, &mut self.ends)
+            .map(|n| first..first + n);
         self.spans.push(span);
     }
 

@@ -38,6 +38,26 @@ pub const MAX_EXPRESSIONS: usize = 30;
 /// Writes the expressions for an already-canonical key into `out`, reusing
 /// its buffers; `out` ends up holding exactly the expressions.
 pub(crate) fn expressions_from_key(key: &[u8], out: &mut Vec<Vec<u8>>) {
+    let mut n = 0usize;
+    for_each_expression(key, |h, p| {
+        if n == out.len() {
+            out.push(Vec::with_capacity(h.len() + p.len()));
+        }
+        let slot = &mut out[n];
+        slot.clear();
+        slot.extend_from_slice(h);
+        slot.extend_from_slice(p);
+        n += 1;
+    });
+    out.truncate(n);
+}
+
+/// Calls `f(host, path)` for each expression of an already-canonical key,
+/// in the spec's order, without duplicates: the expression is `host`
+/// followed by `path`. Host variants are distinct suffixes and a host holds
+/// no `/`, so two expressions are equal only when their paths are: the
+/// paths are deduplicated once, not the expressions pairwise.
+pub(crate) fn for_each_expression(key: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
     let slash = memchr(b'/', key).unwrap_or(key.len());
     let host = &key[..slash];
     let rest: &[u8] = if slash < key.len() {
@@ -93,22 +113,20 @@ pub(crate) fn expressions_from_key(key: &[u8], out: &mut Vec<Vec<u8>>) {
         }
     }
 
-    let mut n = 0usize;
-    for h in &hosts[..nh] {
-        for p in &paths[..np] {
-            if n == out.len() {
-                out.push(Vec::with_capacity(h.len() + p.len()));
-            }
-            let slot = &mut out[n];
-            slot.clear();
-            slot.extend_from_slice(h);
-            slot.extend_from_slice(p);
-            if !out[..n].iter().any(|e| *e == out[n]) {
-                n += 1;
-            }
+    // Equal paths: "/" twice, or a path ending in '/' equal to a prefix.
+    let mut unique: [&[u8]; 6] = [path; 6];
+    let mut nu = 0;
+    for p in &paths[..np] {
+        if !unique[..nu].contains(p) {
+            unique[nu] = p;
+            nu += 1;
         }
     }
-    out.truncate(n);
+    for h in &hosts[..nh] {
+        for p in &unique[..nu] {
+            f(h, p);
+        }
+    }
 }
 
 /// The host-suffix/path-prefix expressions Safe Browsing looks up for a URL

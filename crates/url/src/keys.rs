@@ -48,7 +48,7 @@ use std::str::FromStr;
 
 use crate::canon::{canonical_host, canonical_key};
 use crate::error::{KeyError, UrlError};
-use crate::expressions::{expressions_from_key, MAX_EXPRESSIONS};
+use crate::expressions::{expressions_from_key, for_each_expression, MAX_EXPRESSIONS};
 use crate::host::parse_ipv4;
 
 /// Number of lookups per `host` query that filters are sized for (the host
@@ -255,6 +255,63 @@ pub fn query_keys(
     r
 }
 
+/// [`query_keys`] appending to flat storage: each key's bytes to `arena`
+/// and its end in `arena` to `ends`, so a batch of queries keeps all its
+/// keys in two buffers (no allocation per query or key once they have
+/// grown). Returns how many keys the query has. On error nothing is
+/// appended.
+///
+/// # Errors
+///
+/// A [`KeyError`] if the query cannot be normalized.
+///
+/// ```
+/// use bloomgate_url::{push_query_keys, KeyKind, MatchMode};
+/// let (mut arena, mut ends) = (Vec::new(), Vec::new());
+/// let n = push_query_keys(KeyKind::Host, MatchMode::Exact, b"a.evil.com", &mut arena, &mut ends).unwrap();
+/// assert_eq!((n, &arena[..], &ends[..]), (2, &b"a.evil.comevil.com"[..], &[10, 18][..]));
+/// ```
+pub fn push_query_keys(
+    kind: KeyKind,
+    mode: MatchMode,
+    query: &[u8],
+    arena: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
+) -> Result<usize, KeyError> {
+    let before = ends.len();
+    let mut push = |key: &[u8]| {
+        arena.extend_from_slice(key);
+        ends.push(arena.len());
+    };
+    match (kind, mode) {
+        (KeyKind::Url, MatchMode::Prefix) => {
+            url_shape(query)?;
+            let key = canonical_key(query)?;
+            for_each_expression(&key, |h, p| {
+                arena.extend_from_slice(h);
+                arena.extend_from_slice(p);
+                ends.push(arena.len());
+            });
+        }
+        (KeyKind::Url, _) => {
+            url_shape(query)?;
+            push(&canonical_key(query)?);
+        }
+        (KeyKind::Host, _) => {
+            let host = canonical_host(query)?;
+            for_each_host_lookup(host.as_bytes(), push);
+        }
+        (KeyKind::Email, _) => push(&email_key(query)?),
+        (KeyKind::Raw, _) => {
+            if query.is_empty() {
+                return Err(KeyError::Empty);
+            }
+            push(query);
+        }
+    }
+    Ok(ends.len() - before)
+}
+
 fn set_single(out: &mut Vec<Vec<u8>>, key: &[u8]) {
     out.truncate(1);
     match out.first_mut() {
@@ -351,17 +408,23 @@ fn is_scheme_byte(b: u8) -> bool {
 
 /// Host + parent domains with at least two labels, capped (see module docs).
 fn host_lookups(host: &[u8], out: &mut Vec<Vec<u8>>) {
-    let is_ip = host.first() == Some(&b'[') || parse_ipv4(host).is_some();
     let mut n = 0usize;
-    let mut put = |out: &mut Vec<Vec<u8>>, k: &[u8]| {
+    for_each_host_lookup(host, |k| {
         if n == out.len() {
             out.push(Vec::with_capacity(k.len()));
         }
         out[n].clear();
         out[n].extend_from_slice(k);
         n += 1;
-    };
-    put(out, host);
+    });
+    out.truncate(n);
+}
+
+/// Calls `f` with the host, then each parent domain of at least two
+/// labels (see [`host_lookups`]).
+fn for_each_host_lookup(host: &[u8], mut f: impl FnMut(&[u8])) {
+    let is_ip = host.first() == Some(&b'[') || parse_ipv4(host).is_some();
+    f(host);
     if !is_ip {
         // Every parent domain with at least two labels, most specific
         // first. No cap: an entry must match however deep the query's
@@ -373,12 +436,11 @@ fn host_lookups(host: &[u8], out: &mut Vec<Vec<u8>>) {
             if b == b'.' {
                 let parent = &host[i + 1..];
                 if parent.contains(&b'.') {
-                    put(out, parent);
+                    f(parent);
                 }
             }
         }
     }
-    out.truncate(n);
 }
 
 /// The address of a mail header's `Display Name <local@domain>` (or

@@ -64,8 +64,8 @@ pub use canon::{canonical_host, canonical_key, canonicalize};
 pub use error::{KeyError, UrlError};
 pub use expressions::{expressions, MAX_EXPRESSIONS};
 pub use keys::{
-    entry_key, is_single_label_host, max_lookups, query_keys, url_shape, KeyKind, MatchMode,
-    ParseKindError, MAX_HOST_LOOKUPS,
+    entry_key, is_single_label_host, max_lookups, push_query_keys, query_keys, url_shape, KeyKind,
+    MatchMode, ParseKindError, MAX_HOST_LOOKUPS,
 };
 
 #[doc(hidden)]

@@ -2,8 +2,8 @@
 
 use bloomgate_url::__private::{fast_key_start, fast_key_start_scalar, slow_canonical_key};
 use bloomgate_url::{
-    canonical_host, canonical_key, canonicalize, entry_key, expressions, query_keys, KeyKind,
-    MatchMode, MAX_EXPRESSIONS,
+    canonical_host, canonical_key, canonicalize, entry_key, expressions, push_query_keys,
+    query_keys, KeyKind, MatchMode, MAX_EXPRESSIONS,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -364,8 +364,21 @@ fn check_all(input: &[u8]) -> Result<(), TestCaseError> {
                 let again = entry_key(kind, mode, &k).map(|c| c.into_owned());
                 prop_assert_eq!(again.as_ref(), Ok(&k), "entry not idempotent");
             }
-            if query_keys(kind, mode, input, &mut out).is_ok() {
+            // The flat form appends exactly the same keys (nothing on error).
+            let (mut arena, mut ends) = (b"before".to_vec(), vec![6]);
+            let pushed = push_query_keys(kind, mode, input, &mut arena, &mut ends);
+            let got = query_keys(kind, mode, input, &mut out);
+            prop_assert_eq!(pushed.as_ref().err(), got.as_ref().err());
+            prop_assert_eq!(pushed.unwrap_or(0), out.len());
+            let flat: Vec<&[u8]> = ends.windows(2).map(|w| &arena[w[0]..w[1]]).collect();
+            prop_assert_eq!(&arena[..6], b"before");
+            prop_assert_eq!(flat, out.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            if got.is_ok() {
                 prop_assert!(!out.is_empty());
+                // No key twice.
+                for (i, k) in out.iter().enumerate() {
+                    prop_assert!(!out[..i].contains(k), "{:?} twice", k);
+                }
                 if kind == KeyKind::Host {
                     // Host lookups are not capped (zero false negatives for
                     // deep subdomains): the host plus every parent with at
