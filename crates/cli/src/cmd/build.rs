@@ -390,6 +390,9 @@ pub fn build(mut a: BuildArgs) -> Result<i32> {
     if let Some(dir) = a.squidguard.take() {
         return crate::cmd::squid::build_squidguard(a, &dir);
     }
+    if a.layout == crate::args::BuildLayoutArg::Ribbon {
+        return crate::cmd::ribbon::build(a);
+    }
     let layout = match (a.layout.bloom(), a.layout.deletable()) {
         (Some(layout), _) => layout,
         (None, Some(which)) => return crate::cmd::deletable::build(a, which),
