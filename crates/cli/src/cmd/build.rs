@@ -701,6 +701,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
     if crate::cmd::redis::is_address(&a.filter) {
         return crate::cmd::redis::add(a);
     }
+    crate::cmd::ribbon::refuse_static(&a.filter, "adds")?;
     if a.print_new {
         return Err(crate::cmd::UsageError(
             "--print-new applies to Redis filters (an add to a file has one writer)".into(),

@@ -376,3 +376,16 @@ mod tests {
         }
     }
 }
+
+/// Refuses `what` (an add, a union) on a static ribbon file with a usage
+/// error that says why; any other file passes.
+pub fn refuse_static(path: &str, what: &str) -> Result<()> {
+    let code = bloomgate_engine::format::peek_layout_code(Path::new(path)).ok();
+    if code == Some(bloomgate_engine::format::LAYOUT_RIBBON) {
+        return Err(UsageError(format!(
+            "{path}: a ribbon filter is static: it is solved once from all its entries and cannot take {what}; rebuild it from its source with `bloomgate build --layout ribbon`"
+        ))
+        .into());
+    }
+    Ok(())
+}
