@@ -80,7 +80,10 @@ fn same_bytes_for_any_thread_count() {
     let spec = RibbonSpec::new(1e-4, 42);
     let mut files = Vec::new();
     for threads in [1, 2, 3] {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         let path = dir.path().join(format!("t{threads}.bgf"));
         pool.install(|| make(&path, &spec, &items));
         files.push(std::fs::read(&path).unwrap());
@@ -186,7 +189,15 @@ fn damaged_ribbon_files_are_refused() {
     });
     assert_problem(
         Filter::open(&path, bloomgate_engine::Access::ReadOnly).unwrap_err(),
-        |p| matches!(p, FormatProblem::WrongKind { found: "ribbon", .. }),
+        |p| {
+            matches!(
+                p,
+                FormatProblem::WrongKind {
+                    found: "ribbon",
+                    ..
+                }
+            )
+        },
     );
     Ribbon::open(&path).unwrap().verify().unwrap();
 }

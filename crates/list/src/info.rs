@@ -14,8 +14,8 @@ use bloomgate_blacklist::Blacklist;
 use bloomgate_engine::format::FORMAT_VERSION;
 use bloomgate_engine::math::{self, CUCKOO_PLANNED_LOAD};
 use bloomgate_engine::{AnyFilter, Ribbon};
-use bloomgate_url::{KeyKind, MatchMode};
 use bloomgate_redis::RedisFilter;
+use bloomgate_url::{KeyKind, MatchMode};
 
 use crate::units::{bytes, thousands};
 use crate::{Error, OpenOptions};

@@ -496,9 +496,7 @@ impl List {
         let table = match &self.store {
             Store::Table(t) => &t.filter,
             // Refused by `removable` above.
-            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => {
-                return Ok(Removal::NotPresent)
-            }
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => return Ok(Removal::NotPresent),
         };
         match table {
             AnyFilter::Counting(f) => Ok(f.remove(key)),

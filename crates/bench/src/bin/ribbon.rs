@@ -95,7 +95,9 @@ fn main() {
     });
     let r = Ribbon::open(&path).expect("open");
     let fp = outs.par_iter().filter(|k| r.contains(k)).count() as f64 / strangers as f64;
-    let l = ns(reps, lookups, || probe.iter().filter(|k| r.contains(k)).count() as u64);
+    let l = ns(reps, lookups, || {
+        probe.iter().filter(|k| r.contains(k)).count() as u64
+    });
     let mut out = Vec::new();
     let lb = ns(reps, lookups, || {
         r.contains_many(&probe, &mut out);
@@ -121,7 +123,9 @@ fn main() {
             f.insert_batch(&ins)
         });
         let fp = outs.par_iter().filter(|k| f.contains(k)).count() as f64 / strangers as f64;
-        let l = ns(reps, lookups, || probe.iter().filter(|k| f.contains(k)).count() as u64);
+        let l = ns(reps, lookups, || {
+            probe.iter().filter(|k| f.contains(k)).count() as u64
+        });
         let mut out = Vec::new();
         let lb = ns(reps, lookups, || {
             f.contains_batch(&probe, &mut out);
@@ -149,7 +153,9 @@ fn main() {
     let fuse = fuse.expect("built");
     let has = |k: &[u8]| fuse.contains(&xxh3_64_with_seed(k, SEED));
     let fp = outs.par_iter().filter(|k| has(k)).count() as f64 / strangers as f64;
-    let l = ns(reps, lookups, || probe.iter().filter(|k| has(k)).count() as u64);
+    let l = ns(reps, lookups, || {
+        probe.iter().filter(|k| has(k)).count() as u64
+    });
     row(
         "xorf BinaryFuse16",
         fuse.fingerprints.len() as f64 * 16.0 / n as f64,

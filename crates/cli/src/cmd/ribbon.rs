@@ -136,12 +136,8 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         if input::interrupted() {
             bail!("interrupted");
         }
-        let mut keys = Vec::with_capacity(
-            group
-                .clone()
-                .map(|p| read.per_partition[p] as usize)
-                .sum(),
-        );
+        let mut keys =
+            Vec::with_capacity(group.clone().map(|p| read.per_partition[p] as usize).sum());
         for p in group.clone() {
             read_partition(&tmp.0, p, &mut keys)?;
         }
@@ -226,7 +222,8 @@ fn partition_inputs(
     let mut files = Vec::with_capacity(PARTITIONS);
     for p in 0..PARTITIONS {
         let path = partition_path(dir, p);
-        let f = File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
+        let f =
+            File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
         files.push(BufWriter::with_capacity(64 << 10, f));
     }
     let mut read = Read1 {

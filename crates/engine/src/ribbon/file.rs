@@ -351,7 +351,9 @@ impl RibbonWriter {
         let mut entry = shard.entry;
         entry.offset = self.words;
         if entry.words(self.header.columns) != shard.words.len() as u64 {
-            return Err(Error::InvalidParams("shard solution of the wrong size".into()));
+            return Err(Error::InvalidParams(
+                "shard solution of the wrong size".into(),
+            ));
         }
         for w in &shard.words {
             self.page.extend_from_slice(&w.to_le_bytes());

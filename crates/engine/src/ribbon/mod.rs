@@ -405,11 +405,14 @@ impl Ribbon {
         out.clear();
         out.reserve(items.len());
         let bits = self.header.shard_bits();
-        let mut pending = [(0usize, Row {
-            start: 0,
-            coeff: 0,
-            fp: 0,
-        }); BATCH];
+        let mut pending = [(
+            0usize,
+            Row {
+                start: 0,
+                coeff: 0,
+                fp: 0,
+            },
+        ); BATCH];
         for chunk in items.chunks(BATCH) {
             for (slot, item) in pending.iter_mut().zip(chunk) {
                 let g = key_hash(self.header.seed, item.as_ref());

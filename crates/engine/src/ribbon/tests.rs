@@ -49,7 +49,11 @@ fn a_tiny_overhead_is_retried_until_solved() {
     let mut spec = RibbonSpec::new(1e-3, 11);
     spec.overhead = 0.0;
     let r = built(dir.path(), &spec, &keys);
-    assert!(r.entries().iter().all(|e| e.attempt >= 1), "{:?}", r.entries());
+    assert!(
+        r.entries().iter().all(|e| e.attempt >= 1),
+        "{:?}",
+        r.entries()
+    );
     assert!(r.entries().iter().any(|e| e.attempt >= GROW_FROM));
     assert!(keys.iter().all(|&g| r.contains_hash(g)));
 }
@@ -68,11 +72,15 @@ fn the_solution_does_not_depend_on_key_order() {
 #[test]
 fn batched_answers_equal_single_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let keys: Vec<Vec<u8>> = (0..20_000u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..20_000u32)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
     let spec = RibbonSpec::new(0.01, 3);
     let hs: Vec<u64> = keys.iter().map(|k| key_hash(3, k)).collect();
     let r = built(dir.path(), &spec, &hs);
-    let probes: Vec<Vec<u8>> = (0..40_000u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let probes: Vec<Vec<u8>> = (0..40_000u32)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
     let mut out = Vec::new();
     r.contains_many(&probes, &mut out);
     let single: Vec<bool> = probes.iter().map(|p| r.contains(p)).collect();
