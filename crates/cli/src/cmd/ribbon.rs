@@ -352,6 +352,19 @@ fn plan_groups(per_partition: &[u64], shard_bits: u32, memory: u64) -> Vec<std::
     groups
 }
 
+/// Refuses `what` (an add, a union) on a static ribbon file with a usage
+/// error that says why; any other file passes.
+pub fn refuse_static(path: &str, what: &str) -> Result<()> {
+    let code = bloomgate_engine::format::peek_layout_code(Path::new(path)).ok();
+    if code == Some(bloomgate_engine::format::LAYOUT_RIBBON) {
+        return Err(UsageError(format!(
+            "{path}: a ribbon filter is static: it is solved once from all its entries and cannot take {what}; rebuild it from its source with `bloomgate build --layout ribbon`"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,17 +385,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Refuses `what` (an add, a union) on a static ribbon file with a usage
-/// error that says why; any other file passes.
-pub fn refuse_static(path: &str, what: &str) -> Result<()> {
-    let code = bloomgate_engine::format::peek_layout_code(Path::new(path)).ok();
-    if code == Some(bloomgate_engine::format::LAYOUT_RIBBON) {
-        return Err(UsageError(format!(
-            "{path}: a ribbon filter is static: it is solved once from all its entries and cannot take {what}; rebuild it from its source with `bloomgate build --layout ribbon`"
-        ))
-        .into());
-    }
-    Ok(())
 }
