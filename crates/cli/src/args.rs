@@ -238,6 +238,9 @@ pub enum BuildLayoutArg {
     /// A cuckoo filter (packed fingerprints): can delete; a fixed capacity
     /// (adds fail when it is full).
     Cuckoo,
+    /// A static ribbon filter: about 13.8 bits per item at 1e-4, 40 % less
+    /// than blocked; built once from all entries (no adds, no union).
+    Ribbon,
 }
 
 impl BuildLayoutArg {
@@ -246,7 +249,7 @@ impl BuildLayoutArg {
         match self {
             BuildLayoutArg::Blocked => Some(Layout::Blocked),
             BuildLayoutArg::Classic => Some(Layout::Classic),
-            BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo => None,
+            BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo | BuildLayoutArg::Ribbon => None,
         }
     }
 
@@ -256,7 +259,7 @@ impl BuildLayoutArg {
         match self {
             BuildLayoutArg::Counting => Some(DeletableKind::Counting),
             BuildLayoutArg::Cuckoo => Some(DeletableKind::Cuckoo),
-            BuildLayoutArg::Blocked | BuildLayoutArg::Classic => None,
+            BuildLayoutArg::Blocked | BuildLayoutArg::Classic | BuildLayoutArg::Ribbon => None,
         }
     }
 }

@@ -74,7 +74,8 @@ pub fn stop_on_signals() {
     });
 }
 
-fn interrupted() -> bool {
+/// True once a signal asked the command to stop ([`stop_on_signals`]).
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 

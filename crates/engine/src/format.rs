@@ -56,6 +56,22 @@ pub use deletable::{
     LAYOUT_COUNTING, LAYOUT_CUCKOO, MAX_CUCKOO_BUCKET_SHIFT, MAX_KICKS_LIMIT,
 };
 
+/// Static ribbon filter layout code (offset 16; `crate::ribbon`).
+pub const LAYOUT_RIBBON: u8 = 5;
+
+/// The name of the filter kind a layout code stands for, as
+/// [`FormatProblem::WrongKind`] reports it.
+pub fn layout_name(code: u8) -> &'static str {
+    match code {
+        1 => "classic Bloom",
+        2 => "blocked Bloom",
+        LAYOUT_COUNTING => "counting",
+        LAYOUT_CUCKOO => "cuckoo",
+        LAYOUT_RIBBON => "ribbon",
+        _ => "unknown",
+    }
+}
+
 /// The first eight bytes of every filter file.
 pub const MAGIC: [u8; 8] = *b"BLOOMGT\x01";
 /// The format version this build writes and the newest it reads.
@@ -167,6 +183,12 @@ impl Header {
         if let Some(kind) = DeletableKind::from_code(bytes[OFF_LAYOUT]) {
             return Err(FormatProblem::WrongKind {
                 found: kind.name(),
+                expected: "Bloom",
+            });
+        }
+        if bytes[OFF_LAYOUT] == LAYOUT_RIBBON {
+            return Err(FormatProblem::WrongKind {
+                found: "ribbon",
                 expected: "Bloom",
             });
         }

@@ -85,12 +85,20 @@
 //! and that of cuckoo filters in `math/cuckoo.rs`, each with its
 //! essay; both are re-exported here, so `math::plan_counting` and
 //! `math::plan_cuckoo` are the paths to use.
+//!
+//! # Static ribbon layout
+//!
+//! The sizing of the static ribbon layout (a linear system solved once, at
+//! 3–4 % over the information-theoretic bound) is in `math/ribbon.rs`,
+//! re-exported here like the others.
 
 mod counting;
 mod cuckoo;
+mod ribbon;
 
 pub use counting::*;
 pub use cuckoo::*;
+pub use ribbon::*;
 
 /// Bits in one block of the blocked layout: one 64-byte cache line.
 pub const BLOCK_BITS: u64 = 512;
@@ -426,6 +434,9 @@ pub enum PlanError {
         /// Slots per bucket.
         bucket_size: u32,
     },
+    /// The ribbon layout's fingerprints are at most 32 bits.
+    #[error("the ribbon layout plans rates down to 2^-32, got {0}")]
+    RibbonRateTooLow(f64),
 }
 
 fn check_inputs(items: u64, p: f64) -> Result<(), PlanError> {

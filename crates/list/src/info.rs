@@ -13,8 +13,9 @@ use serde_json::{json, Value};
 use bloomgate_blacklist::Blacklist;
 use bloomgate_engine::format::FORMAT_VERSION;
 use bloomgate_engine::math::{self, CUCKOO_PLANNED_LOAD};
-use bloomgate_engine::AnyFilter;
+use bloomgate_engine::{AnyFilter, Ribbon};
 use bloomgate_redis::RedisFilter;
+use bloomgate_url::{KeyKind, MatchMode};
 
 use crate::units::{bytes, thousands};
 use crate::{Error, OpenOptions};
@@ -229,6 +230,84 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
         },
         if o.verify { " verified" } else { "" }
     ));
+    Info {
+        json: v,
+        lines,
+        problems: Vec::new(),
+    }
+}
+
+/// Describes a static ribbon filter file: from its header and directory.
+pub(crate) fn ribbon(
+    path: &str,
+    f: &Ribbon,
+    (kind, mode): (KeyKind, MatchMode),
+    whitelist: usize,
+    o: &OpenOptions,
+) -> Info {
+    let h = f.header();
+    let predicted = f.predicted_fp();
+    let q = |p| bloomgate_blacklist::spec::per_query_rate(kind, mode, p);
+    let result_bits = h.columns as f64 + h.upper as f64 / 4_294_967_296.0;
+    let bound = -h.target_fp.log2();
+    let v = json!({
+        "path": path,
+        "format_version": h.version,
+        "layout": "ribbon",
+        "bytes": h.data_len,
+        "file_bytes": f.file_len(),
+        "hash": "xxh3-128",
+        "seed": format!("{:#018x}", h.seed),
+        "key_kind": kind.to_string(),
+        "match_mode": mode.to_string(),
+        "items": h.items,
+        "planned_items": h.planned_items,
+        "target_fp": h.target_fp,
+        "target_fp_per_query": q(h.target_fp),
+        "bits_per_item": f.bits_per_item(),
+        "bound_bits_per_item": bound,
+        "result_bits": result_bits,
+        "shards": h.shards,
+        "retried_shards": f.retried_shards(),
+        "predicted_fp": predicted,
+        "predicted_fp_per_query": q(predicted),
+        "data_checksum": format!("{:#018x}", h.data_checksum),
+        "whitelist_items": whitelist,
+        "static": true,
+        "verified": o.verify,
+    });
+    let lines = vec![
+        format!("file            {path}"),
+        format!("format          version {}", h.version),
+        format!(
+            "layout          ribbon (static: 128-bit rows, {result_bits:.3} result bits per slot, {} shard(s), {} solved at a later seed)",
+            thousands(h.shards),
+            thousands(f.retried_shards())
+        ),
+        format!(
+            "size            {} ({:.2} bits per item; the bound for the target is {bound:.2})",
+            bytes(h.data_len),
+            f.bits_per_item()
+        ),
+        format!("keys            {kind} ({mode} matching)"),
+        format!("hash            xxh3-128, seed {:#018x}", h.seed),
+        format!(
+            "items           {} distinct stored, {} entries read",
+            thousands(h.items),
+            thousands(h.planned_items)
+        ),
+        format!(
+            "false positives {:.3e} per query predicted (target {:.3e} per query; {predicted:.3e} per lookup)",
+            q(predicted),
+            q(h.target_fp)
+        ),
+        format!("whitelist       {whitelist} items"),
+        format!(
+            "checksum        {:#018x}{}",
+            h.data_checksum,
+            if o.verify { " verified" } else { "" }
+        ),
+    ];
     Info {
         json: v,
         lines,

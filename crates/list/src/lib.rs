@@ -21,8 +21,10 @@
 //! sees all of them at once. Adding a shape is one variant, its opener in
 //! [`List::open_with`], and one arm per `match` below: a data directory
 //! served as a whole (rather than one `.bgf` in it, which the Bloom arm
-//! already answers with the live adds replayed), or a static (ribbon)
-//! layout, would each be one more variant.
+//! already answers with the live adds replayed) would be one more variant,
+//! as the static ribbon layout is (`Store::Static`: lookups, whitelist,
+//! info and verify like any file; adds, removes and in-place updates
+//! refused, since it is solved once from all its entries).
 //!
 //! # The verdict, computed once
 //!
@@ -58,8 +60,8 @@ use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
 use bloomgate_blacklist::{Blacklist, LogMode, Opened, Whitelist};
-use bloomgate_engine::format::{peek_layout_code, DeletableKind};
-use bloomgate_engine::{Access, AnyFilter, Removal};
+use bloomgate_engine::format::{peek_layout_code, DeletableKind, LAYOUT_RIBBON};
+use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
@@ -126,6 +128,15 @@ struct Table {
     whitelist: Whitelist,
 }
 
+/// A static ribbon filter file with its key rules and whitelist.
+#[derive(Debug)]
+struct Static {
+    filter: Ribbon,
+    kind: KeyKind,
+    mode: MatchMode,
+    whitelist: Whitelist,
+}
+
 /// The shapes of a list (see the crate documentation).
 #[derive(Debug)]
 enum Store {
@@ -136,6 +147,8 @@ enum Store {
     Table(Box<Table>),
     /// A blocked filter in Redis or Redis Cluster.
     Redis(Box<RedisFilter>),
+    /// A static ribbon filter file.
+    Static(Box<Static>),
 }
 
 /// A list: one filter with its key rules and whitelist, in a file or in
@@ -164,6 +177,8 @@ impl List {
             open_redis(address, options)?
         } else if is_table(address) {
             open_table(address, options)?
+        } else if is_static(address) {
+            open_static(address, options)?
         } else {
             open_bloom(address, options)?
         };
@@ -219,15 +234,18 @@ impl List {
             Store::Bloom(b) => (b.kind(), b.mode()),
             Store::Table(t) => (t.kind, t.mode),
             Store::Redis(r) => (r.kind(), r.mode()),
+            Store::Static(t) => (t.kind, t.mode),
         }
     }
 
-    /// The layout's name: `blocked`, `classic`, `counting`, `cuckoo`.
+    /// The layout's name: `blocked`, `classic`, `counting`, `cuckoo`,
+    /// `ribbon`.
     pub fn layout(&self) -> &'static str {
         match &self.store {
             Store::Bloom(b) => b.filter().params().layout.name(),
             Store::Table(t) => t.filter.kind().name(),
             Store::Redis(r) => r.meta().params.layout.name(),
+            Store::Static(_) => "ribbon",
         }
     }
 
@@ -237,6 +255,7 @@ impl List {
             Store::Bloom(b) => b.whitelist(),
             Store::Table(t) => &t.whitelist,
             Store::Redis(r) => r.whitelist(),
+            Store::Static(t) => &t.whitelist,
         }
     }
 
@@ -246,7 +265,9 @@ impl List {
         static NONE: std::sync::OnceLock<Opened> = std::sync::OnceLock::new();
         match &self.store {
             Store::Bloom(b) => b.opened(),
-            Store::Table(_) | Store::Redis(_) => NONE.get_or_init(Opened::default),
+            Store::Table(_) | Store::Redis(_) | Store::Static(_) => {
+                NONE.get_or_init(Opened::default)
+            }
         }
     }
 
@@ -255,7 +276,7 @@ impl List {
     pub fn table(&self) -> Option<&AnyFilter> {
         match &self.store {
             Store::Table(t) => Some(&t.filter),
-            Store::Bloom(_) | Store::Redis(_) => None,
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => None,
         }
     }
 
@@ -285,6 +306,7 @@ impl List {
                 found.extend(keys.iter().map(|k| t.filter.contains(k)));
             }
             Store::Redis(r) => *found = r.contains_keys(keys)?,
+            Store::Static(t) => t.filter.contains_many(keys, found),
         }
         Ok(())
     }
@@ -343,7 +365,10 @@ impl List {
                 t.filter.kind(),
                 units::bytes(t.filter.data_bytes())
             ))),
-            Store::Table(_) => Ok(None),
+            // Mapped read-only and never written: the kernel keeps what
+            // fits of it and reads the rest again, so any budget gives
+            // the same answers.
+            Store::Table(_) | Store::Static(_) => Ok(None),
             Store::Redis(_) => Err(refuse(
                 "a filter in Redis is looked up where it is stored: --memory applies to filter files".into(),
             )),
@@ -376,9 +401,11 @@ impl List {
     /// remove takes back exactly one; a full cuckoo table is
     /// [`Error::Full`].
     pub fn add_key(&mut self, key: &[u8]) -> Result<bool, Error> {
+        self.refuse_static("add to it")?;
         self.writable()?;
         match &mut self.store {
             Store::Bloom(b) => Ok(b.update_keys(&[key], false)? == 1),
+            Store::Static(_) => Ok(false),
             Store::Table(t) => match &t.filter {
                 AnyFilter::Counting(f) => Ok(f.insert(key)),
                 AnyFilter::Cuckoo(f) => f.insert(key).map_err(|e| Error::Full { kicks: e.kicks }),
@@ -450,6 +477,7 @@ impl List {
             Store::Table(_) => Ok(()),
             Store::Bloom(b) => Err(cannot(b.filter().params().layout.name())),
             Store::Redis(r) => Err(cannot(r.meta().params.layout.name())),
+            Store::Static(_) => Err(cannot("ribbon")),
         }
     }
 
@@ -470,7 +498,7 @@ impl List {
         let table = match &self.store {
             Store::Table(t) => &t.filter,
             // Refused by `removable` above.
-            Store::Bloom(_) | Store::Redis(_) => return Ok(Removal::NotPresent),
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => return Ok(Removal::NotPresent),
         };
         match table {
             AnyFilter::Counting(f) => Ok(f.remove(key)),
@@ -509,6 +537,9 @@ impl List {
             Store::Table(t) => {
                 t.whitelist.insert(key);
             }
+            Store::Static(t) => {
+                t.whitelist.insert(key);
+            }
             Store::Redis(r) => {
                 r.whitelist_add(item)?;
             }
@@ -528,6 +559,7 @@ impl List {
                     reason,
                 })?,
             Store::Table(t) => t.whitelist.remove(&key),
+            Store::Static(t) => t.whitelist.remove(&key),
             Store::Redis(r) => r.whitelist_remove(item)?,
         })
     }
@@ -538,6 +570,10 @@ impl List {
         match &self.store {
             Store::Bloom(b) => b.save_whitelist()?,
             Store::Table(t) => t
+                .whitelist
+                .save(&Whitelist::path_for(Path::new(&self.address)))
+                .map_err(bloomgate_blacklist::Error::from)?,
+            Store::Static(t) => t
                 .whitelist
                 .save(&Whitelist::path_for(Path::new(&self.address)))
                 .map_err(bloomgate_blacklist::Error::from)?,
@@ -555,7 +591,7 @@ impl List {
         match &mut self.store {
             Store::Bloom(b) => b.commit()?,
             Store::Table(t) => t.filter.save(&self.address)?,
-            Store::Redis(_) => {}
+            Store::Redis(_) | Store::Static(_) => {}
         }
         Ok(())
     }
@@ -568,6 +604,7 @@ impl List {
         match &self.store {
             Store::Bloom(_) => verify_layers(&self.address),
             Store::Table(t) => Ok(t.filter.verify()?),
+            Store::Static(t) => Ok(t.filter.verify()?),
             Store::Redis(_) => Err(Error::Unsupported {
                 address: self.address.clone(),
                 problem: "a filter in Redis has no checksum to verify".into(),
@@ -583,8 +620,66 @@ impl List {
                 info::table(&self.address, &t.filter, t.whitelist.len(), &self.options)
             }
             Store::Redis(r) => info::redis(r),
+            Store::Static(t) => Ok(info::ribbon(
+                &self.address,
+                &t.filter,
+                (t.kind, t.mode),
+                t.whitelist.len(),
+                &self.options,
+            )),
         }
     }
+
+    /// Fails with [`Error::Unsupported`] for a static list, which cannot
+    /// `what` (it is solved once from all its entries).
+    fn refuse_static(&self, what: &str) -> Result<(), Error> {
+        match &self.store {
+            Store::Static(_) => Err(static_refusal(&self.address, what)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The refusal of a change to a static list.
+fn static_refusal(address: &str, what: &str) -> Error {
+    Error::Unsupported {
+        address: address.to_string(),
+        problem: format!(
+            "a ribbon filter is static: it is solved once from all its entries and nothing can {what}; rebuild it from its source with `bloomgate build --layout ribbon`"
+        ),
+    }
+}
+
+/// True if `path` is a static ribbon filter file.
+fn is_static(path: &str) -> bool {
+    peek_layout_code(Path::new(path)).ok() == Some(LAYOUT_RIBBON)
+}
+
+/// Opens a static ribbon filter file (mapped read-only) with its
+/// whitelist; opening it for changes is refused.
+fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
+    if options.update {
+        return Err(static_refusal(path, "add to it or remove from it"));
+    }
+    let lock = match options.lock {
+        true => lock_dir(path)?,
+        false => None,
+    };
+    let filter = Ribbon::open(path)?;
+    let h = filter.header();
+    let (kind, mode) = rules_of(path, h.key_kind, h.match_mode)?;
+    let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))
+        .map_err(bloomgate_blacklist::Error::from)?;
+    if options.verify {
+        filter.verify()?;
+    }
+    let list = Static {
+        filter,
+        kind,
+        mode,
+        whitelist,
+    };
+    Ok((path.to_string(), Store::Static(Box::new(list)), lock))
 }
 
 /// What an opener returns: the address to show, the store, and the data

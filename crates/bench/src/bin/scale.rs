@@ -17,6 +17,7 @@
 //! target/release/scale --items 1e8 --memory 120M --dir /tmp/scale        # rehearsal, minutes
 //! target/release/scale --items 1e10 --memory 12G --dir /work/scale       # the real run
 //! target/release/scale --items 1e10 --memory 12G --layout classic --dir /work/scale
+//! target/release/scale --items 1e10 --memory 12G --layout ribbon --dir /work/scale
 //! ```
 //!
 //! `scale --help` lists the options (`--keep`, `--reuse` and `--skip` let a
@@ -54,7 +55,7 @@ struct Opts {
     /// tenth of --items, at least 10⁶).
     #[arg(long, value_parser = count)]
     negatives: Option<u64>,
-    /// Filter layout: blocked or classic.
+    /// Filter layout: blocked, classic or ribbon.
     #[arg(long, default_value = "blocked")]
     layout: String,
     /// The filter's hash seed (default: random).
@@ -209,10 +210,22 @@ fn main() -> anyhow::Result<()> {
             format!("{size} bytes ({:.2} GB)", size as f64 / 1e9),
         ));
     }
-    let list = bloomgate_blacklist::Blacklist::open(&f, bloomgate_engine::Access::ReadOnly)?;
-    let predicted = list.layers().predicted_fp();
-    let k = list.layers().layers[0].params().k;
-    drop(list);
+    let (predicted, k) = if layout == "ribbon" {
+        // A static ribbon file: its rate from its shards' result bits
+        // (no probes: k is shown as 0).
+        let r = bloomgate_engine::Ribbon::open(&f)?;
+        println!(
+            "ribbon: {:.3} bits per item, {} shards ({} solved at a later seed)",
+            r.bits_per_item(),
+            r.header().shards,
+            r.retried_shards()
+        );
+        (r.predicted_fp(), 0)
+    } else {
+        let list = bloomgate_blacklist::Blacklist::open(&f, bloomgate_engine::Access::ReadOnly)?;
+        let k = list.layers().layers[0].params().k;
+        (list.layers().predicted_fp(), k)
+    };
 
     let check = |input: &str| -> anyhow::Result<(u64, f64, String)> {
         let argv = [

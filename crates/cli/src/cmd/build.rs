@@ -393,6 +393,9 @@ fn summary(verb: &str, path: &str, list: &Blacklist, stats: &Stats, started: Ins
 }
 
 pub fn build(a: BuildArgs) -> Result<i32> {
+    if a.layout == crate::args::BuildLayoutArg::Ribbon {
+        return crate::cmd::ribbon::build(a);
+    }
     let layout = match (a.layout.bloom(), a.layout.deletable()) {
         (Some(layout), _) => layout,
         (None, Some(which)) => return crate::cmd::deletable::build(a, which),
@@ -664,6 +667,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
     if crate::cmd::redis::is_address(&a.filter) {
         return crate::cmd::redis::add(a);
     }
+    crate::cmd::ribbon::refuse_static(&a.filter, "adds")?;
     if a.print_new {
         return Err(crate::cmd::UsageError(
             "--print-new applies to Redis filters (an add to a file has one writer)".into(),

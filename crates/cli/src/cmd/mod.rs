@@ -11,6 +11,7 @@ mod plan;
 pub mod redis;
 mod remove;
 mod repair;
+mod ribbon;
 pub mod serve;
 mod spill;
 pub mod squid;

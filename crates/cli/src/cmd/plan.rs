@@ -1,5 +1,5 @@
-//! `bloomgate plan`: sizes for both Bloom layouts, and the exact classic
-//! optimum; with `--layout counting|cuckoo`, the cost of a filter that can
+//! `bloomgate plan`: sizes for both Bloom layouts and the static ribbon
+//! layout, and the exact classic optimum; with `--layout counting|cuckoo`, the cost of a filter that can
 //! delete, beside them.
 //!
 //! The deletable rows are the plan of the [`DeletableSpec`] that `build
@@ -46,6 +46,7 @@ pub fn run(a: PlanArgs) -> Result<i32> {
         layouts.push(plan);
     }
     let (opt_bpi, opt_k) = math::classic_optimum(per_lookup);
+    let ribbon = math::plan_ribbon(n, per_lookup).ok();
     let extra = match a.layout {
         Some(l @ (BuildLayoutArg::Counting | BuildLayoutArg::Cuckoo)) => {
             let layout = match l {
@@ -80,6 +81,15 @@ pub fn run(a: PlanArgs) -> Result<i32> {
                 "predicted_fp": pl.predicted_fp,
                 "predicted_fp_per_query": 1.0 - (1.0 - pl.predicted_fp).powi(lookups as i32),
             })).chain(extra.as_ref().map(|r| r.json.clone())).collect::<Vec<_>>(),
+            "ribbon": ribbon.as_ref().map(|r| json!({
+                "layout": "ribbon",
+                "bytes": r.bytes,
+                "bits_per_item": r.bits_per_item(),
+                "result_bits": r.columns as f64 + r.upper as f64 / 4_294_967_296.0,
+                "shards": r.shards,
+                "predicted_fp": r.predicted_fp,
+                "predicted_fp_per_query": 1.0 - (1.0 - r.predicted_fp).powi(lookups as i32),
+            })),
         });
         writeln!(o, "{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(0);
@@ -128,11 +138,26 @@ pub fn run(a: PlanArgs) -> Result<i32> {
             fp_cells(pl.predicted_fp, lookups)
         )?;
     }
+    if let Some(r) = &ribbon {
+        writeln!(
+            o,
+            "{:<8} {:>18} {:>12} {:>13.2} {:>3} {}",
+            "ribbon",
+            thousands(r.bytes * 8),
+            bytes(r.bytes),
+            r.bits_per_item(),
+            "-",
+            fp_cells(r.predicted_fp, lookups)
+        )?;
+    }
     if let Some(r) = &extra {
         writeln!(o, "{}", r.row)?;
     }
     writeln!(o)?;
-    writeln!(o, "blocked: one cache miss per lookup (default); classic: smallest, k cache misses per lookup")?;
+    writeln!(o, "blocked: one cache miss per lookup (default); classic: smallest Bloom, k cache misses per lookup")?;
+    if ribbon.is_some() {
+        writeln!(o, "ribbon: static (built once from all entries with --layout ribbon: no add, no union), near the {:.2}-bit bound, one or two cache lines per lookup", -per_lookup.log2())?;
+    }
     if let Some(r) = &extra {
         writeln!(o, "{}", r.note)?;
     }

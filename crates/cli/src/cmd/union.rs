@@ -16,6 +16,9 @@ pub fn run(a: UnionArgs) -> Result<i32> {
         ))
         .into());
     }
+    for path in [&a.a, &a.b] {
+        crate::cmd::ribbon::refuse_static(path, "a union")?;
+    }
     // Each input's file is read whole and checked against its data checksum
     // first: a union ORs every byte of both, so damaged data in either
     // would pass into a file whose own checksum then vouches for it. (The

@@ -312,6 +312,12 @@ impl DeletableHeader {
                     expected: "counting or cuckoo",
                 })
             }
+            (None, None) if code == super::LAYOUT_RIBBON => {
+                return Err(FormatProblem::WrongKind {
+                    found: "ribbon",
+                    expected: "counting or cuckoo",
+                })
+            }
             (None, None) => return Err(bad(format!("unknown layout code {code}"))),
         };
         let hash_id = bytes[OFF_HASH];

@@ -1,0 +1,217 @@
+//! The static ribbon layout through the real binary, on real files: build
+//! from files and standard input, the same bytes for any `--memory` and
+//! thread count, check (batched, and within a `--memory` smaller than the
+//! file), info and `--verify`, host keys and the whitelist, what a static
+//! filter refuses (add, union, remove), damaged files, and a failed build
+//! that leaves nothing behind.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use testkit::Dir;
+
+fn bg() -> Command {
+    Command::cargo_bin("bloomgate").unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs bloomgate; returns (exit code, stdout, stderr).
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bg().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    )
+}
+
+fn ok(args: &[&str]) -> (String, String) {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 0, "bloomgate {args:?} failed: {err}");
+    (out, err)
+}
+
+fn urls(range: std::ops::Range<usize>) -> Vec<String> {
+    range
+        .map(|i| format!("http://site{i}.example/page/{i}"))
+        .collect()
+}
+
+fn info(filter: &Path) -> Value {
+    serde_json::from_str(&ok(&["info", "--json", s(filter)]).0).unwrap()
+}
+
+fn build(out: &Path, input: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "build", "--layout", "ribbon", "--fp", "1e-3", "--seed", "11", "-o",
+    ];
+    args.push(s(out));
+    args.extend_from_slice(extra);
+    args.push(s(input));
+    ok(&args).1
+}
+
+#[test]
+fn ribbon_build_check_info_verify() {
+    let d = Dir::new();
+    let mut entries = urls(0..50_000);
+    entries.extend(urls(0..1000)); // duplicates
+    entries.push("HTTP://SITE7.example/page/7#frag".into()); // another spelling
+    let list = d.lines("list.txt", &entries);
+    let f = d.path("r.bgf");
+    let err = build(&f, &list, &[]);
+    assert!(err.contains("50,000 distinct keys"), "{err}");
+    let v = info(&f);
+    assert_eq!(v["layout"], "ribbon");
+    assert_eq!(v["items"], 50_000);
+    assert_eq!(v["planned_items"], 51_001);
+    assert!(v["bits_per_item"].as_f64().unwrap() < 11.5, "{v}");
+    let hits = ok(&["check", "--count", s(&f), s(&list)]).0;
+    assert_eq!(hits.trim(), "51001");
+    let strangers = d.lines("out.txt", &urls(100_000..200_000));
+    let fp: u64 = ok(&["check", "--count", s(&f), s(&strangers)])
+        .0
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(fp < 200, "{fp} false positives of 100,000 at 1e-3");
+    // A budget far below the file's size gives the same answers.
+    let all = d.lines("mixed.txt", &urls(49_000..51_000));
+    let whole = ok(&["check", s(&f), s(&all)]).0;
+    let sliced = ok(&["check", "--memory", "4K", s(&f), s(&all)]).0;
+    assert_eq!(whole, sliced);
+    assert!(whole.lines().count() >= 1000);
+    let v: Value = serde_json::from_str(&ok(&["info", "--verify", "--json", s(&f)]).0).unwrap();
+    assert_eq!(v["verified"], true);
+}
+
+#[test]
+fn ribbon_build_same_bytes_any_memory() {
+    let d = Dir::new();
+    let entries: Vec<String> = (0..700_000).map(|i| format!("key-{i}")).collect();
+    let list = d.lines("keys.txt", &entries);
+    let a = d.path("a.bgf");
+    let err = build(&a, &list, &["--keys", "raw"]);
+    assert!(err.contains("4 shards"), "{err}");
+    let b = d.path("b.bgf");
+    let err = build(&b, &list, &["--keys", "raw", "--memory", "1"]);
+    assert!(err.contains("4 groups"), "{err}");
+    // From standard input, on one thread.
+    let c = d.path("c.bgf");
+    let mut child = std::process::Command::new(testkit::bin())
+        .args([
+            "build", "--layout", "ribbon", "--fp", "1e-3", "--seed", "11",
+        ])
+        .args(["--keys", "raw", "-o", s(&c), "-"])
+        .env("RAYON_NUM_THREADS", "1")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(&list).unwrap())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let bytes = std::fs::read(&a).unwrap();
+    assert_eq!(bytes, std::fs::read(&b).unwrap());
+    assert_eq!(bytes, std::fs::read(&c).unwrap());
+}
+
+#[test]
+fn ribbon_host_keys_and_whitelist() {
+    let d = Dir::new();
+    let list = d.lines(
+        "hosts.txt",
+        &["evil.example", "phish.test", "bad.example.org"],
+    );
+    let f = d.path("h.bgf");
+    build(&f, &list, &["--keys", "host"]);
+    let q = d.lines(
+        "q.txt",
+        &[
+            "http://www.evil.example/x",
+            "http://good.example/",
+            "mail.phish.test",
+        ],
+    );
+    let out = ok(&["check", s(&f), s(&q)]).0;
+    assert_eq!(out, "http://www.evil.example/x\nmail.phish.test\n");
+    ok(&["whitelist", "add", s(&f), "mail.phish.test"]);
+    let out = ok(&["check", s(&f), s(&q)]).0;
+    assert_eq!(out, "http://www.evil.example/x\n");
+    assert_eq!(info(&f)["whitelist_items"], 1);
+}
+
+#[test]
+fn ribbon_refuses_add_union_remove() {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..100));
+    let f = d.path("r.bgf");
+    build(&f, &list, &[]);
+    let before = std::fs::read(&f).unwrap();
+    for args in [
+        vec!["add", s(&f), s(&list)],
+        vec!["union", s(&f), s(&f), "-o", "/nonexistent/u.bgf"],
+        vec!["remove", s(&f), s(&list)],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_ne!(code, 0, "{args:?}: {err}");
+        assert!(err.contains("ribbon"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(&f).unwrap(), before);
+}
+
+#[test]
+fn ribbon_damaged_files_are_refused() {
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..3000));
+    let f = d.path("r.bgf");
+    build(&f, &list, &[]);
+    let good = std::fs::read(&f).unwrap();
+    let bad = d.path("bad.bgf");
+    std::fs::write(&bad, &good[..good.len() - 16]).unwrap();
+    let (code, out, err) = run(&["check", s(&bad), s(&list)]);
+    assert!(code != 0 && out.is_empty(), "{code} {out} {err}");
+    assert!(err.contains("truncated"), "{err}");
+    let mut flipped = good.clone();
+    let at = flipped.len() - 100;
+    flipped[at] ^= 4;
+    std::fs::write(&bad, &flipped).unwrap();
+    let (code, _, err) = run(&["info", "--verify", s(&bad)]);
+    assert_ne!(code, 0);
+    assert!(err.contains("data is corrupted"), "{err}");
+}
+
+#[test]
+fn ribbon_failed_build_leaves_nothing() {
+    let d = Dir::new();
+    let mut entries = urls(0..5000);
+    entries.push("not a url".into());
+    let list = d.lines("list.txt", &entries);
+    let f = d.path("sub/r.bgf");
+    std::fs::create_dir(d.path("sub")).unwrap();
+    let (code, _, err) = run(&[
+        "build",
+        "--layout",
+        "ribbon",
+        "--fp",
+        "1e-3",
+        "--strict",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert_eq!(std::fs::read_dir(d.path("sub")).unwrap().count(), 0);
+}

@@ -1,0 +1,106 @@
+use super::*;
+
+fn hashes(n: u64, salt: u64) -> Vec<u64> {
+    (0..n).map(|i| key_hash(salt, &i.to_le_bytes())).collect()
+}
+
+fn built(dir: &Path, spec: &RibbonSpec, keys: &[u64]) -> Ribbon {
+    let path = dir.join("r.bgf");
+    build(&path, spec, keys.len() as u64, keys.to_vec()).unwrap();
+    Ribbon::open(&path).unwrap()
+}
+
+#[test]
+fn every_key_is_found_and_strangers_mostly_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = hashes(300_000, 1);
+    let r = built(dir.path(), &RibbonSpec::new(1e-3, 7), &keys);
+    assert!(keys.iter().all(|&g| r.contains_hash(g)));
+    assert_eq!(r.items(), 300_000);
+    assert_eq!(r.header().shards, 2);
+    let fp = hashes(1_000_000, 2)
+        .iter()
+        .filter(|&&g| r.contains_hash(g))
+        .count() as f64
+        / 1e6;
+    let want = r.predicted_fp();
+    assert!((fp - want).abs() < 0.15 * want, "{fp} vs {want}");
+    r.verify().unwrap();
+}
+
+#[test]
+fn duplicates_and_empty_shards_are_fine() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut keys = hashes(1000, 3);
+    keys.extend_from_within(..);
+    keys.extend_from_within(..500);
+    let r = built(dir.path(), &RibbonSpec::new(1e-2, 9), &keys);
+    assert_eq!(r.items(), 1000);
+    assert!(keys.iter().all(|&g| r.contains_hash(g)));
+    let empty = built(dir.path(), &RibbonSpec::new(1e-2, 9), &[]);
+    assert_eq!(empty.items(), 0);
+    assert!(!empty.contains(b"anything"));
+}
+
+#[test]
+fn a_tiny_overhead_is_retried_until_solved() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = hashes(200_000, 4);
+    let mut spec = RibbonSpec::new(1e-3, 11);
+    spec.overhead = 0.0;
+    let r = built(dir.path(), &spec, &keys);
+    assert!(
+        r.entries().iter().all(|e| e.attempt >= 1),
+        "{:?}",
+        r.entries()
+    );
+    assert!(r.entries().iter().any(|e| e.attempt >= GROW_FROM));
+    assert!(keys.iter().all(|&g| r.contains_hash(g)));
+}
+
+#[test]
+fn the_solution_does_not_depend_on_key_order() {
+    let mut keys = hashes(5000, 5);
+    let a = solve_shard(&mut keys.clone(), 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
+    keys.reverse();
+    keys.rotate_left(1234);
+    let b = solve_shard(&mut keys, 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
+    assert_eq!(a.entry, b.entry);
+    assert_eq!(a.words, b.words);
+}
+
+#[test]
+fn batched_answers_equal_single_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<Vec<u8>> = (0..20_000u32)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    let spec = RibbonSpec::new(0.01, 3);
+    let hs: Vec<u64> = keys.iter().map(|k| key_hash(3, k)).collect();
+    let r = built(dir.path(), &spec, &hs);
+    let probes: Vec<Vec<u8>> = (0..40_000u32)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    let mut out = Vec::new();
+    r.contains_many(&probes, &mut out);
+    let single: Vec<bool> = probes.iter().map(|p| r.contains(p)).collect();
+    assert_eq!(out, single);
+    assert!(out[..20_000].iter().all(|&b| b));
+}
+
+/// Measures how often a shard's first attempt fails, by overhead (run with
+/// `--ignored --nocapture`; the numbers are in `math/ribbon.rs`).
+#[test]
+#[ignore]
+fn ribbon_overhead_failure_rates() {
+    for eps in [0.01, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05] {
+        let mut failed = 0;
+        let runs = 100;
+        for s in 0..runs {
+            let mut keys = hashes(200_000, 1000 + s);
+            let solved = solve_shard(&mut keys, 1, 0, eps).unwrap();
+            failed += (solved.entry.attempt > 0) as u32;
+        }
+        println!("overhead {eps}: {failed}/{runs} first attempts failed");
+    }
+}
