@@ -165,8 +165,9 @@ fn ribbon_refuses_add_union_remove() {
         vec!["union", s(&f), s(&f), "-o", "/nonexistent/u.bgf"],
         vec!["remove", s(&f), s(&list)],
     ] {
+        // Exit 1: an error, nothing done (2 is for bad arguments).
         let (code, _, err) = run(&args);
-        assert_ne!(code, 0, "{args:?}: {err}");
+        assert_eq!(code, 1, "{args:?}: {err}");
         assert!(err.contains("ribbon"), "{args:?}: {err}");
     }
     assert_eq!(std::fs::read(&f).unwrap(), before);
@@ -182,14 +183,14 @@ fn ribbon_damaged_files_are_refused() {
     let bad = d.path("bad.bgf");
     std::fs::write(&bad, &good[..good.len() - 16]).unwrap();
     let (code, out, err) = run(&["check", s(&bad), s(&list)]);
-    assert!(code != 0 && out.is_empty(), "{code} {out} {err}");
+    assert!(code == 1 && out.is_empty(), "{code} {out} {err}");
     assert!(err.contains("truncated"), "{err}");
     let mut flipped = good.clone();
     let at = flipped.len() - 100;
     flipped[at] ^= 4;
     std::fs::write(&bad, &flipped).unwrap();
     let (code, _, err) = run(&["info", "--verify", s(&bad)]);
-    assert_ne!(code, 0);
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("data is corrupted"), "{err}");
 }
 
@@ -212,6 +213,6 @@ fn ribbon_failed_build_leaves_nothing() {
         s(&f),
         s(&list),
     ]);
-    assert_ne!(code, 0, "{err}");
+    assert_eq!(code, 1, "{err}");
     assert_eq!(std::fs::read_dir(d.path("sub")).unwrap().count(), 0);
 }
