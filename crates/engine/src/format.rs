@@ -90,24 +90,24 @@ pub const FLAG_DIRTY: u32 = 1;
 const ONES_RECORDED: u64 = 1 << 63;
 
 // Field offsets (little-endian). Documented in docs/file-format.md.
-const OFF_VERSION: usize = 8;
-const OFF_HEADER_LEN: usize = 12;
-const OFF_LAYOUT: usize = 16;
-const OFF_HASH: usize = 17;
-const OFF_KEY_KIND: usize = 18;
-const OFF_MATCH_MODE: usize = 19;
-const OFF_K: usize = 20;
-const OFF_BLOCK_BITS: usize = 24;
-const OFF_FLAGS: usize = 28;
-const OFF_BITS: usize = 32;
-const OFF_SEED: usize = 40;
-const OFF_ITEMS: usize = 48;
-const OFF_PLANNED: usize = 56;
-const OFF_TARGET_FP: usize = 64;
-const OFF_DATA_LEN: usize = 72;
-const OFF_DATA_SUM: usize = 80;
-const OFF_ONES: usize = 88;
-const OFF_HEADER_SUM: usize = 120;
+pub(crate) const OFF_VERSION: usize = 8;
+pub(crate) const OFF_HEADER_LEN: usize = 12;
+pub(crate) const OFF_LAYOUT: usize = 16;
+pub(crate) const OFF_HASH: usize = 17;
+pub(crate) const OFF_KEY_KIND: usize = 18;
+pub(crate) const OFF_MATCH_MODE: usize = 19;
+pub(crate) const OFF_K: usize = 20;
+pub(crate) const OFF_BLOCK_BITS: usize = 24;
+pub(crate) const OFF_FLAGS: usize = 28;
+pub(crate) const OFF_BITS: usize = 32;
+pub(crate) const OFF_SEED: usize = 40;
+pub(crate) const OFF_ITEMS: usize = 48;
+pub(crate) const OFF_PLANNED: usize = 56;
+pub(crate) const OFF_TARGET_FP: usize = 64;
+pub(crate) const OFF_DATA_LEN: usize = 72;
+pub(crate) const OFF_DATA_SUM: usize = 80;
+pub(crate) const OFF_ONES: usize = 88;
+pub(crate) const OFF_HEADER_SUM: usize = 120;
 
 /// A decoded header.
 #[derive(Clone, Debug, PartialEq)]

@@ -31,32 +31,16 @@ use super::ShardEntry;
 use crate::atomic::{create_temp, sync_dir};
 use crate::error::{io_err, Error, FormatProblem, Result};
 use crate::format::{
-    check_frame, data_checksum, header_checksum, HEADER_LEN, LAYOUT_RIBBON, MAGIC, PAGE,
+    check_frame, data_checksum, header_checksum, HEADER_LEN, LAYOUT_RIBBON, MAGIC, OFF_BITS,
+    OFF_BLOCK_BITS, OFF_DATA_LEN, OFF_DATA_SUM, OFF_FLAGS, OFF_HASH, OFF_HEADER_LEN,
+    OFF_HEADER_SUM, OFF_ITEMS, OFF_K, OFF_KEY_KIND, OFF_LAYOUT, OFF_MATCH_MODE, OFF_ONES,
+    OFF_PLANNED, OFF_SEED, OFF_TARGET_FP, OFF_VERSION, PAGE,
 };
 use crate::hash::HASH_XXH3_128;
 use crate::math::{ribbon_directory_bytes, RIBBON_MAX_COLUMNS, RIBBON_WIDTH};
 use crate::params::check_counts;
 
-// The common fields (docs/file-format.md), as in `format.rs`.
-const OFF_VERSION: usize = 8;
-const OFF_HEADER_LEN: usize = 12;
-const OFF_LAYOUT: usize = 16;
-const OFF_HASH: usize = 17;
-const OFF_KEY_KIND: usize = 18;
-const OFF_MATCH_MODE: usize = 19;
-const OFF_K: usize = 20;
-const OFF_BLOCK_BITS: usize = 24;
-const OFF_FLAGS: usize = 28;
-const OFF_BITS: usize = 32;
-const OFF_SEED: usize = 40;
-const OFF_ITEMS: usize = 48;
-const OFF_PLANNED: usize = 56;
-const OFF_TARGET_FP: usize = 64;
-const OFF_DATA_LEN: usize = 72;
-const OFF_DATA_SUM: usize = 80;
-const OFF_ONES: usize = 88;
-const OFF_HEADER_SUM: usize = 120;
-// The ribbon fields.
+// The ribbon fields (the common ones are `format.rs`'s).
 const OFF_SHARDS: usize = 96;
 const OFF_COLUMNS: usize = 104;
 const OFF_UPPER: usize = 108;
