@@ -46,18 +46,6 @@ pub mod spec;
 pub mod wal;
 pub mod whitelist;
 
-/// Reusable buffers of [`Blacklist::check_many`] (keep one per thread: once
-/// warm, a batch only allocates its list of key slices).
-#[derive(Debug, Default)]
-pub struct CheckScratch {
-    keys: Vec<Vec<u8>>,
-    arena: Vec<u8>,
-    ends: Vec<usize>,
-    spans: Vec<Result<(usize, usize), KeyError>>,
-    found: Vec<bool>,
-    layer: Vec<bool>,
-}
-
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -475,67 +463,6 @@ impl Blacklist {
         verdict_with(|k| self.layers.contains(k), &self.whitelist, keys)
     }
 
-    /// Answers many queries at once, one result per query in `out` (cleared
-    /// first), exactly as [`Blacklist::check`] would answer each.
-    ///
-    /// The lookup keys of all the queries go through the filter's pipelined
-    /// [`Filter::contains_batch`], so their cache misses overlap: on a filter
-    /// larger than the CPU caches this is several times faster than checking
-    /// queries one by one. Every key of a query is looked up (a one-by-one
-    /// check stops at the first hit), which costs little since hits are rare.
-    pub fn check_many<'q>(
-        &self,
-        queries: impl IntoIterator<Item = &'q [u8]>,
-        scratch: &mut CheckScratch,
-        out: &mut Vec<Result<Verdict, KeyError>>,
-    ) {
-        let CheckScratch {
-            keys,
-            arena,
-            ends,
-            spans,
-            found,
-            layer,
-        } = scratch;
-        arena.clear();
-        ends.clear();
-        spans.clear();
-        for query in queries {
-            spans.push(
-                query_keys(self.layers.kind, self.layers.mode, query, keys).map(|()| {
-                    let first = ends.len();
-                    for key in keys.iter() {
-                        arena.extend_from_slice(key);
-                        ends.push(arena.len());
-                    }
-                    (first, ends.len())
-                }),
-            );
-        }
-        let mut start = 0;
-        let slices: Vec<&[u8]> = ends
-            .iter()
-            .map(|&end| {
-                let key = &arena[start..end];
-                start = end;
-                key
-            })
-            .collect();
-        self.layers.contains_batch(&slices, found, layer);
-        out.clear();
-        out.extend(spans.drain(..).map(|span| {
-            span.map(|(a, b)| {
-                verdict_of(
-                    &self.whitelist,
-                    slices[a..b]
-                        .iter()
-                        .copied()
-                        .zip(found[a..b].iter().copied()),
-                )
-            })
-        }));
-    }
-
     /// Adds items (normalized with the key kind) to the whitelist in memory.
     /// Returns, per item, whether the filter currently reports it as a hit:
     /// whitelisting something that is not a hit has no effect, and callers
@@ -645,70 +572,6 @@ mod tests {
         params.key_kind = kind.as_u8();
         params.match_mode = mode.as_u8();
         Blacklist::from_filter(Filter::new(params).unwrap()).unwrap()
-    }
-
-    #[test]
-    fn check_many_answers_exactly_as_check() {
-        for (kind, mode) in [
-            (KeyKind::Url, MatchMode::Prefix),
-            (KeyKind::Url, MatchMode::Exact),
-            (KeyKind::Host, MatchMode::Exact),
-            (KeyKind::Raw, MatchMode::Exact),
-        ] {
-            let mut l = list(kind, mode);
-            for e in [
-                &b"http://evil.example/phish/"[..],
-                b"http://bad.test/",
-                b"evil.example",
-            ] {
-                let _ = l.add(e);
-            }
-            // Whitelist the canonical form of one listed query and a
-            // sub-expression of another, so both whitelist rules are exercised.
-            let allowed: &[&[u8]] = match kind {
-                KeyKind::Url => &[b"http://bad.test/", b"evil.example/phish/"],
-                KeyKind::Host => &[b"bad.test"],
-                _ => &[b"http://bad.test/"],
-            };
-            for a in allowed {
-                l.whitelist_add(a).unwrap();
-            }
-            let queries: Vec<&[u8]> = vec![
-                b"http://evil.example/phish/login.php",
-                b"HTTP://EVIL.example:80/phish/./x#y",
-                b"http://bad.test/",
-                b"http://bad.test/deeper/page",
-                b"evil.example",
-                b"a.b.evil.example",
-                b"http://clean.example/",
-                b"http://[::1/",
-                b"",
-                b"\xff\xfe",
-                b"joe@evil.example",
-            ];
-            let mut scratch = CheckScratch::default();
-            let mut out = Vec::new();
-            l.check_many(queries.iter().copied(), &mut scratch, &mut out);
-            assert_eq!(out.len(), queries.len());
-            let mut keys = Vec::new();
-            for (q, got) in queries.iter().zip(&out) {
-                let want = l.check(q, &mut keys);
-                match (want, got) {
-                    (Ok(w), Ok(g)) => {
-                        assert_eq!(&w, g, "{kind:?}/{mode:?} {}", String::from_utf8_lossy(q))
-                    }
-                    (Err(w), Err(g)) => assert_eq!(w.to_string(), g.to_string()),
-                    (w, g) => panic!(
-                        "{kind:?}/{mode:?} {}: {w:?} vs {g:?}",
-                        String::from_utf8_lossy(q)
-                    ),
-                }
-            }
-            // The mix really exercises hits, whitelisted answers and errors.
-            assert!(out.iter().any(|v| v.as_ref().is_ok_and(|v| v.hit)));
-            assert!(out.iter().any(|v| v.is_err()));
-            assert!(out.iter().any(|v| v.as_ref().is_ok_and(|v| v.whitelisted)));
-        }
     }
 
     #[test]

@@ -9,33 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use serde_json::Value;
-use testkit::Dir;
+use testkit::{run, Dir};
 
 const LAYOUTS: [&str; 2] = ["counting", "cuckoo"];
 
-fn bg() -> Command {
-    Command::cargo_bin("bloomgate").unwrap()
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Runs bloomgate; returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = bg().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !stderr.contains("panicked"),
-        "bloomgate {args:?} panicked: {stderr}"
-    );
-    (
-        out.status.code().expect("exited, not killed"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr,
-    )
 }
 
 /// Runs bloomgate and expects success; returns stdout and stderr.

@@ -9,28 +9,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 
-use assert_cmd::Command;
 use serde_json::Value;
-use testkit::Dir;
-
-fn bg() -> Command {
-    Command::cargo_bin("bloomgate").unwrap()
-}
+use testkit::{run, Dir};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Runs bloomgate; returns (exit code, stdout, stderr).
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = bg().args(args).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
-    (
-        out.status.code().expect("exited, not killed"),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr,
-    )
 }
 
 fn ok(args: &[&str]) -> (String, String) {

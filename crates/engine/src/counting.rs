@@ -41,11 +41,14 @@
 //! one by anyone else's operation, so a reader racing writers never misses
 //! an item whose insertion completed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::error::{Error, Result};
-use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
+use crate::format::{
+    self, DeletableFile, DeletableHeader, DeletableKind, Geometry, OpenedDeletable, Origin,
+    FORMAT_VERSION,
+};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CountingPlan, COUNTER_MAX, COUNTING_BLOCK_COUNTERS, MAX_COUNTING_K};
 use crate::spin::{SpinGuard, SpinLock};
@@ -120,8 +123,8 @@ pub struct CountingFilter {
     items: AtomicU64,
     stripes: Stripes,
     /// The file this filter was opened from, if any.
-    path: Option<PathBuf>,
-    header: Option<DeletableHeader>,
+    /// The file this filter was opened from, if any, and its header.
+    origin: Option<Origin>,
 }
 
 impl std::fmt::Debug for CountingFilter {
@@ -129,7 +132,7 @@ impl std::fmt::Debug for CountingFilter {
         f.debug_struct("CountingFilter")
             .field("params", &self.params)
             .field("items", &self.items())
-            .field("path", &self.path)
+            .field("path", &self.path())
             .finish()
     }
 }
@@ -149,7 +152,7 @@ impl CountingFilter {
         let words = usize::try_from(params.counters / 16)
             .map_err(|_| Error::OutOfMemory(params.bytes()))?;
         let data = Bits::heap(words).ok_or(Error::OutOfMemory(params.bytes()))?;
-        Ok(CountingFilter::from_parts(params, data, 0, None, None))
+        Ok(CountingFilter::from_parts(params, data, 0, None))
     }
 
     /// An empty in-memory filter sized by `plan` with hash seed `seed`.
@@ -161,8 +164,7 @@ impl CountingFilter {
         params: CountingParams,
         data: Bits,
         items: u64,
-        path: Option<PathBuf>,
-        header: Option<DeletableHeader>,
+        origin: Option<Origin>,
     ) -> CountingFilter {
         let blocks = params.counters / COUNTING_BLOCK_COUNTERS;
         CountingFilter {
@@ -170,8 +172,7 @@ impl CountingFilter {
             params,
             data,
             items: AtomicU64::new(items),
-            path,
-            header,
+            origin,
         }
     }
 
@@ -409,15 +410,7 @@ impl CountingFilter {
     /// [`CountingFilter::from_bytes`], the data read straight into the table:
     /// no second copy of it is held).
     pub fn read_from(r: &mut impl std::io::Read, len: u64) -> Result<CountingFilter> {
-        let o = format::deletable_from_reader(r, len, DeletableKind::Counting)?;
-        let params = params_of(&o.header);
-        Ok(CountingFilter::from_parts(
-            params,
-            o.data,
-            o.header.items,
-            None,
-            None,
-        ))
+        format::read_table(r, len)
     }
 
     /// A filter from a file image made by [`CountingFilter::to_bytes`]
@@ -443,17 +436,7 @@ impl CountingFilter {
     ///
     /// [`save`]: CountingFilter::save
     pub fn open(path: impl AsRef<Path>) -> Result<CountingFilter> {
-        let path = path.as_ref();
-        let o = format::open_deletable(path, DeletableKind::Counting)?;
-        let params = params_of(&o.header);
-        let items = o.header.items;
-        Ok(CountingFilter::from_parts(
-            params,
-            o.data,
-            items,
-            Some(path.into()),
-            Some(o.header),
-        ))
+        format::open_table(path.as_ref())
     }
 
     /// Reads the whole data of a filter opened from a file and compares it
@@ -461,15 +444,14 @@ impl CountingFilter {
     /// corruption). In-memory filters and filters changed since they were
     /// opened have nothing to check against: Ok.
     pub fn verify(&self) -> Result<()> {
-        match (&self.path, &self.header) {
-            (Some(path), Some(header)) => format::verify_data(path, header, self.data.bytes()),
-            _ => Ok(()),
-        }
+        self.origin
+            .as_ref()
+            .map_or(Ok(()), |o| o.verify(self.data.bytes()))
     }
 
     /// The file this filter was opened from, if any.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.origin.as_ref().map(|o| o.path.as_path())
     }
 }
 
@@ -511,6 +493,14 @@ impl Table for CountingFilter {
 
     fn predicted_fp(&self) -> f64 {
         CountingFilter::predicted_fp(self)
+    }
+}
+
+impl DeletableFile for CountingFilter {
+    const KIND: DeletableKind = DeletableKind::Counting;
+
+    fn from_file(o: OpenedDeletable, origin: Option<Origin>) -> CountingFilter {
+        CountingFilter::from_parts(params_of(&o.header), o.data, o.header.items, origin)
     }
 }
 

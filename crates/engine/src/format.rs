@@ -48,8 +48,8 @@ pub use crate::params::{check_counts, check_items};
 mod deletable;
 
 pub(crate) use deletable::{
-    deletable_from_reader, deletable_image_header, deletable_to_bytes, open_deletable,
-    save_deletable, verify_data,
+    deletable_image_header, deletable_to_bytes, open_table, read_table, save_deletable,
+    DeletableFile, OpenedDeletable, Origin,
 };
 pub use deletable::{
     DeletableHeader, DeletableKind, Geometry, FLAG_CUCKOO_EXACT, FLAG_CUCKOO_SHIFT,

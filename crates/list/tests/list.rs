@@ -371,3 +371,101 @@ fn info_describes_every_kind_in_one_shape() {
         assert!(info.problems.is_empty());
     }
 }
+
+/// A Bloom list's batched answers (the library's one verdict,
+/// [`List::check_many`]) are exactly the one-query-at-a-time answers of the
+/// blacklist it opens ([`bloomgate_blacklist::Blacklist::check`], which
+/// stops at the first hit), for every key kind: hits, whitelisted answers
+/// by a listed query's canonical form and by a sub-expression, and invalid
+/// queries. (Moved here from `bloomgate-blacklist`, whose own batch path
+/// this replaces.)
+#[test]
+fn check_many_answers_exactly_as_check() {
+    use bloomgate_blacklist::Blacklist;
+    use bloomgate_engine::Access;
+
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, mode) in [
+        (KeyKind::Url, MatchMode::Prefix),
+        (KeyKind::Url, MatchMode::Exact),
+        (KeyKind::Host, MatchMode::Exact),
+        (KeyKind::Raw, MatchMode::Exact),
+    ] {
+        let path = dir.path().join(format!("{kind:?}-{mode:?}.bgf"));
+        let mut p = Params::from_plan(&plan(Layout::Blocked, 1000, 1e-6).unwrap(), 5);
+        (p.key_kind, p.match_mode) = (kind.as_u8(), mode.as_u8());
+        Filter::new(p).unwrap().save(&path).unwrap();
+        let mut list = List::open_with(s(&path), &update()).unwrap();
+        for e in [
+            &b"http://evil.example/phish/"[..],
+            b"http://bad.test/",
+            b"evil.example",
+        ] {
+            let _ = list.add(e);
+        }
+        // Whitelist the canonical form of one listed query and a
+        // sub-expression of another, so both whitelist rules are exercised.
+        let allowed: &[&[u8]] = match kind {
+            KeyKind::Url => &[b"http://bad.test/", b"evil.example/phish/"],
+            KeyKind::Host => &[b"bad.test"],
+            _ => &[b"http://bad.test/"],
+        };
+        for a in allowed {
+            list.whitelist_add(a).unwrap();
+        }
+        list.save_whitelist().unwrap();
+        list.save().unwrap();
+        drop(list);
+
+        let queries: Vec<&[u8]> = vec![
+            b"http://evil.example/phish/login.php",
+            b"HTTP://EVIL.example:80/phish/./x#y",
+            b"http://bad.test/",
+            b"http://bad.test/deeper/page",
+            b"evil.example",
+            b"a.b.evil.example",
+            b"http://clean.example/",
+            b"http://[::1/",
+            b"",
+            b"\xff\xfe",
+            b"joe@evil.example",
+        ];
+        let list = List::open(s(&path)).unwrap();
+        let mut out = Vec::new();
+        list.check_many(
+            queries.iter().copied(),
+            &mut CheckScratch::default(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), queries.len());
+        let one_by_one = Blacklist::open(&path, Access::ReadOnly).unwrap();
+        let mut keys = Vec::new();
+        for (q, got) in queries.iter().zip(&out) {
+            let want = one_by_one.check(q, &mut keys);
+            match (want, got) {
+                (Ok(w), Ok(g)) => assert_eq!(
+                    (
+                        w.hit,
+                        w.whitelisted,
+                        w.matched.as_deref().map(str::as_bytes)
+                    ),
+                    (g.hit(), g.whitelisted(), g.matched()),
+                    "{kind:?}/{mode:?} {}",
+                    String::from_utf8_lossy(q)
+                ),
+                (Err(w), Err(g)) => assert_eq!(w.to_string(), g.to_string()),
+                (w, g) => panic!(
+                    "{kind:?}/{mode:?} {}: {w:?} vs {g:?}",
+                    String::from_utf8_lossy(q)
+                ),
+            }
+        }
+        // The mix really exercises hits, whitelisted answers and errors.
+        assert!(out.iter().any(|v| matches!(v, Ok(Verdict::Present { .. }))));
+        assert!(out.iter().any(|v| v.is_err()));
+        assert!(out
+            .iter()
+            .any(|v| matches!(v, Ok(Verdict::Whitelisted { .. }))));
+    }
+}

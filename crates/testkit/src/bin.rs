@@ -147,3 +147,24 @@ fn walk(dir: &Path, newest: &mut Option<std::time::SystemTime>) {
         }
     }
 }
+
+/// Runs the `bloomgate` binary with `args` (standard input empty, as
+/// `Command::output` leaves it) and returns its exit code,
+/// standard output and standard error; fails the test if it panicked or was
+/// killed by a signal.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run bloomgate");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !stderr.contains("panicked"),
+        "bloomgate {args:?} panicked: {stderr}"
+    );
+    (
+        out.status.code().expect("exited, not killed"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+    )
+}

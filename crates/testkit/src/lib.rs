@@ -13,5 +13,5 @@ mod bin;
 pub mod redis;
 mod serve;
 
-pub use bin::bin;
+pub use bin::{bin, run};
 pub use serve::*;

@@ -1,8 +1,8 @@
 //! What a lookup costs in a filter file larger than RAM: cold (nothing in
 //! the page cache), and warm (the page cache holding as much of the file as
 //! it can), one query at a time and batched on every core — through the
-//! path `bloomgate check` and the server use (`Blacklist`, a memory-mapped
-//! file, URL canonicalization included).
+//! path `bloomgate check` and the server use (the library's `List`, a
+//! memory-mapped file, URL canonicalization included).
 //!
 //! ```text
 //! target/release/scale --items 1e10 --memory 12G --keep --dir /work/scale
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use bloomgate_bench::urls::url;
 use bloomgate_bench::{cpu_model, median, mix64, num_arg};
-use bloomgate_blacklist::{Blacklist, CheckScratch, LogMode};
+use bloomgate_list::{CheckScratch, List};
 use rayon::prelude::*;
 
 /// Empties the page cache; false if this process may not.
@@ -60,14 +60,17 @@ fn queries(items: u64, n: usize, seed: u64) -> Vec<Vec<u8>> {
 }
 
 /// One query at a time: (mean µs, median µs, p99 µs).
-fn single(list: &Blacklist, qs: &[Vec<u8>]) -> (f64, f64, f64) {
-    let mut scratch = Vec::new();
+fn single(list: &List, qs: &[Vec<u8>]) -> (f64, f64, f64) {
+    let mut scratch = CheckScratch::default();
+    let mut out = Vec::with_capacity(1);
     let mut us = Vec::with_capacity(qs.len());
     for q in qs {
         let t = Instant::now();
-        let v = list.check(q, &mut scratch).expect("valid query");
+        list.check_many([q.as_slice()], &mut scratch, &mut out)
+            .expect("the file answers");
         us.push(t.elapsed().as_nanos() as f64 / 1e3);
-        assert!(v.hit, "false negative: {}", String::from_utf8_lossy(q));
+        let hit = out[0].as_ref().expect("valid query").hit();
+        assert!(hit, "false negative: {}", String::from_utf8_lossy(q));
     }
     let mean = us.iter().sum::<f64>() / us.len() as f64;
     us.sort_by(f64::total_cmp);
@@ -75,14 +78,14 @@ fn single(list: &Blacklist, qs: &[Vec<u8>]) -> (f64, f64, f64) {
 }
 
 /// Batches of 1,024 queries on every core: lookups per second.
-fn batched(list: &Blacklist, qs: &[Vec<u8>]) -> f64 {
+fn batched(list: &List, qs: &[Vec<u8>]) -> f64 {
     let t = Instant::now();
     qs.par_chunks(1024).for_each_init(
         || (CheckScratch::default(), Vec::new()),
         |(scratch, out), chunk| {
-            out.clear();
-            list.check_many(chunk.iter().map(Vec::as_slice), scratch, out);
-            assert!(out.iter().all(|v| v.as_ref().is_ok_and(|v| v.hit)));
+            list.check_many(chunk.iter().map(Vec::as_slice), scratch, out)
+                .expect("the file answers");
+            assert!(out.iter().all(|v| v.as_ref().is_ok_and(|v| v.hit())));
         },
     );
     qs.len() as f64 / t.elapsed().as_secs_f64()
@@ -122,9 +125,9 @@ fn main() {
         "\n| state | resident before | one at a time: mean / median / p99 | batched, all cores |"
     );
     println!("|---|---|---|---|");
-    let open = || Blacklist::open_read(&path, LogMode::SnapshotOnly).expect("open");
+    let open = || List::open(&path).expect("open");
     let mut seed = 1u64;
-    let mut row = |state: &str, list: &Blacklist| {
+    let mut row = |state: &str, list: &List| {
         let before = resident(&path);
         let (mean, med, p99) = single(list, &queries(items, n, seed));
         let rate = batched(list, &queries(items, 10 * n, seed + 1));

@@ -134,14 +134,17 @@
 //! never refuses; an old chain refuses only when the item's fingerprint
 //! shows up in two separately hashed tables.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{
     fence, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::format::{self, DeletableHeader, DeletableKind, Geometry, FORMAT_VERSION};
+use crate::format::{
+    self, DeletableFile, DeletableHeader, DeletableKind, Geometry, OpenedDeletable, Origin,
+    FORMAT_VERSION,
+};
 use crate::hash::{hash_item, reduce, HASH_XXH3_128};
 use crate::math::{self, CuckooPlan, CUCKOO_DEFAULT_MAX_KICKS};
 use crate::storage::Bits;
@@ -279,8 +282,8 @@ pub struct CuckooFilter {
     /// The second bucket is `i1 XOR H(fp)` (a file without
     /// [`format::FLAG_CUCKOO_EXACT`]); otherwise `(H(fp) − i1) mod nb`.
     xor_alt: bool,
-    path: Option<PathBuf>,
-    header: Option<DeletableHeader>,
+    /// The file this filter was opened from, if any, and its header.
+    origin: Option<Origin>,
 }
 
 impl std::fmt::Debug for CuckooFilter {
@@ -288,7 +291,7 @@ impl std::fmt::Debug for CuckooFilter {
         f.debug_struct("CuckooFilter")
             .field("params", &self.params)
             .field("items", &self.items())
-            .field("path", &self.path)
+            .field("path", &self.path())
             .finish()
     }
 }
@@ -300,7 +303,7 @@ impl CuckooFilter {
         let bytes = params.bytes();
         let words = usize::try_from(bytes / 8).map_err(|_| Error::OutOfMemory(bytes))?;
         let data = Bits::heap(words).ok_or(Error::OutOfMemory(bytes))?;
-        Ok(CuckooFilter::from_parts(params, data, 0, false, None, None))
+        Ok(CuckooFilter::from_parts(params, data, 0, false, None))
     }
 
     /// An empty in-memory filter sized by `plan` with hash seed `seed`.
@@ -313,8 +316,7 @@ impl CuckooFilter {
         data: Bits,
         items: u64,
         xor_alt: bool,
-        path: Option<PathBuf>,
-        header: Option<DeletableHeader>,
+        origin: Option<Origin>,
     ) -> CuckooFilter {
         let mask = (1u64 << params.fingerprint_bits) - 1;
         let base = params.buckets >> params.bucket_shift;
@@ -330,8 +332,7 @@ impl CuckooFilter {
             mask,
             base,
             xor_alt,
-            path,
-            header,
+            origin,
         }
     }
 
@@ -693,16 +694,7 @@ impl CuckooFilter {
     /// [`CuckooFilter::from_bytes`], the data read straight into the table:
     /// no second copy of it is held).
     pub fn read_from(r: &mut impl std::io::Read, len: u64) -> Result<CuckooFilter> {
-        let o = format::deletable_from_reader(r, len, DeletableKind::Cuckoo)?;
-        let params = params_of(&o.header);
-        Ok(CuckooFilter::from_parts(
-            params,
-            o.data,
-            o.header.items,
-            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
-            None,
-            None,
-        ))
+        format::read_table(r, len)
     }
 
     /// A filter from a file image made by [`CuckooFilter::to_bytes`] (both
@@ -723,33 +715,21 @@ impl CuckooFilter {
     /// only; [`CuckooFilter::save`] writes them. See
     /// [`CuckooFilter::verify`] for the data checksum.
     pub fn open(path: impl AsRef<Path>) -> Result<CuckooFilter> {
-        let path = path.as_ref();
-        let o = format::open_deletable(path, DeletableKind::Cuckoo)?;
-        let params = params_of(&o.header);
-        let items = o.header.items;
-        Ok(CuckooFilter::from_parts(
-            params,
-            o.data,
-            items,
-            o.header.flags & format::FLAG_CUCKOO_EXACT == 0,
-            Some(path.into()),
-            Some(o.header),
-        ))
+        format::open_table(path.as_ref())
     }
 
     /// Reads the whole table of a filter opened from a file and compares it
     /// with the header's checksum ([`crate::FormatProblem::DataChecksum`] on
     /// corruption). In-memory filters have nothing to check against: Ok.
     pub fn verify(&self) -> Result<()> {
-        match (&self.path, &self.header) {
-            (Some(path), Some(header)) => format::verify_data(path, header, self.data.bytes()),
-            _ => Ok(()),
-        }
+        self.origin
+            .as_ref()
+            .map_or(Ok(()), |o| o.verify(self.data.bytes()))
     }
 
     /// The file this filter was opened from, if any.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+        self.origin.as_ref().map(|o| o.path.as_path())
     }
 }
 
@@ -788,6 +768,21 @@ impl Table for CuckooFilter {
 
     fn predicted_fp(&self) -> f64 {
         CuckooFilter::predicted_fp(self)
+    }
+}
+
+impl DeletableFile for CuckooFilter {
+    const KIND: DeletableKind = DeletableKind::Cuckoo;
+
+    fn from_file(o: OpenedDeletable, origin: Option<Origin>) -> CuckooFilter {
+        let xor_alt = o.header.flags & format::FLAG_CUCKOO_EXACT == 0;
+        CuckooFilter::from_parts(
+            params_of(&o.header),
+            o.data,
+            o.header.items,
+            xor_alt,
+            origin,
+        )
     }
 }
 

@@ -18,7 +18,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::MmapOptions;
 
@@ -528,8 +528,52 @@ fn decode_of_kind(
     }
 }
 
+/// A deletable table as its files see it: the kind its files carry and
+/// how it is made from one. [`open_table`] and [`read_table`] are the
+/// counting and cuckoo filters' `open` and `read_from`.
+pub(crate) trait DeletableFile: Sized {
+    /// The kind of file this table is read from.
+    const KIND: DeletableKind;
+    /// The table of an opened file or image; `origin` is the file it was
+    /// opened from (none for an image read from bytes).
+    fn from_file(o: OpenedDeletable, origin: Option<Origin>) -> Self;
+}
+
+/// Opens a deletable filter file of `T`'s kind: the header read and
+/// checked, the data mapped copy-on-write (see [`open_deletable`]), the
+/// file remembered for `verify`.
+pub(crate) fn open_table<T: DeletableFile>(path: &Path) -> Result<T> {
+    let o = open_deletable(path, T::KIND)?;
+    let origin = Origin {
+        path: path.into(),
+        header: o.header.clone(),
+    };
+    Ok(T::from_file(o, Some(origin)))
+}
+
+/// A table of `T`'s kind from a file image of `len` bytes read from `r`
+/// (see [`deletable_from_reader`]: both checksums verified).
+pub(crate) fn read_table<T: DeletableFile>(r: &mut impl std::io::Read, len: u64) -> Result<T> {
+    Ok(T::from_file(deletable_from_reader(r, len, T::KIND)?, None))
+}
+
+/// The file a deletable filter was opened from and the header read there:
+/// what [`Origin::verify`] checks the filter's data against.
+#[derive(Debug)]
+pub(crate) struct Origin {
+    pub(crate) path: PathBuf,
+    pub(crate) header: DeletableHeader,
+}
+
+impl Origin {
+    /// Checks `data` (the whole table) against the header's data checksum.
+    pub(crate) fn verify(&self, data: &[u8]) -> Result<()> {
+        verify_data(&self.path, &self.header, data)
+    }
+}
+
 /// Checks `data` against the header's data checksum.
-pub(crate) fn verify_data(path: &Path, header: &DeletableHeader, data: &[u8]) -> Result<()> {
+fn verify_data(path: &Path, header: &DeletableHeader, data: &[u8]) -> Result<()> {
     let found = data_checksum(data);
     if found != header.data_checksum {
         return Err(Error::Format {
