@@ -106,6 +106,21 @@ pub fn bare_domain_warning(bare: u64, invalid: u64) -> Option<String> {
     })
 }
 
+/// The warning for `count` host entries of a single label (`at`: where
+/// the first few are), if there are any: such an entry matches only that
+/// exact host, since queries look up parent domains of two labels or more.
+pub fn single_label_warning(count: u64, at: &[String]) -> Option<String> {
+    (count > 0).then(|| {
+        format!(
+            "warning: {} host entr{} of a single label (at {}{}) will match only that exact host, never its subdomains: queries look up parent domains of at least two labels",
+            thousands(count),
+            if count == 1 { "y" } else { "ies" },
+            at.join(", "),
+            if count > at.len() as u64 { ", …" } else { "" }
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -439,6 +439,26 @@ pub enum PlanError {
     RibbonRateTooLow(f64),
 }
 
+/// The least `b ≥ lo` for which `meets(b)` holds, for a `meets` that stays
+/// true once true (more room never raises the rate): doubling from `lo`
+/// until it holds, then bisection between `lo` and there. `None` if
+/// doubling passes `max` first.
+pub(crate) fn least_meeting(mut lo: u64, max: u64, meets: impl Fn(u64) -> bool) -> Option<u64> {
+    let mut hi = lo;
+    while !meets(hi) {
+        hi = hi.checked_mul(2).filter(|&h| h <= max)?;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(hi)
+}
+
 fn check_inputs(items: u64, p: f64) -> Result<(), PlanError> {
     if items == 0 {
         return Err(PlanError::NoItems);
@@ -493,25 +513,9 @@ pub fn plan(layout: Layout, items: u64, p: f64) -> Result<Plan, PlanError> {
             if lo_bits >= 4.0e18 {
                 return Err(too_large());
             }
-            let mut lo = ((lo_bits as u64) / BLOCK_BITS).max(1);
-            let mut hi = lo.max(1);
-            while meets(hi).is_none() {
-                hi = hi.checked_mul(2).ok_or_else(too_large)?;
-                if hi > (1u64 << 63) / BLOCK_BITS {
-                    return Err(too_large());
-                }
-            }
-            if meets(lo).is_some() {
-                hi = lo;
-            }
-            while hi - lo > 1 {
-                let mid = lo + (hi - lo) / 2;
-                if meets(mid).is_some() {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
+            let lo = ((lo_bits as u64) / BLOCK_BITS).max(1);
+            let max = (1u64 << 63) / BLOCK_BITS;
+            let hi = least_meeting(lo, max, |b| meets(b).is_some()).ok_or_else(too_large)?;
             let (k, predicted_fp) = meets(hi).ok_or_else(too_large)?;
             Ok(Plan {
                 layout,

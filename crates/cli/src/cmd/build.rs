@@ -325,23 +325,11 @@ fn insert_inputs(
         let notes = [
             keynotes::bare_domain_warning(stats.bare_domains, stats.invalid),
             stats.collapse.warning(kind),
+            keynotes::single_label_warning(stats.single_label, &stats.single_label_at),
         ];
         for note in notes.into_iter().flatten() {
             eprintln!("bloomgate: {note}");
         }
-    }
-    if report_invalid && stats.single_label > 0 {
-        eprintln!(
-            "bloomgate: warning: {} host entr{} of a single label (at {}{}) will match only that exact host, never its subdomains: queries look up parent domains of at least two labels",
-            thousands(stats.single_label),
-            if stats.single_label == 1 { "y" } else { "ies" },
-            stats.single_label_at.join(", "),
-            if stats.single_label > stats.single_label_at.len() as u64 {
-                ", …"
-            } else {
-                ""
-            }
-        );
     }
     Ok(stats)
 }

@@ -56,6 +56,7 @@ use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 use crate::args::{BuildArgs, KeysArg};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
+use crate::keynotes;
 use crate::report::{self, bytes, thousands};
 
 /// How many invalid (or absent) entries are named before only counting.
@@ -242,18 +243,8 @@ pub fn apply(
             thousands(t.invalid)
         );
     }
-    if t.single_label > 0 {
-        eprintln!(
-            "bloomgate: warning: {} host entr{} of a single label (at {}{}) will match only that exact host, never its subdomains: queries look up parent domains of at least two labels",
-            thousands(t.single_label),
-            if t.single_label == 1 { "y" } else { "ies" },
-            t.single_label_at.join(", "),
-            if t.single_label > t.single_label_at.len() as u64 {
-                ", …"
-            } else {
-                ""
-            }
-        );
+    if let Some(w) = keynotes::single_label_warning(t.single_label, &t.single_label_at) {
+        eprintln!("bloomgate: {w}");
     }
     (t, result)
 }

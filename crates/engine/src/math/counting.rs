@@ -70,7 +70,8 @@
 //! filter meant for deletes).
 
 use super::{
-    blocked_fp, blocked_fp_mean_fill, check_inputs, classic_optimum, ln_factorial, PlanError,
+    blocked_fp, blocked_fp_mean_fill, check_inputs, classic_optimum, least_meeting, ln_factorial,
+    PlanError,
 };
 
 /// Counters in one block of a counting filter: 128 4-bit counters, one
@@ -225,25 +226,8 @@ pub fn plan_counting(items: u64, p: f64) -> Result<CountingPlan, PlanError> {
     if lo_counters >= (max_blocks * COUNTING_BLOCK_COUNTERS) as f64 {
         return Err(too_large());
     }
-    let mut lo = ((lo_counters as u64) / COUNTING_BLOCK_COUNTERS).max(1);
-    let mut hi = lo;
-    while meets(hi).is_none() {
-        hi = hi
-            .checked_mul(2)
-            .filter(|&h| h <= max_blocks)
-            .ok_or_else(too_large)?;
-    }
-    if meets(lo).is_some() {
-        hi = lo;
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if meets(mid).is_some() {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
+    let lo = ((lo_counters as u64) / COUNTING_BLOCK_COUNTERS).max(1);
+    let hi = least_meeting(lo, max_blocks, |b| meets(b).is_some()).ok_or_else(too_large)?;
     let (k, predicted_fp) = meets(hi).ok_or_else(too_large)?;
     Ok(CountingPlan {
         items,
