@@ -10,7 +10,12 @@
 //! charged for the wait (no coordinated omission). Every reply must be an
 //! integer 0/1 (an error reply fails the run).
 //!
-//! Prints one line: `achieved-rate p50-ms p99-ms`.
+//! Prints one line: `achieved-rate p50-ms p99-ms`. With
+//! `RESP_PACED_TRACE=FILE` it also writes every pipeline to `FILE`, in
+//! order of schedule: a first line `# T0` (the schedule's start, µs since
+//! the Unix epoch, to line it up with a server's or Redis's own logs),
+//! then `START LATENCY` per pipeline (µs after `T0`, µs): where the slow
+//! pipelines bunch is where the server stalled.
 //!
 //! ```text
 //! target/release/resp_paced --port 6380 --command BF.EXISTS --rate 100000 --seconds 10
@@ -64,15 +69,28 @@ fn main() -> Result<()> {
                 (a.port, a.command.clone(), a.filter.clone(), a.pipeline);
             // Connections start spread over one gap.
             let first = start + gap.mul_f64(c as f64 / a.connections as f64);
-            std::thread::spawn(move || -> Result<Vec<Duration>> {
-                run(port, &cmd, &filter, pipeline, first, gap, end, c)
+            std::thread::spawn(move || -> Result<Vec<(Duration, Duration)>> {
+                run(port, &cmd, &filter, pipeline, (start, first), gap, end, c)
             })
         })
         .collect();
-    let mut lat = Vec::new();
+    let mut timed = Vec::new();
     for w in workers {
-        lat.extend(w.join().expect("a connection thread panicked")?);
+        timed.extend(w.join().expect("a connection thread panicked")?);
     }
+    if let Some(path) = std::env::var_os("RESP_PACED_TRACE") {
+        timed.sort_unstable();
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros()
+            - start.elapsed().as_micros();
+        let mut out = format!("# {epoch}\n");
+        for (at, l) in &timed {
+            out.push_str(&format!("{} {}\n", at.as_micros(), l.as_micros()));
+        }
+        std::fs::write(path, out).context("writing the trace")?;
+    }
+    let mut lat: Vec<Duration> = timed.iter().map(|t| t.1).collect();
     if lat.is_empty() {
         bail!("no pipeline completed");
     }
@@ -94,11 +112,11 @@ fn run(
     cmd: &str,
     filter: &str,
     pipeline: u64,
-    first: Instant,
+    (start, first): (Instant, Instant),
     gap: Duration,
     end: Instant,
     seed: u64,
-) -> Result<Vec<Duration>> {
+) -> Result<Vec<(Duration, Duration)>> {
     let stream = TcpStream::connect(("127.0.0.1", port)).context("connect")?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -140,7 +158,7 @@ fn run(
                 bail!("unexpected reply {line:?}");
             }
         }
-        lat.push(due.elapsed());
+        lat.push((due - start, due.elapsed()));
         due += gap;
     }
     Ok(lat)
