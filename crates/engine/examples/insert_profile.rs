@@ -10,7 +10,9 @@
 //!
 //! Modes: `keys` (building the keys only), `hash` (+ XXH3-128 of each key),
 //! `single` (`Filter::insert`), `batch` (`Filter::insert_batch`),
-//! `owned` (`Filter::insert_owned`), `owned-batch` (`Filter::insert_batch_owned`).
+//! `owned` (`Filter::insert_owned`), `owned-batch` (`Filter::insert_batch_owned`),
+//! `contains` / `contains-batch` (an owned batch insert, then `n` lookups of
+//! absent keys one at a time / through `Filter::contains_batch`).
 
 use std::hint::black_box;
 
@@ -50,7 +52,30 @@ fn main() {
             }
         }
         "owned-batch" => new = f.insert_batch_owned(&keys),
+        "contains" | "contains-batch" => {
+            f.insert_batch_owned(&keys);
+            let probe: Vec<String> = (0..n)
+                .map(|i| format!("http://host{i}.example.com/path/{i}/index.htm{}", i & 1))
+                .collect();
+            new = lookups(&f, &probe, mode == "contains-batch");
+        }
         other => panic!("unknown mode {other}"),
     }
     println!("{mode}: {new} new of {n}");
+}
+
+/// The timed part of the lookup modes, apart so that callgrind can count it
+/// alone (`--toggle-collect='*lookups*'`).
+#[inline(never)]
+fn lookups(f: &Filter, probe: &[String], batch: bool) -> u64 {
+    if batch {
+        let mut out = Vec::new();
+        f.contains_batch(probe, &mut out);
+        out.iter().filter(|&&b| b).count() as u64
+    } else {
+        probe
+            .iter()
+            .map(|k| f.contains(black_box(k.as_bytes())) as u64)
+            .sum()
+    }
 }

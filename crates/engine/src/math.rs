@@ -143,7 +143,19 @@ pub fn blocked_fp(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
     let bf = block_bits;
     // (s/B)^k for every occupancy s.
     let cover: Vec<f64> = (0..=b).map(|s| (s as f64 / bf).powi(k as i32)).collect();
+    // One probe moves occupancy s to s (it hit a set bit, probability s/B)
+    // or s−1 to s (a clear one, (B − (s−1))/B). Both factors are tables,
+    // computed with the same divisions the recurrence would make per step.
+    let stay: Vec<f64> = (0..=b).map(|s| s as f64 / bf).collect();
+    let grow: Vec<f64> = (0..=b)
+        .map(|s| (bf - s.saturating_sub(1) as f64) / bf)
+        .collect();
     let mut dist = vec![0.0f64; b + 1];
+    // The next distribution is written beside the current one (not in
+    // place), so the step is a plain element-wise multiply-add the compiler
+    // vectorizes; the arithmetic, and so every bit of the result, is that
+    // of the in-place recurrence.
+    let mut next = vec![0.0f64; b + 1];
     dist[0] = 1.0;
     let mut top = 0usize; // highest occupancy with nonzero probability
     let mut sum = 0.0;
@@ -161,15 +173,27 @@ pub fn blocked_fp(m: f64, n: f64, k: u32, block_bits: f64) -> f64 {
         // The next item's k probes.
         for _ in 0..k {
             let new_top = (top + 1).min(b);
-            for s in (1..=new_top).rev() {
-                dist[s] = dist[s] * (s as f64 / bf) + dist[s - 1] * ((bf - (s - 1) as f64) / bf);
-            }
-            dist[0] = 0.0;
+            probe_step(&dist[..=new_top], &mut next[..=new_top], &stay, &grow);
+            std::mem::swap(&mut dist, &mut next);
             top = new_top;
         }
         i += 1.0;
     }
     sum.min(1.0)
+}
+
+/// One probe of [`blocked_fp`]'s occupancy recurrence: `next[0] = 0`,
+/// `next[s] = dist[s]·stay[s] + dist[s−1]·grow[s]`. Entries past `dist`'s
+/// end are not touched (they stay 0: the top only grows).
+#[inline]
+fn probe_step(dist: &[f64], next: &mut [f64], stay: &[f64], grow: &[f64]) {
+    let n = dist.len();
+    next[0] = 0.0;
+    let now = dist[1..].iter().zip(&dist[..n - 1]);
+    let factors = stay[1..n].iter().zip(&grow[1..n]);
+    for (out, ((&cur, &below), (&st, &gr))) in next[1..n].iter_mut().zip(now.zip(factors)) {
+        *out = cur * st + below * gr;
+    }
 }
 
 /// The blocked layout's rate with each block's fill taken at its mean
