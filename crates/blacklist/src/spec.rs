@@ -226,10 +226,17 @@ impl FilterSpec {
 
     /// The first layer's parameters, with `seed` and the key rules.
     pub fn params(&self, seed: u64) -> Result<Params, SpecError> {
-        let mut params = Params::from_plan(&self.plan()?, seed);
+        Ok(self.params_of(&self.plan()?, seed))
+    }
+
+    /// [`FilterSpec::params`] from this spec's [`FilterSpec::plan`] made
+    /// already (a blocked plan evaluates the exact rate some hundred times:
+    /// tens of milliseconds, worth not paying twice).
+    pub fn params_of(&self, plan: &Plan, seed: u64) -> Params {
+        let mut params = Params::from_plan(plan, seed);
         params.key_kind = self.kind.as_u8();
         params.match_mode = self.mode.as_u8();
-        Ok(params)
+        params
     }
 
     /// A new, empty in-memory filter of this spec (one layer, or the first

@@ -381,10 +381,25 @@ fn spawn_reader(
                     }
                     let mut buf = std::mem::take(&mut carry);
                     let start = buf.len();
-                    buf.resize(start + CHUNK, 0);
-                    let (n, paused) = read_some(&mut reader, &mut buf[start..], live.as_ref())
-                        .with_context(|| format!("{name}: read error"))?;
-                    buf.truncate(start + n);
+                    let (n, paused) = match live.as_ref() {
+                        // A whole chunk read straight into the buffer's
+                        // spare room: not zeroed first (4 MiB of stores per
+                        // chunk), since the reads overwrite it.
+                        None => {
+                            buf.reserve_exact(CHUNK);
+                            (&mut reader)
+                                .take(CHUNK as u64)
+                                .read_to_end(&mut buf)
+                                .map(|n| (n, false))
+                        }
+                        Some(fd) => {
+                            buf.resize(start + CHUNK, 0);
+                            let read = read_some(&mut reader, &mut buf[start..], Some(fd));
+                            buf.truncate(start + read.as_ref().map_or(0, |r| r.0));
+                            read
+                        }
+                    }
+                    .with_context(|| format!("{name}: read error"))?;
                     progress.fetch_add(n as u64, Ordering::Relaxed);
                     let eof = n == 0;
                     if skipping_long {

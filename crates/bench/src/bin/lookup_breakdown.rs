@@ -160,6 +160,33 @@ fn main() {
     );
     for _ in 0..2 {
         row(
+            "6. one at a time: hash → probe (no prefetch)",
+            ns_per(reps, n, || {
+                arch::dispatch(kernel, |kk| {
+                    ks.iter()
+                        .map(|k| {
+                            let (b, h) = locate(mem.len(), std::hint::black_box(k));
+                            arch::block_contains(kk, &mem[b], h, K) as u64
+                        })
+                        .sum()
+                })
+            }),
+        );
+        row(
+            "7. sbbf-rs one at a time: xxh3-64 → probe",
+            ns_per(reps, n, || {
+                ks.iter()
+                    .map(|k| {
+                        let h = xxh3_64_with_seed(std::hint::black_box(k), SEED);
+                        // SAFETY: as above.
+                        unsafe { sbbf.contains(sb_ptr, buckets, h) as u64 }
+                    })
+                    .sum()
+            }),
+        );
+    }
+    for _ in 0..2 {
+        row(
             "4. full lookup: hash → prefetch 16 ahead → probe",
             ns_per(reps, n, || {
                 arch::dispatch(kernel, |kk| {
@@ -176,6 +203,25 @@ fn main() {
                             arch::prefetch(mem.as_ptr().wrapping_add(ring[i % AHEAD].0));
                         }
                         hits += arch::block_contains(kk, &mem[b], h, K) as u64;
+                    }
+                    hits
+                })
+            }),
+        );
+        row(
+            "4b. groups: hash + prefetch 32, then probe 32",
+            ns_per(reps, n, || {
+                arch::dispatch(kernel, |kk| {
+                    let mut hits = 0;
+                    let mut ring = [(0usize, 0u32); 32];
+                    for chunk in ks.chunks(32) {
+                        for (slot, k) in ring.iter_mut().zip(chunk) {
+                            *slot = locate(mem.len(), k);
+                            arch::prefetch(mem.as_ptr().wrapping_add(slot.0));
+                        }
+                        for &(b, h) in &ring[..chunk.len()] {
+                            hits += arch::block_contains(kk, &mem[b], h, K) as u64;
+                        }
                     }
                     hits
                 })

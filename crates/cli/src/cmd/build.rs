@@ -77,6 +77,15 @@ impl Packed {
         self.ends.push(self.bytes.len());
     }
 
+    /// Room for the keys of a chunk of `bytes` input bytes (a key is never
+    /// longer than its line; a URL line is rarely under 32 bytes).
+    fn for_chunk(bytes: usize) -> Packed {
+        Packed {
+            bytes: Vec::with_capacity(bytes),
+            ends: Vec::with_capacity(bytes / 32),
+        }
+    }
+
     fn keys(&self) -> Vec<&[u8]> {
         let mut start = 0;
         self.ends
@@ -194,13 +203,20 @@ fn insert_inputs(
         inputs.to_vec(),
         progress,
         |chunk| {
-            let mut keys: Vec<Cow<[u8]>> = Vec::with_capacity(chunk.data.len() / 32);
+            // Keys go straight into the packed buffer for the writer; only
+            // an in-place update inserts them here, from a list of its own.
+            let updating = matches!(parallel, Some(Par::Update(_)));
+            let mut keys: Vec<Cow<[u8]>> = Vec::new();
             let mut out = ChunkOut {
                 lines: 0,
                 new: 0,
                 invalid: Vec::new(),
                 failed: None,
-                keys: Packed::default(),
+                keys: if updating {
+                    Packed::default()
+                } else {
+                    Packed::for_chunk(chunk.data.len())
+                },
                 single_label: Vec::new(),
                 spills: Vec::new(),
                 pairs: Vec::new(),
@@ -221,7 +237,11 @@ fn insert_inputs(
                         if sample && out.pairs.len() < keynotes::SAMPLE {
                             out.pairs.push(keynotes::pair(line, &k));
                         }
-                        keys.push(k)
+                        if updating {
+                            keys.push(k)
+                        } else {
+                            out.keys.push(&k)
+                        }
                     }
                     Err(e) => {
                         out.bare_domains += u64::from(keynotes::bare_domain(kind, line, &e));
@@ -229,12 +249,11 @@ fn insert_inputs(
                     }
                 }
             });
-            match &parallel {
-                Some(Par::Update(f)) => match f.update_batch(&keys) {
+            if let Some(Par::Update(f)) = &parallel {
+                match f.update_batch(&keys) {
                     Ok(new) => out.new = new,
                     Err(e) => out.failed = Some(e.to_string()),
-                },
-                _ => keys.iter().for_each(|k| out.keys.push(k)),
+                }
             }
             out
         },
@@ -415,9 +434,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     };
     let usage = |e: bloomgate_blacklist::SpecError| crate::cmd::UsageError(e.to_string());
     let plan = spec.plan().map_err(usage)?;
-    let params = spec
-        .params(a.seed.unwrap_or_else(random_seed))
-        .map_err(usage)?;
+    let params = spec.params_of(&plan, a.seed.unwrap_or_else(random_seed));
     let per_lookup = spec.lookup_rate();
     let policy = &spec.fill;
     let budget = match a.memory {
