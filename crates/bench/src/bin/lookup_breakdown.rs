@@ -9,10 +9,15 @@
 //!    2b. the same with XXH3-64 (what a 64-bit hash id would save);
 //! 3. the same + XXH3-128 of the lookup's own key (hashing + key traffic);
 //! 4. the full lookup (hash → prefetch 16 ahead → probe), as `Filter::contains_batch` does it;
+//!    4b. the same work in groups: hash and prefetch 32, then probe the 32;
 //! 5. sbbf-rs (xxh3-64, 32-byte buckets) behind the `filters` harness's
-//!    hash-32-then-probe-32 pipeline, on its own 2 GiB huge-page buffer.
+//!    hash-32-then-probe-32 pipeline, on its own 2 GiB huge-page buffer;
+//! 6. one lookup at a time (hash → probe, no prefetch), as `Filter::contains`;
+//! 7. sbbf-rs one at a time (xxh3-64 → `contains`).
 //!
-//! Rows 4 and 5 run twice, alternating, so drift on a shared machine shows.
+//! Rows 6 and 7, and rows 4, 4b and 5, run twice, alternating, so drift on
+//! a shared machine shows. `--gib 0.0009765625 --keys 380000` gives the
+//! in-cache picture (1 MiB, as `filters`' in-cache rows).
 //!
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin lookup_breakdown -- [--gib 2] [--keys 2000000] [--reps 5]
