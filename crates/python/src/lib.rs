@@ -469,6 +469,7 @@ fn expressions(url: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    list::count_forks();
     errors::register(m)?;
     m.add_class::<List>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;

@@ -19,7 +19,9 @@
 //!
 //! # fork()
 //!
-//! The process that opened a list is recorded. In a child made by `fork()`
+//! The forks seen when a list was opened are recorded (a counter bumped
+//! in every child by a `pthread_atfork` handler: one atomic load per call,
+//! where asking the process id is a system call). In a child made by `fork()`
 //! (multiprocessing's default on Linux before Python 3.14, a pre-forking
 //! server), a list opened read-only from a file keeps answering lookups:
 //! its memory map is shared with the parent, copy-on-write, and nothing is
@@ -31,7 +33,8 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -41,6 +44,24 @@ use bloomgate_list::{CheckScratch, Claim, List as Inner, OpenOptions};
 
 use crate::errors::{list_err, Error, InvalidItem, ReadOnly};
 use crate::items::{bytes_of, Batch, Packed};
+
+/// Forks of this process's ancestry since the module was loaded: bumped in
+/// each child by [`count_forks`]'s handler.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Relaxed);
+}
+
+/// Registers the fork counter's handler (once per process; children
+/// inherit it).
+pub fn count_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handler only bumps an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+}
 
 /// Batches up to this many items are answered without releasing the GIL
 /// (about the cost of releasing it and taking it back).
@@ -67,15 +88,16 @@ impl Answers {
             codes: Vec::with_capacity(queries.len()),
             invalid: None,
         };
-        let mut each = |v: Result<bloomgate_blacklist::VerdictRef<'_>, _>| match v {
-            Ok(v) => a.codes.push(v.hit as u8),
-            Err(e) => {
-                if a.invalid.is_none() {
-                    a.invalid = Some((a.codes.len(), format!("{e}")));
+        let mut each =
+            |v: Result<bloomgate_blacklist::VerdictRef<'_>, bloomgate_url::KeyError>| match v {
+                Ok(v) => a.codes.push(v.hit as u8),
+                Err(e) => {
+                    if a.invalid.is_none() {
+                        a.invalid = Some((a.codes.len(), format!("{e}")));
+                    }
+                    a.codes.push(2);
                 }
-                a.codes.push(2);
-            }
-        };
+            };
         SCRATCH.with(|s| match s.try_borrow_mut() {
             Ok(mut s) => list.check_each(queries, &mut s, &mut each),
             Err(_) => list.check_each(queries, &mut CheckScratch::default(), &mut each),
@@ -95,6 +117,7 @@ pub struct List {
     redis: bool,
     update: bool,
     pid: u32,
+    forks: u64,
 }
 
 fn _assert_send_sync() {
@@ -124,13 +147,14 @@ impl List {
             redis: bloomgate_redis::is_redis_address(address),
             update: options.update,
             pid: std::process::id(),
+            forks: FORKS.load(Relaxed),
             inner: RwLock::new(Some(inner)),
         })
     }
 
     /// Refuses what a forked child may not do (see the module essay).
     fn forked(&self, changing: bool) -> PyResult<()> {
-        if self.pid != std::process::id() && (self.redis || self.update || changing) {
+        if self.in_child() && (self.redis || self.update || changing) {
             return Err(Error::new_err(format!(
                 "{}: opened in process {} before a fork(); this process ({}) must open it again (bloomgate.open)",
                 self.address,
@@ -139,6 +163,11 @@ impl List {
             )));
         }
         Ok(())
+    }
+
+    /// True in a child forked after the list was opened.
+    fn in_child(&self) -> bool {
+        FORKS.load(Relaxed) != self.forks
     }
 
     fn closed(&self) -> PyErr {
@@ -283,14 +312,28 @@ impl List {
     /// `Unavailable` when the store cannot tell, never returns False then;
     /// `InvalidItem` when the item is not a valid query of the key kind.
     fn __contains__(&self, py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let q = [bytes_of(item)?];
-        let a = self.answers(py, &q)?;
-        match (a.codes.first(), a.invalid) {
-            (_, Some((_, reason))) => {
-                Err(InvalidItem::new_err(format!("{}: {reason}", item.repr()?)))
-            }
-            (Some(&c), None) => Ok(c == 1),
-            (None, None) => Err(Error::new_err("no answer")),
+        let q = bytes_of(item)?;
+        let q: &[u8] = &q;
+        let answer = self.with_read(py, true, |list| {
+            let mut answer = None;
+            let mut each = |v: Result<bloomgate_blacklist::VerdictRef<'_>, _>| {
+                answer = Some(
+                    v.map(|v| v.hit)
+                        .map_err(|e: bloomgate_url::KeyError| e.to_string()),
+                )
+            };
+            SCRATCH
+                .with(|s| match s.try_borrow_mut() {
+                    Ok(mut s) => list.check_each(&[q], &mut s, &mut each),
+                    Err(_) => list.check_each(&[q], &mut CheckScratch::default(), &mut each),
+                })
+                .map_err(list_err)?;
+            Ok(answer)
+        })?;
+        match answer {
+            Some(Ok(hit)) => Ok(hit),
+            Some(Err(reason)) => Err(InvalidItem::new_err(format!("{}: {reason}", item.repr()?))),
+            None => Err(Error::new_err("no answer")),
         }
     }
 
@@ -469,7 +512,7 @@ impl List {
     /// Saves a file opened for update, then closes the list (its data
     /// directory's lock is released). Closing twice is harmless.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.pid != std::process::id() {
+        if self.in_child() {
             // The parent's list: forget it here without touching its files.
             return Ok(());
         }
