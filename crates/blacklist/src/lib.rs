@@ -401,13 +401,26 @@ impl Blacklist {
     /// with [`Error::Policy`] at the first new key a full non-scaling
     /// filter refuses.
     pub fn update_keys<T: AsRef<[u8]>>(&mut self, keys: &[T], force: bool) -> Result<u64, Error> {
+        self.update_keys_each(keys, force, &mut Vec::new())
+    }
+
+    /// [`Blacklist::update_keys`], pushing to `out` whether each key was
+    /// new, in order: the answers of adding the keys one at a time, and
+    /// the same bits. On an error, `out` holds the answers of the keys
+    /// added before it.
+    pub fn update_keys_each<T: AsRef<[u8]>>(
+        &mut self,
+        keys: &[T],
+        force: bool,
+        out: &mut Vec<bool>,
+    ) -> Result<u64, Error> {
         let Some((_, _)) = &self.update else {
             return Err(Error::Engine(bloomgate_engine::Error::NotWritable(
                 "update_keys needs a filter opened with open_for_update",
             )));
         };
         if self.layers.fill == FillPolicy::Fixed {
-            return Ok(self.layers.layers[0].update_batch(keys)?);
+            return Ok(self.layers.layers[0].update_batch_each(keys, out)?);
         }
         let base = self.base.clone().expect("opened from a file");
         let mut new = 0;
@@ -427,6 +440,7 @@ impl Blacklist {
                     self.layers.items()
                 )));
             }
+            out.push(added == layers::Added::New);
             new += (added == layers::Added::New) as u64;
         }
         Ok(new)

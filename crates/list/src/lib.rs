@@ -59,7 +59,7 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{Blacklist, LogMode, Opened, Whitelist};
+use bloomgate_blacklist::{Blacklist, LogMode, Opened, VerdictRef, Whitelist};
 use bloomgate_engine::format::{peek_layout_code, DeletableKind, LAYOUT_RIBBON};
 use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
@@ -323,17 +323,29 @@ impl List {
         s: &mut CheckScratch,
         out: &mut Vec<Result<Verdict, KeyError>>,
     ) -> Result<(), Error> {
-        let (kind, mode) = self.rules();
         let queries: Vec<&[u8]> = queries.into_iter().collect();
         out.clear();
+        self.check_each(&queries, s, |v| out.push(v.map(Verdict::of)))
+    }
+
+    /// [`List::check_many`] with each verdict handed to `each` in its
+    /// borrowed form, in order: nothing is allocated per query once
+    /// `s` has grown (for callers that only need "hit or not").
+    pub fn check_each(
+        &self,
+        queries: &[&[u8]],
+        s: &mut CheckScratch,
+        each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) -> Result<(), Error> {
+        let (kind, mode) = self.rules();
         check::check_many(
             kind,
             mode,
             self.whitelist(),
-            &queries,
+            queries,
             s,
             |keys, found, spare| self.contains_many(keys, found, spare),
-            |v| out.push(v.map(Verdict::of)),
+            each,
         )
     }
 
@@ -430,9 +442,10 @@ impl List {
     /// equal keys in one call, the first. When Redis fails, the replies
     /// that came back are kept, keys sent without a reply are
     /// [`Claim::Unknown`] and keys not sent [`Claim::NotAdded`], so that a
-    /// caller can say exactly what happened to each. A file's list adds
-    /// key by key as [`List::add_key`] does; its first failure ends the
-    /// adds.
+    /// caller can say exactly what happened to each. A Bloom file takes
+    /// the keys as one batch (the same answers and bits as
+    /// [`List::add_key`] key by key), a counting or cuckoo table key by
+    /// key; the first failure ends the adds.
     pub fn add_keys<T: AsRef<[u8]>>(&mut self, keys: &[T]) -> Claims {
         let mut claims = Claims {
             outcomes: vec![Claim::NotAdded; keys.len()],
@@ -453,6 +466,18 @@ impl List {
                 };
             }
             claims.error = report.error.map(Error::from);
+            return claims;
+        }
+        if let Store::Bloom(b) = &mut self.store {
+            // One batch through the engine: the answers and bits of adding
+            // the keys one at a time, the hashing and the checksum pages'
+            // bookkeeping done once for the batch.
+            let mut new = Vec::with_capacity(keys.len());
+            let result = b.update_keys_each(keys, false, &mut new);
+            for (c, &n) in claims.outcomes.iter_mut().zip(&new) {
+                *c = if n { Claim::New } else { Claim::Present };
+            }
+            claims.error = result.err().map(Error::from);
             return claims;
         }
         for (c, key) in claims.outcomes.iter_mut().zip(keys) {

@@ -8,7 +8,9 @@ use, and (fleet) against Redis-backed dedup. Run by hand, not in CI:
 `local`: lookups/s and adds/s, single (one call per item) and batched (one
 call per 100,000 items where the library has such a call; a list
 comprehension of single calls where it has none), memory per item and the
-false-positive rate measured on absent keys, at `--items` and 1e-4.
+false-positive rate measured on absent keys, at `--items` and 1e-4. Lookups
+are measured `--reps` times per library (the median is reported). The
+ribbon list takes no adds: its batched "adds" are its build from the keys.
 `fleet`: a filter shared through one redis-server started here: bloomgate's
 filter in Redis (claim_many / check_many: one pipeline per node), a
 scrapy-redis-style Redis set (SADD/SISMEMBER) and a per-bit Redis Bloom filter
@@ -102,6 +104,32 @@ def pybloom_live_peer(dirpath, n):
     return p
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def build_ribbon(dirpath, n):
+    """bloomgate's static ribbon list, built whole from the keys (it takes
+    no adds): the build's rate stands in for batched adds."""
+    path = os.path.join(dirpath, "bg-ribbon.bgf")
+
+    def gen():
+        for s in range(0, n, BATCH):
+            yield from keys("a", s, min(BATCH, n - s))
+
+    t, _ = timed(lambda: bloomgate.build(path, gen(), items=n, fp=FP, keys="raw",
+                                         layout="ribbon"))
+    lst = bloomgate.open(path)
+    p = Peer()
+    p.name = "bloomgate (ribbon)"
+    p.add1 = None
+    p.has = lst.__contains__
+    p.has_many = lst.check_many
+    p.bytes = lambda: os.path.getsize(path)
+    return p, t
+
+
 def run_local(args):
     n = args.items
     out = []
@@ -109,36 +137,46 @@ def run_local(args):
     for make in args.peers.split(","):
         d = tempfile.mkdtemp(prefix="bgbench-")
         try:
-            peer = {
-                "blocked": lambda: bloomgate_peer(d, n, "blocked"),
-                "classic": lambda: bloomgate_peer(d, n, "classic"),
-                "rbloom": lambda: rbloom_peer(d, n),
-                "pybloomfiltermmap3": lambda: pbfm_peer(d, n),
-                "pybloom-live": lambda: pybloom_live_peer(d, n),
-            }[make]()
+            t_build = None
+            if make == "ribbon":
+                peer, t_build = build_ribbon(d, n)
+            else:
+                peer = {
+                    "blocked": lambda: bloomgate_peer(d, n, "blocked"),
+                    "classic": lambda: bloomgate_peer(d, n, "classic"),
+                    "rbloom": lambda: rbloom_peer(d, n),
+                    "pybloomfiltermmap3": lambda: pbfm_peer(d, n),
+                    "pybloom-live": lambda: pybloom_live_peer(d, n),
+                }[make]()
             # pure Python: its build of every item would take minutes; it
             # is filled with `--slow-items` and measured on those.
             fill = n if make != "pybloom-live" else min(n, args.slow_items)
-            ks = keys("a", 0, single)
-            t_add1, _ = timed(lambda: [peer.add1(k) for k in ks])
-            t_add = 0.0
-            for s in range(single, fill, BATCH):
-                ks = keys("a", s, min(BATCH, fill - s))
-                dt, _ = timed(lambda: peer.add(ks))
-                t_add += dt
+            t_add1 = t_add = None
+            if peer.add1 is not None:
+                ks = keys("a", 0, single)
+                t_add1, _ = timed(lambda: [peer.add1(k) for k in ks])
+                t_add = 0.0
+                for s in range(single, fill, BATCH):
+                    ks = keys("a", s, min(BATCH, fill - s))
+                    dt, _ = timed(lambda: peer.add(ks))
+                    t_add += dt
             batched_adds = fill - single
             present = keys("a", 0, single)
-            t_has1, r = timed(lambda: [peer.has(k) for k in present])
-            assert all(r), f"{peer.name}: a false negative"
-            t_many = 0.0
-            looked = 0
-            for s in range(0, min(fill, 1_000_000), BATCH):
-                ks = keys("a", s, min(BATCH, fill - s))
-                dt, r = timed(lambda: peer.has_many(ks))
+            looked_keys = [keys("a", s, min(BATCH, fill - s))
+                           for s in range(0, min(fill, 1_000_000), BATCH)]
+            looked = sum(len(ks) for ks in looked_keys)
+            singles, manys = [], []
+            for _ in range(args.reps):
+                t_has1, r = timed(lambda: [peer.has(k) for k in present])
                 assert all(r), f"{peer.name}: a false negative"
-                t_many += dt
-                looked += len(ks)
-            absent_n = 1_000_000 if make != "pybloom-live" else 200_000
+                singles.append(single / t_has1)
+                t_many = 0.0
+                for ks in looked_keys:
+                    dt, r = timed(lambda: peer.has_many(ks))
+                    assert all(r), f"{peer.name}: a false negative"
+                    t_many += dt
+                manys.append(looked / t_many)
+            absent_n = args.absent if make != "pybloom-live" else 200_000
             fps = 0
             for s in range(0, absent_n, BATCH):
                 fps += sum(1 for x in peer.has_many(keys("b", s, min(BATCH, absent_n - s))) if x)
@@ -146,10 +184,14 @@ def run_local(args):
                 "peer": peer.name,
                 "items": fill,
                 "capacity": n,
-                "adds_per_s_single": single / t_add1,
-                "adds_per_s_batched": batched_adds / t_add if t_add else None,
-                "lookups_per_s_single": single / t_has1,
-                "lookups_per_s_batched": looked / t_many,
+                "adds_per_s_single": single / t_add1 if t_add1 else None,
+                "adds_per_s_batched": (batched_adds / t_add if t_add else
+                                       (n / t_build if t_build else None)),
+                "lookups_per_s_single": median(singles),
+                "lookups_per_s_batched": median(manys),
+                "lookups_single_runs": [round(x) for x in singles],
+                "lookups_batched_runs": [round(x) for x in manys],
+                "bytes": peer.bytes(),
                 "bytes_per_item": peer.bytes() / n,
                 "fp_measured": fps / absent_n,
             }
@@ -293,7 +335,10 @@ def main():
     ap.add_argument("--items", type=int, default=10_000_000)
     ap.add_argument("--slow-items", type=int, default=1_000_000)
     ap.add_argument("--fleet-peers", default="bloomgate,set,perbit")
-    ap.add_argument("--peers", default="blocked,classic,rbloom,pybloomfiltermmap3,pybloom-live")
+    ap.add_argument("--peers",
+                    default="blocked,classic,ribbon,rbloom,pybloomfiltermmap3,pybloom-live")
+    ap.add_argument("--reps", type=int, default=3, help="lookup measurements per peer (median)")
+    ap.add_argument("--absent", type=int, default=1_000_000, help="absent keys for the FP rate")
     args = ap.parse_args()
     print(f"# {args.what}: {args.items:,} items at {FP}, python {sys.version.split()[0]}",
           flush=True)

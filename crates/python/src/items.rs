@@ -9,13 +9,68 @@
 //! encoded back to those bytes, so such a string and the bytes it came
 //! from are one item. Anything else is a `TypeError`.
 //!
-//! A batch is copied into one buffer with the end of each item (one
-//! allocation per batch, not per item) while the GIL is held; the library
-//! then works on the buffer with the GIL released.
+//! Lookups and adds read a `str`'s UTF-8 and a `bytes`' contents where
+//! they are ([`bytes_of`], [`Batch`]): both are immutable, and the batch
+//! holds a reference to each item, so the library may read them with the
+//! GIL released. A `bytearray` or `memoryview` (mutable: another thread
+//! could change it meanwhile) and a `str` with lone surrogates are copied.
+//! Other calls copy a batch into one buffer ([`Packed`]: one allocation
+//! per batch, not per item) while the GIL is held.
+
+use std::borrow::Cow;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyString, PyTuple};
+
+/// One item's bytes by the encoding rule: borrowed from a `str` or
+/// `bytes` object (immutable), copied from anything mutable.
+pub fn bytes_of<'a>(item: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
+    if let Ok(s) = item.cast::<PyString>() {
+        if let Some(b) = utf8(s) {
+            return Ok(Cow::Borrowed(b));
+        }
+        let b = s.call_method1("encode", ("utf-8", "surrogateescape"))?;
+        return Ok(Cow::Owned(b.cast::<PyBytes>()?.as_bytes().to_vec()));
+    }
+    if let Ok(b) = item.cast::<PyBytes>() {
+        return Ok(Cow::Borrowed(b.as_bytes()));
+    }
+    if let Ok(b) = item.cast::<PyByteArray>() {
+        return Ok(Cow::Owned(b.to_vec()));
+    }
+    if item.is_instance_of::<PyMemoryView>() {
+        let b = item.call_method0("tobytes")?;
+        return Ok(Cow::Owned(b.cast::<PyBytes>()?.as_bytes().to_vec()));
+    }
+    Err(type_error(item))
+}
+
+/// The items of an iterable, each held by a reference so that their bytes
+/// ([`bytes_of`]) stay valid while the GIL is released.
+pub struct Batch<'py> {
+    objs: Vec<Bound<'py, PyAny>>,
+}
+
+impl<'py> Batch<'py> {
+    /// Takes a reference to every item (a list or tuple without the
+    /// iterator protocol).
+    pub fn of(items: &Bound<'py, PyAny>) -> PyResult<Batch<'py>> {
+        let objs = if let Ok(l) = items.cast::<PyList>() {
+            l.iter().collect()
+        } else if let Ok(t) = items.cast::<PyTuple>() {
+            t.iter().collect()
+        } else {
+            items.try_iter()?.collect::<PyResult<_>>()?
+        };
+        Ok(Batch { objs })
+    }
+
+    /// Every item's bytes, in order.
+    pub fn bytes(&self) -> PyResult<Vec<Cow<'_, [u8]>>> {
+        self.objs.iter().map(bytes_of).collect()
+    }
+}
 
 /// Items packed in one buffer.
 #[derive(Default)]

@@ -24,10 +24,12 @@ use pyo3::types::PyDict;
 
 use bloomgate_blacklist::cf_file::CfLayout;
 use bloomgate_blacklist::layers::unix_now;
+use bloomgate_blacklist::layers::Layers;
 use bloomgate_blacklist::{DeletableSpec, FilterSpec};
 use bloomgate_engine::format::DeletableKind;
 use bloomgate_engine::math;
-use bloomgate_engine::{random_seed, Layout};
+use bloomgate_engine::ribbon::{self, RibbonSpec};
+use bloomgate_engine::{random_seed, Layout, Params};
 use bloomgate_list::{List as Inner, OpenOptions, TablePlan};
 use bloomgate_url::{max_lookups, KeyKind, MatchMode};
 
@@ -74,10 +76,12 @@ fn parse_mode(mode: &str) -> PyResult<MatchMode> {
         .map_err(|e| PyValueError::new_err(format!("match={mode:?}: {e}")))
 }
 
-/// The layout asked for: a Bloom layout, or a deletable table.
+/// The layout asked for: a Bloom layout, a deletable table, or the static
+/// ribbon (built whole from its entries: `build` only).
 enum Shape {
     Bloom(Layout),
     Table(DeletableKind),
+    Ribbon,
 }
 
 fn parse_layout(layout: &str) -> PyResult<Shape> {
@@ -86,9 +90,10 @@ fn parse_layout(layout: &str) -> PyResult<Shape> {
         "classic" => Shape::Bloom(Layout::Classic),
         "counting" => Shape::Table(DeletableKind::Counting),
         "cuckoo" => Shape::Table(DeletableKind::Cuckoo),
+        "ribbon" => Shape::Ribbon,
         other => {
             return Err(PyValueError::new_err(format!(
-                "layout={other:?}: one of \"blocked\", \"classic\", \"counting\", \"cuckoo\""
+                "layout={other:?}: one of \"blocked\", \"classic\", \"counting\", \"cuckoo\", \"ribbon\""
             )))
         }
     })
@@ -117,11 +122,25 @@ impl New {
                 };
                 spec.validate()
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
-                let mut layers = spec
-                    .create(self.seed, unix_now())
-                    .map_err(|e| other_err(&e))?;
+                let mut layers = if layout == Layout::Classic {
+                    // The least classic filter that meets the rate (the
+                    // CLI's classic plan rounds up to whole bits per item).
+                    let (n, rate) = spec.layer_rate();
+                    let plan = math::plan_classic_least(n, rate)
+                        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+                    let mut params = Params::from_plan(&plan, self.seed);
+                    params.key_kind = self.kind.as_u8();
+                    params.match_mode = self.mode.as_u8();
+                    Layers::create(params, &spec.fill, spec.purpose, spec.lookup_rate(), unix_now())
+                } else {
+                    spec.create(self.seed, unix_now())
+                }
+                .map_err(|e| other_err(&e))?;
                 layers.save(Path::new(path)).map_err(|e| other_err(&e))
             }
+            Shape::Ribbon => Err(PyValueError::new_err(
+                "a ribbon list is static: build it from its entries (bloomgate.build(..., layout=\"ribbon\"))",
+            )),
             Shape::Table(which) => {
                 let spec = DeletableSpec::for_build(
                     CfLayout::of(which),
@@ -164,7 +183,9 @@ impl New {
 
 /// Makes a new, empty list at `address` (a file, or a filter in Redis) for
 /// `items` entries at false-positive rate `fp` per query. Raises `Exists`
-/// if one is there, unless replace=True.
+/// if one is there, unless replace=True. A classic list is the least that
+/// meets the rate (whole k; the CLI's classic plan rounds up to whole bits
+/// per item); a ribbon list is made only by `build`.
 #[pyfunction]
 #[pyo3(signature = (address, items, fp = 1e-4, *, keys = "url", r#match = "exact", layout = "blocked", replace = false, seed = None))]
 #[allow(clippy::too_many_arguments)]
@@ -194,7 +215,9 @@ fn create(
 /// bytes), planned for `items` entries (default: len(entries), or all of
 /// them counted) at `fp` per query. Returns how many entries were new.
 /// Raises `Exists` if the file is there, unless replace=True; on an invalid
-/// entry raises `InvalidItem` and removes the file.
+/// entry raises `InvalidItem` and removes the file. layout="ribbon" makes a
+/// static list (no adds; about 13.8 bits per entry at 1e-4) from the
+/// entries held in memory as 8-byte hashes.
 #[pyfunction]
 #[pyo3(signature = (path, entries, items = None, fp = 1e-4, *, keys = "url", r#match = "exact", layout = "blocked", replace = false, seed = None))]
 #[allow(clippy::too_many_arguments)]
@@ -232,12 +255,70 @@ fn build(
         shape: parse_layout(layout)?,
         seed: seed.unwrap_or_else(random_seed),
     };
+    if matches!(new.shape, Shape::Ribbon) {
+        if !replace && Path::new(path).exists() {
+            return Err(Exists::new_err(format!("{path}: already exists")));
+        }
+        let result = build_ribbon(py, path, entries, buffered, &new);
+        if result.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        return result;
+    }
     py.detach(|| new.make(path, replace))?;
     let result = fill(py, path, entries, buffered);
     if result.is_err() {
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Builds the static ribbon file at `path` from every entry: each
+/// normalized and hashed (the engine's ribbon key hash) as it is read, the
+/// filter solved from the hashes in memory (8 bytes per entry), as
+/// `bloomgate build --layout ribbon` does. Returns the distinct keys.
+fn build_ribbon(
+    py: Python<'_>,
+    path: &str,
+    entries: &Bound<'_, PyAny>,
+    buffered: Option<Packed>,
+    new: &New,
+) -> PyResult<u64> {
+    let rate = bloomgate_blacklist::per_lookup_rate(new.kind, new.mode, new.fp);
+    let mut spec = RibbonSpec::new(rate, new.seed);
+    spec.key_kind = new.kind.as_u8();
+    spec.match_mode = new.mode.as_u8();
+    let mut hashes: Vec<u64> = Vec::new();
+    let hash = |py: Python<'_>, p: &Packed, hashes: &mut Vec<u64>| -> PyResult<()> {
+        let seen = hashes.len();
+        py.detach(|| {
+            for (i, e) in p.items().into_iter().enumerate() {
+                let k = bloomgate_url::entry_key(new.kind, new.mode, e)
+                    .map_err(|err| InvalidItem::new_err(format!("entry {}: {err}", seen + i)))?;
+                hashes.push(ribbon::key_hash(new.seed, &k));
+            }
+            Ok(())
+        })
+    };
+    match buffered {
+        Some(p) => hash(py, &p, &mut hashes)?,
+        None => {
+            let mut p = Packed::default();
+            for e in entries.try_iter()? {
+                p.push(&e?)?;
+                if p.len() == BATCH {
+                    hash(py, &p, &mut hashes)?;
+                    p.clear();
+                }
+            }
+            hash(py, &p, &mut hashes)?;
+        }
+    }
+    let planned = hashes.len() as u64;
+    let header = py
+        .detach(|| ribbon::build(Path::new(path), &spec, planned, hashes))
+        .map_err(|e| other_err(&e))?;
+    Ok(header.items)
 }
 
 /// Adds the entries to the new file at `path` and saves it.
@@ -298,7 +379,8 @@ fn fill(
 
 /// The sizes of a filter for `items` entries at `fp` per query: both Bloom
 /// layouts, the counting and cuckoo tables, and the classic optimum, as
-/// `bloomgate plan --json` computes them.
+/// `bloomgate plan --json` computes them, except that the classic row is
+/// the classic list this package makes (the least that meets the rate).
 #[pyfunction]
 #[pyo3(signature = (items, fp = 1e-4, *, keys = "raw", r#match = "exact"))]
 fn plan<'py>(
@@ -316,7 +398,13 @@ fn plan<'py>(
     let per_query = |p: f64| 1.0 - (1.0 - p).powi(lookups as i32);
     let mut layouts = Vec::new();
     for layout in [Layout::Blocked, Layout::Classic] {
-        let pl = math::plan(layout, items, per_lookup).map_err(bad)?;
+        // The classic row is the classic filter this package makes: the
+        // least that meets the rate.
+        let pl = match layout {
+            Layout::Classic => math::plan_classic_least(items, per_lookup),
+            _ => math::plan(layout, items, per_lookup),
+        }
+        .map_err(bad)?;
         layouts.push(serde_json::json!({
             "layout": pl.layout.name(),
             "bits": pl.bits,
@@ -381,6 +469,7 @@ fn expressions(url: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
 /// The module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    list::count_forks();
     errors::register(m)?;
     m.add_class::<List>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;

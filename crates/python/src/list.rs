@@ -4,15 +4,24 @@
 //!
 //! The library's `List` is `Send + Sync`; here it sits behind a
 //! reader-writer lock, so lookups from many threads run at once and an add,
-//! remove or whitelist edit runs alone. Every call copies its items out of
-//! Python objects first (GIL held), then releases the GIL and only then
-//! takes the lock, and never needs the GIL while holding it: a thread
-//! waiting for the lock never blocks one that holds it, so the two locks
-//! cannot deadlock, and other Python threads run while the library works.
+//! remove or whitelist edit runs alone. Every call takes its items' bytes
+//! first (GIL held; `items`), and never needs the GIL while holding the
+//! lock, so a thread waiting for the GIL never blocks one that holds the
+//! lock and the two cannot deadlock.
+//!
+//! A batch, and every call on a list in Redis (a network round trip),
+//! releases the GIL, then takes the lock: other Python threads run while
+//! the library works. A single lookup or add of a file's list (a few
+//! hundred nanoseconds, less than releasing and taking back the GIL) keeps
+//! the GIL and only *tries* the lock: when a writer holds it, the call
+//! releases the GIL and waits for it as a batch does, so a long add never
+//! stalls the other Python threads.
 //!
 //! # fork()
 //!
-//! The process that opened a list is recorded. In a child made by `fork()`
+//! The forks seen when a list was opened are recorded (a counter bumped
+//! in every child by a `pthread_atfork` handler: one atomic load per call,
+//! where asking the process id is a system call). In a child made by `fork()`
 //! (multiprocessing's default on Linux before Python 3.14, a pre-forking
 //! server), a list opened read-only from a file keeps answering lookups:
 //! its memory map is shared with the parent, copy-on-write, and nothing is
@@ -22,7 +31,10 @@
 //! (its lock belongs to the parent) — raises `bloomgate.Error` telling the
 //! child to open the list again.
 
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -31,7 +43,68 @@ use bloomgate_engine::Removal;
 use bloomgate_list::{CheckScratch, Claim, List as Inner, OpenOptions};
 
 use crate::errors::{list_err, Error, InvalidItem, ReadOnly};
-use crate::items::Packed;
+use crate::items::{bytes_of, Batch, Packed};
+
+/// Forks of this process's ancestry since the module was loaded: bumped in
+/// each child by [`count_forks`]'s handler.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Relaxed);
+}
+
+/// Registers the fork counter's handler (once per process; children
+/// inherit it).
+pub fn count_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the handler only bumps an atomic (async-signal-safe).
+        unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    });
+}
+
+/// Batches up to this many items are answered without releasing the GIL
+/// (about the cost of releasing it and taking it back).
+const SMALL: usize = 8;
+
+thread_local! {
+    /// A lookup's buffers, kept per thread between calls.
+    static SCRATCH: RefCell<CheckScratch> = RefCell::new(CheckScratch::default());
+}
+
+/// The answers of a batch of lookups.
+#[derive(Default)]
+struct Answers {
+    /// Per query: 0 absent, 1 a hit, 2 not a valid query of the key kind.
+    codes: Vec<u8>,
+    /// The first invalid query: its position and why.
+    invalid: Option<(usize, String)>,
+}
+
+impl Answers {
+    /// Answers `queries` from `list`, on this thread's buffers.
+    fn of(list: &Inner, queries: &[&[u8]]) -> Result<Answers, bloomgate_list::Error> {
+        let mut a = Answers {
+            codes: Vec::with_capacity(queries.len()),
+            invalid: None,
+        };
+        let mut each =
+            |v: Result<bloomgate_blacklist::VerdictRef<'_>, bloomgate_url::KeyError>| match v {
+                Ok(v) => a.codes.push(v.hit as u8),
+                Err(e) => {
+                    if a.invalid.is_none() {
+                        a.invalid = Some((a.codes.len(), format!("{e}")));
+                    }
+                    a.codes.push(2);
+                }
+            };
+        SCRATCH.with(|s| match s.try_borrow_mut() {
+            Ok(mut s) => list.check_each(queries, &mut s, &mut each),
+            Err(_) => list.check_each(queries, &mut CheckScratch::default(), &mut each),
+        })?;
+        Ok(a)
+    }
+}
 
 /// A list opened by `bloomgate.open`.
 #[pyclass(module = "bloomgate._core", name = "List", frozen)]
@@ -44,6 +117,7 @@ pub struct List {
     redis: bool,
     update: bool,
     pid: u32,
+    forks: u64,
 }
 
 fn _assert_send_sync() {
@@ -73,13 +147,14 @@ impl List {
             redis: bloomgate_redis::is_redis_address(address),
             update: options.update,
             pid: std::process::id(),
+            forks: FORKS.load(Relaxed),
             inner: RwLock::new(Some(inner)),
         })
     }
 
     /// Refuses what a forked child may not do (see the module essay).
     fn forked(&self, changing: bool) -> PyResult<()> {
-        if self.pid != std::process::id() && (self.redis || self.update || changing) {
+        if self.in_child() && (self.redis || self.update || changing) {
             return Err(Error::new_err(format!(
                 "{}: opened in process {} before a fork(); this process ({}) must open it again (bloomgate.open)",
                 self.address,
@@ -88,6 +163,11 @@ impl List {
             )));
         }
         Ok(())
+    }
+
+    /// True in a child forked after the list was opened.
+    fn in_child(&self) -> bool {
+        FORKS.load(Relaxed) != self.forks
     }
 
     fn closed(&self) -> PyErr {
@@ -116,44 +196,72 @@ impl List {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The answers for packed queries: `Ok(Some(hit))`, `Ok(None)` for a
-    /// query not valid for the key kind (with its reason).
-    fn answers(&self, py: Python<'_>, p: &Packed) -> PyResult<Vec<Result<bool, String>>> {
+    /// Runs `f` on the open list under the read lock: with the GIL held
+    /// when `small` and the lock is free at once (a file's list), else
+    /// with the GIL released (see the module essay).
+    fn with_read<R: Send>(
+        &self,
+        py: Python<'_>,
+        small: bool,
+        f: impl FnOnce(&Inner) -> PyResult<R> + Send,
+    ) -> PyResult<R> {
         self.forked(false)?;
+        if small && !self.redis {
+            if let Ok(guard) = self.inner.try_read() {
+                return f(guard.as_ref().ok_or_else(|| self.closed())?);
+            }
+        }
         py.detach(|| {
             let guard = self.read();
-            let list = guard.as_ref().ok_or_else(|| self.closed())?;
-            let mut out = Vec::with_capacity(p.len());
-            list.check_many(p.items(), &mut CheckScratch::default(), &mut out)
-                .map_err(list_err)?;
-            Ok(out
-                .into_iter()
-                .map(|v| v.map(|v| v.hit()).map_err(|e| e.to_string()))
-                .collect())
+            f(guard.as_ref().ok_or_else(|| self.closed())?)
         })
     }
 
-    /// The normalized keys of packed entries; the first invalid one is an
+    /// [`List::with_read`] under the write lock, for a change.
+    fn with_write<R: Send>(
+        &self,
+        py: Python<'_>,
+        small: bool,
+        f: impl FnOnce(&mut Inner) -> PyResult<R> + Send,
+    ) -> PyResult<R> {
+        if small && !self.redis {
+            if let Ok(mut guard) = self.inner.try_write() {
+                return f(guard.as_mut().ok_or_else(|| self.closed())?);
+            }
+        }
+        py.detach(|| {
+            let mut guard = self.write();
+            f(guard.as_mut().ok_or_else(|| self.closed())?)
+        })
+    }
+
+    /// The answers for queries.
+    fn answers(&self, py: Python<'_>, queries: &[Cow<'_, [u8]>]) -> PyResult<Answers> {
+        let qs: Vec<&[u8]> = queries.iter().map(|q| q.as_ref()).collect();
+        self.with_read(py, qs.len() <= SMALL, |list| {
+            Answers::of(list, &qs).map_err(list_err)
+        })
+    }
+
+    /// The normalized keys of entries; the first invalid one is an
     /// `InvalidItem` naming its position.
-    fn keys(list: &Inner, p: &Packed) -> PyResult<Vec<Vec<u8>>> {
-        p.items()
-            .into_iter()
+    fn keys<'e>(list: &Inner, entries: &[&'e [u8]]) -> PyResult<Vec<Cow<'e, [u8]>>> {
+        entries
+            .iter()
             .enumerate()
             .map(|(i, e)| {
                 list.entry_key(e)
-                    .map(|k| k.into_owned())
                     .map_err(|err| InvalidItem::new_err(format!("item {i}: {err}")))
             })
             .collect()
     }
 
-    /// Adds packed entries; the claims, or the error with the claims.
-    fn claim(&self, py: Python<'_>, p: &Packed) -> PyResult<Vec<Claim>> {
+    /// Adds entries; the claims, or the error with the claims.
+    fn claim(&self, py: Python<'_>, entries: &[Cow<'_, [u8]>]) -> PyResult<Vec<Claim>> {
         self.may_change()?;
-        let (claims, error) = py.detach(|| {
-            let mut guard = self.write();
-            let list = guard.as_mut().ok_or_else(|| self.closed())?;
-            let keys = Self::keys(list, p)?;
+        let es: Vec<&[u8]> = entries.iter().map(|e| e.as_ref()).collect();
+        let (claims, error) = self.with_write(py, es.len() <= SMALL, |list| {
+            let keys = Self::keys(list, &es)?;
             let c = list.add_keys(&keys);
             Ok::<_, PyErr>((c.outcomes, c.error))
         })?;
@@ -204,8 +312,25 @@ impl List {
     /// `Unavailable` when the store cannot tell, never returns False then;
     /// `InvalidItem` when the item is not a valid query of the key kind.
     fn __contains__(&self, py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let p = Packed::one(item)?;
-        match self.answers(py, &p)?.pop() {
+        let q = bytes_of(item)?;
+        let q: &[u8] = &q;
+        let answer = self.with_read(py, true, |list| {
+            let mut answer = None;
+            let mut each = |v: Result<bloomgate_blacklist::VerdictRef<'_>, _>| {
+                answer = Some(
+                    v.map(|v| v.hit)
+                        .map_err(|e: bloomgate_url::KeyError| e.to_string()),
+                )
+            };
+            SCRATCH
+                .with(|s| match s.try_borrow_mut() {
+                    Ok(mut s) => list.check_each(&[q], &mut s, &mut each),
+                    Err(_) => list.check_each(&[q], &mut CheckScratch::default(), &mut each),
+                })
+                .map_err(list_err)?;
+            Ok(answer)
+        })?;
+        match answer {
             Some(Ok(hit)) => Ok(hit),
             Some(Err(reason)) => Err(InvalidItem::new_err(format!("{}: {reason}", item.repr()?))),
             None => Err(Error::new_err("no answer")),
@@ -233,19 +358,13 @@ impl List {
                 )))
             }
         };
-        let p = Packed::from_iter(items)?;
-        let answers = self.answers(py, &p)?;
-        let out = PyList::empty(py);
-        for (i, a) in answers.into_iter().enumerate() {
-            match a {
-                Ok(hit) => out.append(hit)?,
-                Err(reason) if raise => {
-                    return Err(InvalidItem::new_err(format!("item {i}: {reason}")))
-                }
-                Err(_) => out.append(py.None())?,
-            }
+        let batch = Batch::of(items)?;
+        let a = self.answers(py, &batch.bytes()?)?;
+        match a.invalid {
+            Some((i, reason)) if raise => Err(InvalidItem::new_err(format!("item {i}: {reason}"))),
+            Some(_) => PyList::new(py, a.codes.iter().map(|&c| (c != 2).then_some(c == 1))),
+            None => PyList::new(py, a.codes.iter().map(|&c| c == 1)),
         }
-        Ok(out)
     }
 
     /// Adds one item; True when it was new (add-if-absent: of several
@@ -253,8 +372,7 @@ impl List {
     /// is told True). Raises `Unavailable` when Redis failed (the
     /// exception's `claims` says whether the add may have run).
     fn add(&self, py: Python<'_>, item: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let p = Packed::one(item)?;
-        Ok(self.claim(py, &p)? == [Claim::New])
+        Ok(self.claim(py, &[bytes_of(item)?])? == [Claim::New])
     }
 
     /// Adds many items in order; a list with True for each that was new
@@ -262,9 +380,9 @@ impl List {
     /// `claims` holds one of "new", "present", "unknown" (sent, no reply:
     /// treat as new), "not_added" per item.
     fn add_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
-        let p = Packed::from_iter(items)?;
+        let batch = Batch::of(items)?;
         Ok(self
-            .claim(py, &p)?
+            .claim(py, &batch.bytes()?)?
             .into_iter()
             .map(|c| c == Claim::New)
             .collect())
@@ -273,8 +391,8 @@ impl List {
     /// Adds many items; one claim per item: "new", "present", "unknown" or
     /// "not_added" (raises only when no item could be sent).
     fn claim_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<Vec<&'static str>> {
-        let p = Packed::from_iter(items)?;
-        match self.claim(py, &p) {
+        let batch = Batch::of(items)?;
+        match self.claim(py, &batch.bytes()?) {
             Ok(c) => Ok(c.into_iter().map(claim_name).collect()),
             Err(e) => {
                 let claims: Option<Vec<String>> = e
@@ -394,7 +512,7 @@ impl List {
     /// Saves a file opened for update, then closes the list (its data
     /// directory's lock is released). Closing twice is harmless.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.pid != std::process::id() {
+        if self.in_child() {
             // The parent's list: forget it here without touching its files.
             return Ok(());
         }

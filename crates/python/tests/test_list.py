@@ -1,6 +1,7 @@
 """bloomgate's Python API against real files of every layout, a served data
 directory, a real Redis Cluster, and a real redis-server killed mid-use."""
 
+import math
 import os
 import subprocess
 import threading
@@ -60,6 +61,44 @@ def test_every_layout_from_a_file(tmp_path, layout):
     w.close()
     again = bloomgate.open(path)
     assert "http://a.example/" in again and all(again.check_many(entries))
+
+
+def test_classic_is_the_least_filter_that_meets_the_rate(tmp_path):
+    # The classic list is the least whole-k filter with a predicted rate at
+    # or below the target: the textbook optimum's 19.17 bits per item at
+    # 1e-4 (what rbloom and pybloomfiltermmap3 allocate), not the CLI's 20.
+    n = 10**6
+    path = str(tmp_path / "c.bgf")
+    bloomgate.create(path, n, 1e-4, keys="raw", layout="classic")
+    info = bloomgate.open(path).info()
+    assert info["layout"] == "classic"
+    row = bloomgate.plan(n, 1e-4)["layouts"][1]
+    assert row["layout"] == "classic" and row["k"] == 13
+    assert row["predicted_fp"] <= 1e-4 and row["bits_per_item"] < 19.18
+    optimum = math.ceil(n * -math.log(1e-4) / math.log(2) ** 2) / 8
+    assert row["bytes"] <= optimum * 1.0002
+    assert os.path.getsize(path) <= row["bytes"] + 8192
+
+
+def test_ribbon_list_built_from_entries(tmp_path):
+    path = str(tmp_path / "r.bgf")
+    entries = urls(20000)
+    assert bloomgate.build(path, iter(entries), fp=1e-4, keys="url", layout="ribbon", seed=3) == 20000
+    lst = bloomgate.open(path)
+    assert lst.layout == "ribbon"
+    assert all(lst.check_many(entries)) and "HTTP://SITE3.EXAMPLE/page/../page/3#frag" in lst
+    fp = sum(lst.check_many(urls(20000, "http://other{}.example/x/{}")))
+    assert fp <= 20, f"{fp} false positives of 20,000 at 1e-4"
+    lst.verify()
+    classic = str(tmp_path / "c.bgf")
+    bloomgate.build(classic, entries, fp=1e-4, keys="url", layout="classic")
+    assert os.path.getsize(path) < 0.85 * os.path.getsize(classic)  # with its 4 KiB header
+    with pytest.raises(ValueError):
+        bloomgate.create(str(tmp_path / "x.bgf"), 10, layout="ribbon")
+    with pytest.raises(bloomgate.InvalidItem):
+        bloomgate.build(str(tmp_path / "bad.bgf"), ["http://a.example/", "http://[bad"],
+                        keys="url", layout="ribbon")
+    assert not os.path.exists(str(tmp_path / "bad.bgf"))
 
 
 def test_build_streams_a_generator_and_refuses_an_invalid_entry(tmp_path):

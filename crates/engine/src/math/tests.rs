@@ -191,3 +191,30 @@ fn blocked_fp_equals_the_in_place_recurrence_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn least_classic_plan_meets_the_rate_with_the_fewest_blocks() {
+    for (n, p) in [
+        (10_000_000u64, 1e-4),
+        (1_000, 1e-2),
+        (123_457, 1e-6),
+        (1, 0.5),
+    ] {
+        let least = plan_classic_least(n, p).unwrap();
+        assert_eq!(least.layout, Layout::Classic);
+        assert!(least.predicted_fp <= p, "{n} {p}: {least:?}");
+        assert_eq!(least.bits % BLOCK_BITS, 0);
+        // One block fewer misses the rate for every whole k.
+        let fewer = least.bits - BLOCK_BITS;
+        if fewer > 0 {
+            assert!((1..=MAX_K).all(|k| classic_fp(fewer as f64, n as f64, k) > p));
+        }
+        // Never larger than the whole-bits plan.
+        assert!(least.bits <= plan(Layout::Classic, n, p).unwrap().bits);
+    }
+    // 10⁷ at 10⁻⁴: k = 13, within 0.02 % of the unrounded optimum.
+    let least = plan_classic_least(10_000_000, 1e-4).unwrap();
+    let (opt, _) = classic_optimum(1e-4);
+    assert_eq!(least.k, 13);
+    assert!(least.bits_per_item() < opt * 1.0002, "{least:?}");
+}

@@ -43,7 +43,7 @@ class List:
     @property
     def address(self) -> str: ...
     @property
-    def layout(self) -> Literal["blocked", "classic", "counting", "cuckoo"]: ...
+    def layout(self) -> Literal["blocked", "classic", "counting", "cuckoo", "ribbon"]: ...
     @property
     def key_kind(self) -> str: ...
     @property
@@ -95,7 +95,7 @@ def build(
     *,
     keys: str = "url",
     match: str = "exact",
-    layout: Literal["blocked", "classic", "counting", "cuckoo"] = "blocked",
+    layout: Literal["blocked", "classic", "counting", "cuckoo", "ribbon"] = "blocked",
     replace: bool = False,
     seed: Optional[int] = None,
 ) -> int: ...
