@@ -417,8 +417,8 @@ impl Ribbon {
     }
 
     /// Answers `items` into `out` (cleared first), in order: a batch is
-    /// hashed first and its first solution words prefetched, so the cache
-    /// misses of a batch overlap.
+    /// hashed first and the first line of each run of words its rows read
+    /// prefetched, so the cache misses of a batch overlap.
     pub fn contains_many<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
         const BATCH: usize = 16;
         out.clear();
@@ -442,11 +442,12 @@ impl Ribbon {
                     continue;
                 }
                 let row = row(g, e.attempt, e.blocks);
-                // Every cache line the row reads (up to eight).
-                let (words, _, _) = self.row_words(e, row.start);
-                let first = words.as_ptr() as usize & !63;
-                for line in (first..words.as_ptr() as usize + words.len()).step_by(64) {
-                    prefetch(line as *const u8);
+                // The first line of each of the row's two runs of words
+                // (the hardware prefetcher follows the rest of each run).
+                let (words, cols, shift) = self.row_words(e, row.start);
+                prefetch(words.as_ptr());
+                if shift != 0 {
+                    prefetch(words[cols as usize * 16..].as_ptr());
                 }
                 *slot = (s, row);
             }
