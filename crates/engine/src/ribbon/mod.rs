@@ -396,7 +396,7 @@ impl Ribbon {
     fn check_row(&self, e: &ShardEntry, row: &Row) -> bool {
         let (words, cols, shift) = self.row_words(e, row.start);
         let fp = row.fp;
-        let parity = |x: u128| ((x as u64 ^ (x >> 64) as u64).count_ones() & 1) as u32;
+        let parity = |x: u128| (x as u64 ^ (x >> 64) as u64).count_ones() & 1;
         let word = |b: &[u8]| u128::from_le_bytes(b.try_into().expect("16 bytes"));
         if shift == 0 {
             for (j, lo) in words.chunks_exact(16).enumerate() {
