@@ -426,7 +426,7 @@ mod props {
         fn random_hashes_round_trip(p in 0usize..PARTITIONS, low in proptest::collection::vec(any::<u64>(), 1..3000), crowd in 0u32..57) {
             // `crowd` high bits of the 56 below the partition's byte zeroed:
             // from spread over every bucket to all in bucket 0.
-            let mask = (1u64 << 56) - 1 >> crowd;
+            let mask = ((1u64 << 56) - 1) >> crowd;
             let hashes: Vec<u64> = low.iter().map(|&r| (p as u64) << 56 | (r & mask)).collect();
             let mut out = Vec::new();
             encode_block(&hashes, &mut Vec::new(), &mut out);
