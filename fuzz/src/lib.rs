@@ -17,12 +17,13 @@
 use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
-pub const TARGETS: [&str; 15] = [
+pub const TARGETS: [&str; 16] = [
     "resp",
     "socketmap",
     "http_json",
     "bgf_header",
     "deletable_header",
+    "ribbon",
     "log",
     "journal",
     "dump",
@@ -46,6 +47,7 @@ pub fn run(name: &str, data: &[u8]) {
         "journal" => journal(data),
         "dump" => dump(data),
         "deletable_header" => deletable_header(data),
+        "ribbon" => ribbon(data),
         "cf_dump" => cf_dump(data),
         "cf_file" => cf_file(data),
         "meta" => meta(data),
@@ -308,6 +310,35 @@ pub fn deletable_header(data: &[u8]) {
             let back = DeletableHeader::decode(&again, l).expect("re-encoded header");
             assert_eq!(format!("{h:?}"), format!("{back:?}"));
         }
+    }
+}
+
+/// A static ribbon file's header and shard directory, as opening one
+/// checks them, from the bytes as they are and with the header checksum
+/// made valid (so the fields and the directory are reached). What decodes
+/// has every shard's solution inside the bytes, and its header re-encodes
+/// to one that decodes the same.
+pub fn ribbon(data: &[u8]) {
+    use bloomgate_engine::format::HEADER_LEN;
+    use bloomgate_engine::ribbon::{decode_file, reseal_header, RibbonHeader};
+    let mut sealed = data.to_vec();
+    if sealed.len() >= HEADER_LEN {
+        reseal_header(&mut sealed);
+    }
+    for bytes in [data, &sealed[..]] {
+        let Ok((h, entries)) = decode_file(bytes) else {
+            continue;
+        };
+        assert_eq!(entries.len() as u64, h.shards);
+        let solution = HEADER_LEN as u64 + h.directory_len();
+        for e in &entries {
+            let end = solution + (e.offset + e.words(h.columns)) * 16;
+            assert!(end <= bytes.len() as u64, "{e:?} ends past the file");
+        }
+        assert_eq!(entries.iter().map(|e| e.keys as u64).sum::<u64>(), h.items);
+        let back =
+            RibbonHeader::decode(&h.encode(), bytes.len() as u64).expect("re-encoded header");
+        assert_eq!(back, h);
     }
 }
 

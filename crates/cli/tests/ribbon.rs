@@ -201,3 +201,84 @@ fn ribbon_failed_build_leaves_nothing() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(std::fs::read_dir(d.path("sub")).unwrap().count(), 0);
 }
+
+#[test]
+fn ribbon_build_refuses_what_the_disk_cannot_hold() {
+    // 10^14 keys need 525 TB of partition files: refused before reading,
+    // with the need and the free space named, and nothing left behind.
+    let d = Dir::new();
+    let list = d.lines("list.txt", &urls(0..100));
+    std::fs::create_dir(d.path("sub")).unwrap();
+    let f = d.path("sub/r.bgf");
+    let (code, _, err) = run(&[
+        "build",
+        "--layout",
+        "ribbon",
+        "--fp",
+        "1e-4",
+        "-n",
+        "1e14",
+        "-o",
+        s(&f),
+        s(&list),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not enough disk for a ribbon build of 100,000,000,000,000 keys"),
+        "{err}"
+    );
+    assert!(
+        err.contains("TiB more at its peak") && err.contains("free"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(d.path("sub")).unwrap().count(), 0);
+}
+
+#[test]
+fn ribbon_build_fails_cleanly_when_its_partitions_are_removed() {
+    // The partition directory is removed while the build waits for its
+    // standard input: the build fails naming a partition file, exit 1,
+    // and leaves neither an output nor a temporary behind.
+    let d = Dir::new();
+    std::fs::create_dir(d.path("out")).unwrap();
+    std::fs::create_dir(d.path("tmp")).unwrap();
+    let f = d.path("out/r.bgf");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloomgate"))
+        .args(["build", "--layout", "ribbon", "--fp", "1e-3", "--tmp-dir"])
+        .arg(d.path("tmp"))
+        .args(["-o", s(&f), "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut found = None;
+    for _ in 0..6000 {
+        found = std::fs::read_dir(d.path("tmp"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".bloomgate-ribbon-")
+            });
+        if found.as_ref().is_some_and(|p| p.join("part-255").exists()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let parts = found.expect("the build made its partition directory");
+    std::fs::remove_dir_all(&parts).unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for u in urls(0..20_000) {
+        writeln!(input, "{u}").unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("part-") && !err.contains("panicked"), "{err}");
+    assert_eq!(std::fs::read_dir(d.path("out")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(d.path("tmp")).unwrap().count(), 0);
+}

@@ -7,6 +7,7 @@ mod create;
 pub mod dedup;
 mod deletable;
 mod info;
+mod partition;
 mod plan;
 pub mod redis;
 mod remove;

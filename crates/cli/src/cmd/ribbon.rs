@@ -4,13 +4,25 @@
 //! Every entry is read, canonicalized and hashed exactly once. The first
 //! and only pass over the inputs writes each key hash (the engine's 64-bit
 //! ribbon key hash, `bloomgate_engine::ribbon::key_hash`) to one of 256
-//! *partition* files by its top 8 bits, 7 bytes each (the top byte is the
-//! partition's), in a temporary directory beside the output (or in
-//! `--tmp-dir`). Then the partitions are read back in order, as many at a
-//! time as `--memory` allows, sorted, cut into the filter's shards (the
-//! top bits of the key hash again, so a partition holds whole shards, or a
-//! shard whole partitions), solved on all cores and streamed into the
-//! output's temporary file by the engine's `RibbonWriter`.
+//! *partition* files by its top 8 bits, about 5.25 bytes each (the
+//! partition module: blocks of hashes grouped by their next 16 bits), in a
+//! temporary directory beside the output (or in `--tmp-dir`). Then the
+//! partitions are read back in order, as many at a time as `--memory`
+//! allows, each file removed as soon as its hashes are in memory, sorted,
+//! cut into the filter's shards (the top bits of the key hash again, so a
+//! partition holds whole shards, or a shard whole partitions), solved on
+//! all cores and streamed into the output's temporary file by the engine's
+//! `RibbonWriter`.
+//!
+//! Disk: the partition files shrink as the output grows, so the peak is
+//! `max(P(n), O(n))` for `n` keys (duplicates included), `P(n) ≈ 5.25·n`
+//! bytes of partition files and `O(n)` the output (1.72 bytes per key at
+//! 1e-4): 52.5 GB for 10¹⁰ keys at 1e-4, then the 17.2 GB file. With
+//! `--tmp-dir` on another filesystem each needs its own. The build checks
+//! this before it reads anything when `--items` says how many keys to
+//! expect, and again every 64 MiB of partition files (projected from the
+//! share of the inputs read), and stops with the need and the free space
+//! named rather than run out of disk hours in (`Room`).
 //!
 //! The output depends on the keys, the seed and the rate only: a shard's
 //! solution is a function of its set of keys, and the shard count of the
@@ -20,8 +32,6 @@
 //! A failed or interrupted build removes the partition files and the
 //! output's temporary; the output appears only by its final rename.
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -29,20 +39,18 @@ use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 
 use bloomgate_blacklist::per_lookup_rate;
+use bloomgate_engine::math::plan_ribbon;
 use bloomgate_engine::random_seed;
 use bloomgate_engine::ribbon::{key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
 use crate::args::BuildArgs;
+use crate::cmd::partition::{self, PartitionWriter, PARTITIONS, PARTITION_BITS};
+use crate::cmd::spill::{free_space, same_filesystem};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
 
-/// Bits of key hash that choose a partition file.
-const PARTITION_BITS: u32 = 8;
-const PARTITIONS: usize = 1 << PARTITION_BITS;
-/// Bytes a key hash takes in a partition file.
-const RECORD: usize = 7;
 /// Bytes of memory per key while a group of partitions is solved: the key
 /// hash, the shard's copy while it is solved and its rows and band (a
 /// fraction of the group at a time).
@@ -115,8 +123,22 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         std::process::id(),
         random_seed() as u32
     )));
+    let mut room = Room {
+        tmp: base.clone(),
+        out_dir: out_dir.to_path_buf(),
+        same: same_filesystem(&base, out_dir),
+        planned: a.size.items,
+        total: input::total_size(&a.inputs),
+        progress: Progress::default(),
+        rate: per_lookup,
+        next: 0,
+    };
+    if let Some(n) = a.size.items {
+        // Refuse a build the disk cannot hold before reading anything.
+        room.fits(n, 0)?;
+    }
     std::fs::create_dir(&tmp.0).with_context(|| format!("{}: cannot create", tmp.0.display()))?;
-    let read = partition_inputs(&a, (kind, mode), spec.seed, &tmp.0)?;
+    let read = partition_inputs(&a, (kind, mode), spec.seed, &tmp.0, &mut room)?;
     if read.keys == 0 && !a.allow_useless {
         bail!(
             "{}: not written: no valid {kind} entry in {} lines ({} invalid): the filter would be empty (--allow-useless writes it anyway)",
@@ -139,7 +161,11 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         let mut keys =
             Vec::with_capacity(group.clone().map(|p| read.per_partition[p] as usize).sum());
         for p in group.clone() {
-            read_partition(&tmp.0, p, &mut keys)?;
+            partition::read(&tmp.0, p, read.per_partition[p], &mut keys)?;
+            // Its keys are in memory now: the disk it took is the output's.
+            let path = partition::path(&tmp.0, p);
+            std::fs::remove_file(&path)
+                .with_context(|| format!("{}: cannot remove", path.display()))?;
         }
         keys.par_sort_unstable();
         let first_shard = writer.shards_done();
@@ -218,26 +244,21 @@ fn partition_inputs(
     (kind, mode): (KeyKind, MatchMode),
     seed: u64,
     dir: &Path,
+    room: &mut Room,
 ) -> Result<Read1> {
-    let mut files = Vec::with_capacity(PARTITIONS);
-    for p in 0..PARTITIONS {
-        let path = partition_path(dir, p);
-        let f =
-            File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
-        files.push(BufWriter::with_capacity(64 << 10, f));
-    }
+    let mut parts_out = PartitionWriter::create(dir)?;
     let mut read = Read1 {
         per_partition: vec![0; PARTITIONS],
         ..Read1::default()
     };
-    let progress = Progress::default();
-    let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
+    let progress = room.progress.clone();
+    let bar = report::progress_bar(room.total, &progress, None);
     let names = a.inputs.clone();
     let result = input::process(
         a.inputs.clone(),
         progress,
         |chunk| {
-            let mut parts: Vec<Vec<u8>> = vec![Vec::new(); PARTITIONS];
+            let mut parts: Vec<Vec<u64>> = vec![Vec::new(); PARTITIONS];
             let (mut lines, mut invalid) = (0u64, Vec::new());
             chunk.for_each_line(|line_no, line| {
                 lines += 1;
@@ -248,8 +269,7 @@ fn partition_inputs(
                 match entry_key(kind, mode, line) {
                     Ok(k) => {
                         let g = key_hash(seed, &k);
-                        let p = (g >> (64 - PARTITION_BITS)) as usize;
-                        parts[p].extend_from_slice(&g.to_le_bytes()[..RECORD]);
+                        parts[partition::partition_of(g)].push(g);
                     }
                     Err(e) => invalid.push((line_no, e.to_string())),
                 }
@@ -272,24 +292,16 @@ fn partition_inputs(
                     read.shown += 1;
                 }
             }
-            for (p, bytes) in parts.iter().enumerate() {
-                let n = (bytes.len() / RECORD) as u64;
-                read.per_partition[p] += n;
-                read.keys += n;
-                files[p]
-                    .write_all(bytes)
-                    .with_context(|| format!("{}: cannot write", dir.display()))?;
+            for (p, hashes) in parts.iter().enumerate() {
+                read.keys += hashes.len() as u64;
+                parts_out.extend(p, hashes)?;
             }
-            Ok(())
+            room.check(read.keys, parts_out.bytes)
         },
     );
     report::finish(bar);
     result?;
-    for f in files {
-        f.into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("{}: cannot write", dir.display()))?;
-    }
+    read.per_partition = parts_out.finish()?;
     if read.invalid > read.shown {
         eprintln!(
             "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
@@ -300,33 +312,106 @@ fn partition_inputs(
     Ok(read)
 }
 
-fn partition_path(dir: &Path, p: usize) -> PathBuf {
-    dir.join(format!("part-{p:03}"))
+/// The disk a build needs, checked before it starts (when `--items`
+/// says how many keys to expect) and as the partition files grow
+/// (projected from the share of the inputs read).
+///
+/// At its peak a build holds all its partition files (just before the
+/// first group is read back; each file is removed once its keys are in
+/// memory, and a key takes more bytes there than in the output) or the
+/// whole output (at the end), so for `n` keys it needs
+/// `max(P(n), O(n))` on one filesystem, where `P(n) ≈ 5.25·n` bytes is
+/// [`partition::disk_bytes`] and `O(n)` the planned output
+/// (`plan_ribbon`, plus 1 % for shards solved with more room); with
+/// `--tmp-dir` on another filesystem, `P(n)` there and `O(n)` beside
+/// the output.
+struct Room {
+    tmp: PathBuf,
+    out_dir: PathBuf,
+    same: bool,
+    planned: Option<u64>,
+    total: Option<u64>,
+    progress: Progress,
+    rate: f64,
+    /// Partition bytes at which to look again.
+    next: u64,
 }
 
-/// Appends partition `p`'s key hashes to `keys`.
-fn read_partition(dir: &Path, p: usize, keys: &mut Vec<u64>) -> Result<()> {
-    let path = partition_path(dir, p);
-    let mut r = BufReader::with_capacity(
-        1 << 20,
-        File::open(&path).with_context(|| format!("{}: cannot open", path.display()))?,
-    );
-    let top = (p as u64) << (64 - PARTITION_BITS);
-    let mut buf = vec![0u8; RECORD * 8192];
-    loop {
-        let n = input::read_full(&mut r, &mut buf)
-            .with_context(|| format!("{}: cannot read", path.display()))?;
-        if n % RECORD != 0 {
-            bail!("{}: damaged partition file", path.display());
+impl Room {
+    /// Bytes of the output for `keys` keys, with room for retried shards.
+    fn output_bytes(&self, keys: u64) -> u64 {
+        plan_ribbon(keys.max(1), self.rate).map_or(0, |p| p.bytes + p.bytes / 100 + (1 << 20))
+    }
+
+    /// Fails unless the filesystems have room for a build of `keys` keys
+    /// whose partition files already take `written` bytes.
+    fn fits(&self, keys: u64, written: u64) -> Result<()> {
+        let (p, o) = (partition::disk_bytes(keys), self.output_bytes(keys));
+        let needs = if self.same {
+            vec![(
+                &self.tmp,
+                p.max(o),
+                format!(
+                    "{} of partition files ({:.2} bytes per key) and then the {} output",
+                    bytes(p),
+                    p as f64 / keys.max(1) as f64,
+                    bytes(o)
+                ),
+            )]
+        } else {
+            vec![
+                (
+                    &self.tmp,
+                    p,
+                    format!(
+                        "{} of partition files ({:.2} bytes per key)",
+                        bytes(p),
+                        p as f64 / keys.max(1) as f64
+                    ),
+                ),
+                (&self.out_dir, o, format!("the {} output", bytes(o))),
+            ]
+        };
+        for (i, (dir, need, what)) in needs.into_iter().enumerate() {
+            let more = if i == 0 {
+                need.saturating_sub(written)
+            } else {
+                need
+            };
+            let Some(free) = free_space(dir) else {
+                continue;
+            };
+            if free < more {
+                bail!(
+                    "not enough disk for a ribbon build of {}{} keys: {} needs {} more at its peak ({what}), {} free; free some space or put the partition files elsewhere with --tmp-dir",
+                    if self.planned.is_some() { "" } else { "about " },
+                    thousands(keys),
+                    dir.display(),
+                    bytes(more),
+                    bytes(free),
+                );
+            }
         }
-        for rec in buf[..n].chunks_exact(RECORD) {
-            let mut b = [0u8; 8];
-            b[..RECORD].copy_from_slice(rec);
-            keys.push(top | u64::from_le_bytes(b));
-        }
-        if n < buf.len() {
+        Ok(())
+    }
+
+    /// Checks the room again every 64 MiB of partition files, for the
+    /// keys expected in all: `--items`, or those read so far scaled to
+    /// the whole input when its size is known.
+    fn check(&mut self, keys: u64, written: u64) -> Result<()> {
+        if written < self.next {
             return Ok(());
         }
+        self.next = written + (64 << 20);
+        let done = self.progress.load(std::sync::atomic::Ordering::Relaxed);
+        let projected = match (self.planned, self.total) {
+            (Some(n), _) => n.max(keys),
+            (None, Some(total)) if done > 0 => {
+                ((keys as f64) * (total as f64 / done as f64)) as u64
+            }
+            _ => keys,
+        };
+        self.fits(projected.max(keys), written)
     }
 }
 

@@ -245,7 +245,10 @@ pub(crate) fn decode_directory(
 ) -> Result<Vec<ShardEntry>, FormatProblem> {
     let bad = |s: String| FormatProblem::BadField(s);
     let dir_len = header.directory_len() as usize;
-    let dir = &data[..dir_len];
+    let dir = data.get(..dir_len).ok_or(FormatProblem::Truncated {
+        expected: (HEADER_LEN + dir_len) as u64,
+        found: (HEADER_LEN + data.len()) as u64,
+    })?;
     let shards = header.shards as usize;
     let mut entries = Vec::with_capacity(shards);
     let (mut next, mut keys) = (0u64, 0u64);
@@ -277,6 +280,26 @@ pub(crate) fn decode_directory(
         return Err(bad("directory padding is not zero".into()));
     }
     Ok(entries)
+}
+
+/// Decodes and checks the header and directory of a whole ribbon file
+/// held in `bytes`, as [`crate::Ribbon::open`] does before it answers a
+/// lookup: on success every shard's solution lies inside `bytes`.
+pub fn decode_file(bytes: &[u8]) -> Result<(RibbonHeader, Vec<ShardEntry>), FormatProblem> {
+    let head = bytes
+        .get(..HEADER_LEN)
+        .ok_or(FormatProblem::TooShort(bytes.len() as u64))?;
+    let header = RibbonHeader::decode(head, bytes.len() as u64)?;
+    let entries = decode_directory(&header, &bytes[HEADER_LEN..])?;
+    Ok((header, entries))
+}
+
+/// Rewrites the header checksum of the header at the start of `bytes`
+/// (at least [`HEADER_LEN`] of them) after its fields were changed, so
+/// tests and fuzzing reach the checks behind it.
+pub fn reseal_header(bytes: &mut [u8]) {
+    let sum = header_checksum(&bytes[..HEADER_LEN]);
+    bytes[OFF_HEADER_SUM..OFF_HEADER_SUM + 8].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// Streams solved shards into a new ribbon file (see the module docs).

@@ -58,7 +58,7 @@ use crate::format::{data_checksum, FORMAT_VERSION, HEADER_LEN};
 use crate::hash::{hash_item, reduce};
 use crate::math::{ribbon_columns, ribbon_shard_bits, ribbon_shard_fp, RIBBON_OVERHEAD};
 
-pub use file::{RibbonHeader, RibbonWriter, ENTRY_LEN, MAX_SHARDS};
+pub use file::{decode_file, reseal_header, RibbonHeader, RibbonWriter, ENTRY_LEN, MAX_SHARDS};
 pub use solve::{attempt_blocks, solve_shard, SolveError, SolvedShard, GROW_FROM, MAX_ATTEMPTS};
 
 use solve::block_offset;
@@ -354,12 +354,21 @@ impl Ribbon {
         Ok(())
     }
 
+    /// The solution words a row reads: its block's `cols` columns and,
+    /// when it does not start on the block's first slot, as many of the
+    /// next block's (which has at least as many). One bounds check; the
+    /// directory's checks on open keep it inside the file.
     #[inline(always)]
-    fn word(&self, index: u64) -> u128 {
-        let at = self.solution + index as usize * 16;
-        u128::from_le_bytes(self.map[at..at + 16].try_into().expect("16 bytes"))
+    fn row_words(&self, e: &ShardEntry, start: u64) -> (&[u8], u32, u32) {
+        let r = self.header.columns;
+        let block = (start >> 7) as u32;
+        let shift = (start & 127) as u32;
+        let cols = r + (block >= e.upper_start) as u32;
+        let here = e.offset as usize + block_offset(block, e.upper_start, r);
+        let words = cols as usize * (1 + (shift != 0) as usize);
+        let at = self.solution + here * 16;
+        (&self.map[at..at + words * 16], cols, shift)
     }
-
     /// True if the item may be in the filter; false if it certainly is not.
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
@@ -376,30 +385,40 @@ impl Ribbon {
         self.check_row(e, &row(g, e.attempt, e.blocks))
     }
 
+    /// Whether the row's parities over the solution match its fingerprint
+    /// bits. A row starting `shift` slots into its block reads word `j` of
+    /// the block (`lo`) and of the next (`hi`): the parity of
+    /// `(lo >> shift | hi << (128 - shift)) & coeff` is that of
+    /// `(lo & coeff << shift) ^ (hi & coeff >> (128 - shift))`, so the
+    /// coefficients are shifted once per row instead of the words once per
+    /// column, and the 128 bits fold to 64 before one population count.
     #[inline(always)]
     fn check_row(&self, e: &ShardEntry, row: &Row) -> bool {
-        let r = self.header.columns;
-        let block = (row.start / 128) as u32;
-        let shift = (row.start % 128) as u32;
-        let cols = if block < e.upper_start { r } else { r + 1 };
-        let here = e.offset + block_offset(block, e.upper_start, r) as u64;
-        let next = here + cols as u64;
-        for j in 0..cols as u64 {
-            let mut w = self.word(here + j) >> shift;
-            if shift != 0 {
-                w |= self.word(next + j) << (128 - shift);
+        let (words, cols, shift) = self.row_words(e, row.start);
+        let fp = row.fp;
+        let parity = |x: u128| (x as u64 ^ (x >> 64) as u64).count_ones() & 1;
+        let word = |b: &[u8]| u128::from_le_bytes(b.try_into().expect("16 bytes"));
+        if shift == 0 {
+            for (j, lo) in words.chunks_exact(16).enumerate() {
+                if parity(word(lo) & row.coeff) != (fp >> j) & 1 {
+                    return false;
+                }
             }
-            let bit = (w & row.coeff).count_ones() & 1;
-            if bit != (row.fp >> j) & 1 {
-                return false;
+        } else {
+            let (c_lo, c_hi) = (row.coeff << shift, row.coeff >> (128 - shift));
+            let (lo, hi) = words.split_at(cols as usize * 16);
+            for (j, (lo, hi)) in lo.chunks_exact(16).zip(hi.chunks_exact(16)).enumerate() {
+                if parity(word(lo) & c_lo ^ word(hi) & c_hi) != (fp >> j) & 1 {
+                    return false;
+                }
             }
         }
         true
     }
 
     /// Answers `items` into `out` (cleared first), in order: a batch is
-    /// hashed first and its first solution words prefetched, so the cache
-    /// misses of a batch overlap.
+    /// hashed first and the first line of each run of words its rows read
+    /// prefetched, so the cache misses of a batch overlap.
     pub fn contains_many<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
         const BATCH: usize = 16;
         out.clear();
@@ -423,9 +442,13 @@ impl Ribbon {
                     continue;
                 }
                 let row = row(g, e.attempt, e.blocks);
-                let block = (row.start / 128) as u32;
-                let at = e.offset + block_offset(block, e.upper_start, self.header.columns) as u64;
-                prefetch(&self.map[self.solution + at as usize * 16..]);
+                // The first line of each of the row's two runs of words
+                // (the hardware prefetcher follows the rest of each run).
+                let (words, cols, shift) = self.row_words(e, row.start);
+                prefetch(words.as_ptr());
+                if shift != 0 {
+                    prefetch(words[cols as usize * 16..].as_ptr());
+                }
                 *slot = (s, row);
             }
             for (s, row) in &pending[..chunk.len()] {
@@ -436,15 +459,15 @@ impl Ribbon {
 }
 
 #[inline(always)]
-fn prefetch(bytes: &[u8]) {
+fn prefetch(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults, whatever the address.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch(bytes.as_ptr() as *const i8, _MM_HINT_T0);
+        _mm_prefetch(at as *const i8, _MM_HINT_T0);
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = at;
 }
 
 #[cfg(test)]

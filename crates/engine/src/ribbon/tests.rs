@@ -104,3 +104,66 @@ fn ribbon_overhead_failure_rates() {
         println!("overhead {eps}: {failed}/{runs} first attempts failed");
     }
 }
+
+/// The lookup as first written, kept as the reference: each column's two
+/// words shifted into place, then the parity of the 128-bit product.
+fn reference_contains(r: &Ribbon, g: u64) -> bool {
+    let e = &r.entries[shard_of(g, r.header.shard_bits()) as usize];
+    if e.blocks == 0 {
+        return false;
+    }
+    let row = row(g, e.attempt, e.blocks);
+    let lower = r.header.columns;
+    let block = (row.start / 128) as u32;
+    let shift = (row.start % 128) as u32;
+    let cols = if block < e.upper_start {
+        lower
+    } else {
+        lower + 1
+    };
+    let here = e.offset + block_offset(block, e.upper_start, lower) as u64;
+    let next = here + cols as u64;
+    let word = |i: u64| {
+        let at = r.solution + i as usize * 16;
+        u128::from_le_bytes(r.map[at..at + 16].try_into().unwrap())
+    };
+    for j in 0..cols as u64 {
+        let mut w = word(here + j) >> shift;
+        if shift != 0 {
+            w |= word(next + j) << (128 - shift);
+        }
+        if (w & row.coeff).count_ones() & 1 != (row.fp >> j) & 1 {
+            return false;
+        }
+    }
+    true
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    #[test]
+    fn lookups_match_the_reference(
+        n in 1u64..3000,
+        fp_at in 0usize..5,
+        salt in 0u64..1000,
+    ) {
+        let fp = [0.5, 1e-2, 3e-3, 1e-4, 7.7e-6][fp_at];
+        let dir = tempfile::tempdir().unwrap();
+        let items: Vec<Vec<u8>> = (0..n).map(|i| format!("k{salt}-{i}").into_bytes()).collect();
+        let spec = RibbonSpec::new(fp, salt);
+        let keys: Vec<u64> = items.iter().map(|k| key_hash(spec.seed, k)).collect();
+        let r = built(dir.path(), &spec, &keys);
+        let strangers: Vec<Vec<u8>> = (0..20_000).map(|i| format!("s{salt}-{i}").into_bytes()).collect();
+        let mut batched = Vec::new();
+        for set in [&items, &strangers] {
+            r.contains_many(set, &mut batched);
+            for (k, &b) in set.iter().zip(&batched) {
+                let g = key_hash(spec.seed, k);
+                let want = reference_contains(&r, g);
+                proptest::prop_assert_eq!(r.contains_hash(g), want);
+                proptest::prop_assert_eq!(b, want);
+            }
+        }
+        proptest::prop_assert!(batched.len() == strangers.len());
+    }
+}
