@@ -59,7 +59,7 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{Blacklist, LogMode, Opened, Whitelist};
+use bloomgate_blacklist::{Blacklist, LogMode, Opened, VerdictRef, Whitelist};
 use bloomgate_engine::format::{peek_layout_code, DeletableKind, LAYOUT_RIBBON};
 use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
@@ -323,17 +323,30 @@ impl List {
         s: &mut CheckScratch,
         out: &mut Vec<Result<Verdict, KeyError>>,
     ) -> Result<(), Error> {
-        let (kind, mode) = self.rules();
         let queries: Vec<&[u8]> = queries.into_iter().collect();
         out.clear();
+        self.check_each(&queries, s, |v| out.push(v.map(Verdict::of)))
+    }
+
+    /// [`List::check_many`] with each verdict handed to `each` in its
+    /// borrowed form ([`VerdictRef`], as the server answers it), one per
+    /// query, in order; nothing is collected. On the `Err` of the whole
+    /// call the verdicts `each` got are void.
+    pub fn check_each(
+        &self,
+        queries: &[&[u8]],
+        s: &mut CheckScratch,
+        each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) -> Result<(), Error> {
+        let (kind, mode) = self.rules();
         check::check_many(
             kind,
             mode,
             self.whitelist(),
-            &queries,
+            queries,
             s,
             |keys, found, spare| self.contains_many(keys, found, spare),
-            |v| out.push(v.map(Verdict::of)),
+            each,
         )
     }
 
@@ -636,6 +649,25 @@ impl List {
         match &self.store {
             Store::Static(_) => Err(static_refusal(&self.address, what)),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether the layout can take adds at all, whatever the list was
+    /// opened for: [`Error::Unsupported`] naming the layout for a static
+    /// list (a front end that serves a list says so for an add, a remove
+    /// or a create over it). Opened read-only, a list that can is still
+    /// refused its changes ([`Error::ReadOnly`]).
+    pub fn changeable(&self) -> Result<(), Error> {
+        self.refuse_static("add to it or remove from it")
+    }
+
+    /// The bytes of the list's filter data (its mapped file for a file).
+    pub fn data_bytes(&self) -> u64 {
+        match &self.store {
+            Store::Bloom(b) => b.layers().bytes(),
+            Store::Table(t) => t.filter.data_bytes(),
+            Store::Redis(_) => 0,
+            Store::Static(t) => t.filter.file_len(),
         }
     }
 }
