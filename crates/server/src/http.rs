@@ -172,7 +172,8 @@ async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> A
         return cuckoo::info(n).await;
     }
     let n = named(&app, &name).await?;
-    let (info, details) = blocking(move || Ok::<_, StoreError>((n.info(true)?, n.details()?))).await??;
+    let (info, details) =
+        blocking(move || Ok::<_, StoreError>((n.info(true)?, n.details()?))).await??;
     let Some(details) = details else {
         return Ok(Json(info).into_response());
     };

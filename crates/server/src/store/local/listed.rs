@@ -260,7 +260,10 @@ pub(super) fn open_all(
         }
         match open_list(&path, false) {
             Ok(list) => {
-                out.insert(name.clone(), Arc::new(Listed::new(&name, list, file_id(&path))));
+                out.insert(
+                    name.clone(),
+                    Arc::new(Listed::new(&name, list, file_id(&path))),
+                );
             }
             Err(e) => damaged.push(damage(&name, &path, &e)),
         }
@@ -381,10 +384,7 @@ impl LocalStore {
             let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
             if !same {
                 super::reload::write_atomic_from(&base, src).map_err(|e| {
-                    StoreError::io(
-                        format_args!("cannot copy {} into place", src.display()),
-                        e,
-                    )
+                    StoreError::io(format_args!("cannot copy {} into place", src.display()), e)
                 })?;
             }
         }

@@ -588,9 +588,11 @@ impl LocalStore {
     /// returned, grown layers counted exactly).
     pub(crate) fn recount_memory(&self) {
         let bloom: u64 = self.all().iter().map(|n| n.state.load().bytes()).sum();
-        self.limits
-            .memory
-            .set_used(bloom.saturating_add(self.cuckoo.bytes()).saturating_add(self.listed_bytes()));
+        self.limits.memory.set_used(
+            bloom
+                .saturating_add(self.cuckoo.bytes())
+                .saturating_add(self.listed_bytes()),
+        );
     }
 
     /// Creates a filter file and serves it.
