@@ -329,8 +329,10 @@ impl List {
     }
 
     /// [`List::check_many`] with each verdict handed to `each` in its
-    /// borrowed form, in order: nothing is allocated per query once
-    /// `s` has grown (for callers that only need "hit or not").
+    /// borrowed form ([`VerdictRef`], as the server answers it), one per
+    /// query, in order: nothing is collected, and nothing is allocated per
+    /// query once `s` has grown. On the `Err` of the whole call the
+    /// verdicts `each` got are void.
     pub fn check_each(
         &self,
         queries: &[&[u8]],
@@ -661,6 +663,25 @@ impl List {
         match &self.store {
             Store::Static(_) => Err(static_refusal(&self.address, what)),
             _ => Ok(()),
+        }
+    }
+
+    /// Whether the layout can take adds at all, whatever the list was
+    /// opened for: [`Error::Unsupported`] naming the layout for a static
+    /// list (a front end that serves a list says so for an add, a remove
+    /// or a create over it). Opened read-only, a list that can is still
+    /// refused its changes ([`Error::ReadOnly`]).
+    pub fn changeable(&self) -> Result<(), Error> {
+        self.refuse_static("add to it or remove from it")
+    }
+
+    /// The bytes of the list's filter data (its mapped file for a file).
+    pub fn data_bytes(&self) -> u64 {
+        match &self.store {
+            Store::Bloom(b) => b.layers().bytes(),
+            Store::Table(t) => t.filter.data_bytes(),
+            Store::Redis(_) => 0,
+            Store::Static(t) => t.filter.file_len(),
         }
     }
 }

@@ -172,8 +172,15 @@ async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> A
         return cuckoo::info(n).await;
     }
     let n = named(&app, &name).await?;
-    let info = blocking(move || n.info(true)).await??;
-    Ok(Json(info).into_response())
+    let (info, details) =
+        blocking(move || Ok::<_, StoreError>((n.info(true)?, n.details()?))).await??;
+    let Some(details) = details else {
+        return Ok(Json(info).into_response());
+    };
+    // A filter served read-only also gets the library's description.
+    let mut v = serde_json::to_value(info).unwrap_or_default();
+    v["details"] = details;
+    Ok(Json(v).into_response())
 }
 
 #[derive(Deserialize)]

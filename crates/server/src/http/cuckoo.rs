@@ -70,7 +70,8 @@ pub(super) async fn remove(
 ) -> ApiResult {
     can_write(&app, &headers)?;
     let Some(n) = app.store.cf_get(&name) else {
-        if app.store.get(&name).is_some() {
+        if let Some(f) = app.store.get(&name) {
+            f.changeable()?;
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "not_deletable",

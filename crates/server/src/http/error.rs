@@ -48,12 +48,14 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
             StoreError::Ambiguous(_) => (StatusCode::CONFLICT, "ambiguous_delete"),
+            StoreError::ReadOnly(_) => (StatusCode::CONFLICT, "read_only"),
             StoreError::BadName(_) | StoreError::Invalid(_) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
             StoreError::Io { .. }
             | StoreError::File(_)
             | StoreError::Files(_)
+            | StoreError::List(_)
             | StoreError::DirBusy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_error"),
             StoreError::Wal(_) => (StatusCode::SERVICE_UNAVAILABLE, "log_failed"),
             StoreError::Damaged(_) => (StatusCode::SERVICE_UNAVAILABLE, "damaged"),

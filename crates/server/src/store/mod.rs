@@ -55,6 +55,7 @@
 //! | `store/local/snapshot.rs` | rewriting changed filters, trimming the log into journals |
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
+//! | `store/local/listed.rs` | files of every other layout (static ribbon), served read-only through the library's `List` ([`Listed`]) |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
@@ -80,7 +81,7 @@ pub use local::deletable::{
     check_file as check_cf_file, parse_dump_header as parse_cf_dump_header,
 };
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
-pub use local::{LocalStore, LookupScratch, Named};
+pub use local::{Listed, LocalStore, LookupScratch, Named};
 pub use redis::{
     add_failed, worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth,
 };
@@ -104,6 +105,10 @@ pub enum Filter {
     /// [`Store::need`] hands it out for lookups ([`Filter::check_many`]);
     /// its changes are its own ([`deletable`]).
     Deletable(Arc<deletable::CfNamed>),
+    /// A file of the [`LocalStore`] of another layout (static ribbon),
+    /// served read-only through the library's `List`: lookups, whitelist
+    /// and info; every change is refused ([`StoreError::ReadOnly`]).
+    Listed(Arc<Listed>),
     /// A filter of the [`RedisStore`].
     Redis(Arc<RedisNamed>),
 }
@@ -160,12 +165,16 @@ impl From<Option<wal::AckRx>> for Ack {
 }
 
 impl Store {
-    /// The Bloom filter called `name` (the `BF.*` commands' filters: a
-    /// deletable filter's name is not one; see [`Store::cf_get`]).
+    /// The Bloom filter called `name`, or a filter of another layout
+    /// served read-only (the `BF.*` commands' filters: a deletable
+    /// filter's name is not one; see [`Store::cf_get`]).
     #[inline]
     pub fn get(&self, name: &str) -> Option<Filter> {
         match self {
-            Store::Local(s) => s.get(name).map(Filter::Local),
+            Store::Local(s) => match s.get(name) {
+                Some(n) => Some(Filter::Local(n)),
+                None => s.listed(name).map(Filter::Listed),
+            },
             Store::Redis(s) => s.get(name).map(Filter::Redis),
         }
     }
@@ -179,7 +188,10 @@ impl Store {
             Store::Redis(s) => s.need(name).map(Filter::Redis),
             Store::Local(s) => match s.deletables().get(name) {
                 Some(n) => Ok(Filter::Deletable(n)),
-                None => s.need(name).map(Filter::Local),
+                None => match s.listed(name) {
+                    Some(l) if s.get(name).is_none() => Ok(Filter::Listed(l)),
+                    _ => s.need(name).map(Filter::Local),
+                },
             },
         }
     }
@@ -236,7 +248,12 @@ impl Store {
     /// All filters, sorted by name.
     pub fn filters(&self) -> Vec<Filter> {
         match self {
-            Store::Local(s) => s.all().into_iter().map(Filter::Local).collect(),
+            Store::Local(s) => {
+                let mut v: Vec<Filter> = s.all().into_iter().map(Filter::Local).collect();
+                v.extend(s.listed_all().into_iter().map(Filter::Listed));
+                v.sort_by(|a, b| a.name().cmp(b.name()));
+                v
+            }
             Store::Redis(s) => s.all().into_iter().map(Filter::Redis).collect(),
         }
     }
@@ -307,6 +324,7 @@ impl Store {
     ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
+            (_, Filter::Listed(n)) => Err(n.refusal()),
             (Store::Redis(s), Filter::Redis(n)) => s.add(n, entries, out).map(|()| Ack::done()),
             _ => Err(StoreError::NotFound(filter.name().into())),
         }
@@ -322,6 +340,7 @@ impl Store {
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.whitelist(n, items, add),
+            (_, Filter::Listed(n)) => n.whitelist(items, add),
             (Store::Redis(s), Filter::Redis(n)) => s.whitelist(n, items, add),
             _ => Err(StoreError::NotFound(filter.name().into())),
         }
@@ -332,6 +351,10 @@ impl Store {
     pub fn scandump(&self, filter: &Filter, iter: u64) -> Result<(u64, Vec<u8>), StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => Ok(s.scandump(n, iter)),
+            (_, Filter::Listed(n)) => Err(StoreError::Unsupported(match n.layout() {
+                "ribbon" => "BF.SCANDUMP of a ribbon filter (not a Bloom filter: copy its file)",
+                _ => "BF.SCANDUMP of a filter that is not a Bloom filter (copy its file)",
+            })),
             _ => Err(StoreError::Unsupported(
                 "BF.SCANDUMP of a filter stored in Redis (use `bloomgate pull`)",
             )),
@@ -377,7 +400,15 @@ impl Store {
         drop_live_adds: bool,
     ) -> Result<Filter, StoreError> {
         match self {
-            Store::Local(s) => s.reload(name, source, drop_live_adds).map(Filter::Local),
+            Store::Local(s) => match s.reload_listed(name, source)? {
+                Some(l) => Ok(Filter::Listed(l)),
+                None => {
+                    let n = s.reload(name, source, drop_live_adds)?;
+                    // A file of another layout it replaces stops serving.
+                    s.forget_listed(name);
+                    Ok(Filter::Local(n))
+                }
+            },
             Store::Redis(_) => Err(StoreError::Unsupported(
                 "reloading a filter stored in Redis (replace it with `bloomgate push --force`)",
             )),
@@ -436,6 +467,7 @@ impl Filter {
         match self {
             Filter::Local(n) => n.name(),
             Filter::Deletable(n) => n.name(),
+            Filter::Listed(n) => n.name(),
             Filter::Redis(n) => n.name(),
         }
     }
@@ -466,6 +498,7 @@ impl Filter {
                 n.check_many(queries, scratch, each);
                 Ok(())
             }
+            Filter::Listed(n) => n.check_many(queries, scratch, each),
             Filter::Redis(n) => n.check_batch(queries, |v| match v {
                 Ok(v) => each(Ok(v.as_ref())),
                 Err(e) => each(Err(e)),
@@ -493,7 +526,7 @@ impl Filter {
         queries: &[&[u8]],
     ) -> Option<tokio::sync::oneshot::Receiver<Checked>> {
         match self {
-            Filter::Local(_) | Filter::Deletable(_) => None,
+            Filter::Local(_) | Filter::Deletable(_) | Filter::Listed(_) => None,
             Filter::Redis(n) => Some(n.check_later(queries)),
         }
     }
@@ -521,7 +554,7 @@ impl Filter {
     pub fn prefetch(&self, query: &[u8]) {
         match self {
             Filter::Local(n) => n.prefetch(query),
-            Filter::Deletable(_) | Filter::Redis(_) => {}
+            Filter::Deletable(_) | Filter::Listed(_) | Filter::Redis(_) => {}
         }
     }
 
@@ -533,6 +566,7 @@ impl Filter {
             Filter::Local(n) => n.count(checks, hits),
             // Counted by the server's metrics alone.
             Filter::Deletable(_) => {}
+            Filter::Listed(n) => n.count(checks, hits),
             Filter::Redis(n) => n.count(checks, hits),
         }
     }
@@ -542,6 +576,7 @@ impl Filter {
         match self {
             Filter::Local(n) => n.counters(),
             Filter::Deletable(_) => (0, 0),
+            Filter::Listed(n) => n.counters(),
             Filter::Redis(n) => n.counters(),
         }
     }
@@ -553,6 +588,8 @@ impl Filter {
         match self {
             Filter::Local(n) => n.write_busy(),
             Filter::Deletable(n) => n.write_busy(),
+            // Refused at once.
+            Filter::Listed(_) => false,
             Filter::Redis(_) => true,
         }
     }
@@ -565,7 +602,27 @@ impl Filter {
             Filter::Deletable(_) => Err(StoreError::Unsupported(
                 "Bloom filter statistics of a deletable filter (it has its own: CF.INFO)",
             )),
+            Filter::Listed(n) => n.info(),
             Filter::Redis(n) => n.info(),
+        }
+    }
+
+    /// The library's whole description of a filter served through its
+    /// `List` (a ribbon filter's bits per item, shards, rate per query);
+    /// `None` for other filters, whose [`Info`] says it all.
+    pub fn details(&self) -> Result<Option<serde_json::Value>, StoreError> {
+        match self {
+            Filter::Listed(n) => n.details().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Fails with the filter's refusal when it takes no changes (a static
+    /// ribbon filter, served read-only).
+    pub fn changeable(&self) -> Result<(), StoreError> {
+        match self {
+            Filter::Listed(n) => Err(n.refusal()),
+            _ => Ok(()),
         }
     }
 }
@@ -583,8 +640,9 @@ impl Filter {
 pub struct Damaged {
     /// The filter's name.
     pub name: String,
-    /// `bloom` (`NAME.bgf` and its companions) or `cuckoo` (`NAME.cf`, or a
-    /// counting or cuckoo `NAME.bgf` built by the CLI).
+    /// `bloom` (`NAME.bgf` and its companions), `cuckoo` (`NAME.cf`, or a
+    /// counting or cuckoo `NAME.bgf` built by the CLI), or the layout of a
+    /// file served through the library's `List` (`ribbon`).
     pub kind: &'static str,
     /// The filter's main file (`NAME.bgf` or `NAME.cf`).
     pub file: String,
@@ -649,6 +707,14 @@ pub enum StoreError {
     /// replaces it until it is repaired (see [`Damaged`]).
     #[error("filter '{}' is damaged: {}; it is not served until its file is restored or rebuilt and reloaded", .0.name, .0.fault)]
     Damaged(Box<Damaged>),
+    /// The filter takes no changes (a static ribbon filter, served
+    /// read-only): an add, a remove, or a create or load over its name.
+    #[error("{0}")]
+    ReadOnly(String),
+    /// A filter file served through the library's `List` failed to open,
+    /// verify, or write its whitelist.
+    #[error(transparent)]
+    List(#[from] bloomgate_list::Error),
     /// The filters would take more memory than the server allows
     /// (`--max-memory`, see [`crate::memory`]); nothing was allocated.
     #[error("out of memory: {0}")]
@@ -681,6 +747,16 @@ impl StoreError {
         match self {
             StoreError::Io { source, .. } => Some(source),
             StoreError::File(e) => engine(e),
+            StoreError::List(e) => {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+                while let Some(c) = cause {
+                    if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                        return Some(io);
+                    }
+                    cause = c.source();
+                }
+                None
+            }
             StoreError::Files(e) => match e {
                 bloomgate_blacklist::Error::Io { source, .. } => Some(source),
                 bloomgate_blacklist::Error::Engine(e) => engine(e),
@@ -742,7 +818,8 @@ pub struct Info {
     pub key_kind: String,
     /// Match mode (`exact`, `prefix`).
     pub match_mode: String,
-    /// Layout of layer 0 (`blocked`, `classic`).
+    /// Layout of layer 0 (`blocked`, `classic`), or of a filter served
+    /// read-only (`ribbon`).
     pub layout: String,
     /// Bits over all layers.
     pub bits: u64,

@@ -155,6 +155,7 @@ impl LocalStore {
             let (specs, growth) = parse_dump_header(data, self.limits.max_filter_bytes)?;
             let _snap = lock(&self.snapshot_lock);
             self.not_damaged(name)?;
+            self.refuse_listed(name)?;
             if self.get(name).is_some() {
                 return Err(StoreError::Exists(name.into()));
             }

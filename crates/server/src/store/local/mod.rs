@@ -71,12 +71,19 @@
 //! leaves the temporary behind. [`temporaries::remove_stale_temporaries`] deletes them
 //! at startup.
 //!
+//! # Other layouts
+//!
+//! A file of any other layout (the static ribbon layout) is served as the
+//! library's [`bloomgate_list::List`] opens it, read-only ([`listed`]).
+//!
 //! The store's files are in this module and its children: [`named`] (one
-//! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`].
+//! filter), [`growth`], [`replay`], [`snapshot`], [`reload`], [`dump`],
+//! [`listed`].
 
 pub(crate) mod deletable;
 pub(crate) mod dump;
 mod growth;
+mod listed;
 mod named;
 mod reload;
 mod replay;
@@ -144,6 +151,7 @@ use crate::Limits;
 use super::{AddOutcome, Damaged, Info, SnapshotReport, StoreError};
 
 use growth::add_key;
+pub use listed::Listed;
 pub use named::{LookupScratch, Named};
 use replay::{apply_replay, replay_key};
 
@@ -180,6 +188,9 @@ pub struct LocalStore {
     journal_base: Mutex<HashMap<String, u64>>,
     /// The deletable filters (`NAME.cf`, see [`deletable`]).
     cuckoo: Box<deletable::Deletables>,
+    /// The files of other layouts, served through the library's `List`
+    /// ([`listed`]).
+    listed: listed::ListedMap,
     /// The filters whose files failed to load, by name (see the module
     /// doc); changed under the snapshot lock.
     damaged: RwLock<HashMap<String, Damaged>>,
@@ -233,8 +244,9 @@ impl LocalStore {
         let mut filters = HashMap::new();
         let mut damaged = Vec::new();
         for (name, path) in named_files(dir, "bgf", valid_name)? {
-            if deletable::deletable_layout(&path).is_some() {
-                // Counting and cuckoo filter files: served by `deletable`.
+            if deletable::deletable_layout(&path).is_some() || listed::served_by_list(&path) {
+                // Counting and cuckoo filter files: served by `deletable`;
+                // other layouts by `listed`.
                 continue;
             }
             match load_layers(&path) {
@@ -297,6 +309,7 @@ impl LocalStore {
             }
             *lock(&n.lineage) = lineage;
         }
+        let listed = listed::open_all(dir, &mut damaged)?;
         let bloom_damaged: std::collections::HashSet<String> =
             damaged.iter().map(|d| d.name.clone()).collect();
         let cuckoo = Box::new(deletable::Deletables::open(
@@ -304,7 +317,7 @@ impl LocalStore {
             &limits,
             metrics.clone(),
             valid_name,
-            |n| filters.contains_key(n) || bloom_damaged.contains(n),
+            |n| filters.contains_key(n) || listed.contains_key(n) || bloom_damaged.contains(n),
             &mut damaged,
         )?);
         for d in &damaged {
@@ -313,7 +326,7 @@ impl LocalStore {
                 d.name,
                 d.fault,
                 d.file,
-                if d.kind == "bloom" { "SIGHUP" } else { "restart" }
+                if d.kind == "cuckoo" { "restart" } else { "SIGHUP" }
             );
         }
         let wal_dir = dir.join(".bloomgate-wal");
@@ -379,6 +392,7 @@ impl LocalStore {
             snapshot_lock: Mutex::new(()),
             journal_base: Mutex::new(HashMap::new()),
             cuckoo,
+            listed: RwLock::new(listed),
             any_damaged: AtomicBool::new(!damaged.is_empty()),
             damaged: RwLock::new(damaged.into_iter().map(|d| (d.name.clone(), d)).collect()),
             held_segments: Mutex::new(Default::default()),
@@ -499,6 +513,7 @@ impl LocalStore {
             .cloned()
             .collect();
         v.extend(self.cuckoo.names());
+        v.extend(self.listed_all().iter().map(|l| l.name().to_owned()));
         v.extend(
             self.damaged
                 .read()
@@ -573,9 +588,11 @@ impl LocalStore {
     /// returned, grown layers counted exactly).
     pub(crate) fn recount_memory(&self) {
         let bloom: u64 = self.all().iter().map(|n| n.state.load().bytes()).sum();
-        self.limits
-            .memory
-            .set_used(bloom.saturating_add(self.cuckoo.bytes()));
+        self.limits.memory.set_used(
+            bloom
+                .saturating_add(self.cuckoo.bytes())
+                .saturating_add(self.listed_bytes()),
+        );
     }
 
     /// Creates a filter file and serves it.
@@ -585,6 +602,7 @@ impl LocalStore {
         }
         let _snap = lock(&self.snapshot_lock);
         self.not_damaged(name)?;
+        self.refuse_listed(name)?;
         if self.get(name).is_some() || self.cuckoo.has(name) {
             return Err(StoreError::Exists(name.into()));
         }
@@ -731,6 +749,9 @@ impl LocalStore {
         // A damaged filter is discarded by removing its files and
         // reloading, never by a client's delete.
         self.not_damaged(name)?;
+        if self.delete_listed(name) {
+            return Ok(true);
+        }
         let Some(named) = self.get(name) else {
             let existed = self.cuckoo.delete(name);
             self.recount_memory();

@@ -45,7 +45,7 @@ impl LocalStore {
         let _snap = lock(&self.snapshot_lock);
         let damaged = self.damaged(name);
         if let Some(d) = &damaged {
-            if d.kind != "bloom" {
+            if d.kind == "cuckoo" {
                 return Err(d.clone().into());
             }
         }
@@ -200,6 +200,10 @@ impl LocalStore {
             if !valid_name(name) {
                 continue;
             }
+            if super::listed::served_by_list(&path) {
+                report.extend(self.reload_listed_if_changed(name, &path));
+                continue;
+            }
             if let Some(layout) = super::deletable::deletable_layout(&path) {
                 // Served by the cuckoo store, which reads such files at startup.
                 if !self.cuckoo.has(name) {
@@ -216,7 +220,11 @@ impl LocalStore {
             };
             if changed {
                 match self.reload(name, None, false) {
-                    Ok(_) => report.push(format!("reloaded {name}")),
+                    Ok(_) => {
+                        // A file of another layout it replaces stops serving.
+                        self.forget_listed(name);
+                        report.push(format!("reloaded {name}"));
+                    }
                     Err(e) => report.push(format!("kept {name}: {e}")),
                 }
             }
@@ -239,7 +247,10 @@ impl LocalStore {
 }
 
 /// Copies `src` over `base` atomically ([`bloomgate_engine::atomic`]).
-fn write_atomic_from(base: &std::path::Path, src: &std::path::Path) -> std::io::Result<()> {
+pub(super) fn write_atomic_from(
+    base: &std::path::Path,
+    src: &std::path::Path,
+) -> std::io::Result<()> {
     let mut from = std::fs::File::open(src)?;
     bloomgate_engine::atomic::replace_with(base, |f| std::io::copy(&mut from, f).map(|_| ()))?;
     Ok(())

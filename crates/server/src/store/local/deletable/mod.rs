@@ -429,6 +429,7 @@ impl super::LocalStore {
         }
         let _snap = lock(&self.snapshot_lock);
         self.not_damaged(name)?;
+        self.refuse_listed(name)?;
         if self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
         }
@@ -446,6 +447,9 @@ impl super::LocalStore {
         self.not_damaged(name)?;
         if iter == 1 && self.get(name).is_some() {
             return Err(StoreError::Exists(name.into()));
+        }
+        if iter == 1 {
+            self.refuse_listed(name)?;
         }
         if iter == 1 && !self.cuckoo.has(name) {
             // The stream's data is buffered until its last chunk: reserved

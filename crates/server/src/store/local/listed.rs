@@ -1,0 +1,454 @@
+//! Filter files served as the library opens them: [`Listed`], one
+//! [`List`] behind a served name.
+//!
+//! The data directory's Bloom filters ([`Named`]) and its counting and
+//! cuckoo filters ([`super::deletable`]) take live adds, so the server
+//! keeps their state itself: the write-ahead log, journals, snapshots and
+//! growth. Every other layout is served exactly as [`List::open`] opens it
+//! — today the static ribbon layout: lookups through [`List::check_each`]
+//! (the verdict `bloomgate check` gives, for the same file and queries),
+//! whitelist edits through [`List::whitelist_add`] and
+//! [`List::save_whitelist`], the description from [`List::info`]. Which
+//! files are served here is decided by their layout code alone
+//! ([`served_by_list`]: neither a Bloom nor a deletable layout), so a
+//! layout added to `List` is served without a change to the server.
+//!
+//! # Read-only, and saying so
+//!
+//! Nothing here takes an add, a remove, a create or a dump load over the
+//! name: each is refused with [`StoreError::ReadOnly`], whose text is the
+//! library's ([`List::changeable`]: a ribbon filter is static, rebuild it
+//! from its source). A refused change is never a silent no-op, and never
+//! "absent". Replacing the file and reloading (SIGHUP, or the HTTP reload
+//! with or without a source path) serves the new file; the old one keeps
+//! serving when the new one does not open and verify.
+//!
+//! # Damage
+//!
+//! A file that fails to open (a flipped byte in its header or directory, a
+//! truncated file, a garbage whitelist) is [`Damaged`] like any other
+//! filter: every command on the name is an error naming the file and the
+//! fault until it is restored and reloaded, or removed and reloaded.
+//!
+//! # Concurrency
+//!
+//! Lookups share a read lock on the [`List`]; a whitelist edit or a reload
+//! takes it for writing for the time of an in-memory swap. The data is
+//! mapped read-only and never written.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bloomgate_blacklist::VerdictRef;
+use bloomgate_engine::format::{layout_name, peek_layout_code, DeletableKind};
+use bloomgate_engine::Layout;
+use bloomgate_list::{List, OpenOptions};
+use bloomgate_url::KeyError;
+use serde_json::Value;
+
+use super::{file_id, lock, valid_name, with_path, FileId, LocalStore, LookupScratch};
+use crate::store::{Damaged, Info, StoreError};
+
+/// The served names of [`Listed`] filters.
+pub(super) type ListedMap = RwLock<HashMap<String, Arc<Listed>>>;
+
+/// Whether the filter file at `path` is served through [`List`]: a
+/// bloomgate filter file whose layout is neither a Bloom layout (served as
+/// [`Named`](super::Named)) nor a deletable one. A file whose header
+/// cannot be read is not: the Bloom opener says why it is damaged.
+pub(super) fn served_by_list(path: &Path) -> bool {
+    match peek_layout_code(path) {
+        Ok(code) => Layout::from_code(code).is_none() && DeletableKind::from_code(code).is_none(),
+        Err(_) => false,
+    }
+}
+
+/// One filter file served through the library's [`List`] (see the module
+/// documentation).
+pub struct Listed {
+    name: String,
+    list: RwLock<List>,
+    layout: &'static str,
+    loaded: std::sync::Mutex<Option<FileId>>,
+    checks: AtomicU64,
+    hits: AtomicU64,
+}
+
+/// Opens the list at `path` for serving (read-only; with `verify`, every
+/// byte compared with its checksum first).
+fn open_list(path: &Path, verify: bool) -> Result<List, StoreError> {
+    let options = OpenOptions {
+        verify,
+        ..OpenOptions::default()
+    };
+    Ok(List::open_with(&path.to_string_lossy(), &options)?)
+}
+
+impl Listed {
+    fn new(name: &str, list: List, loaded: Option<FileId>) -> Listed {
+        Listed {
+            name: name.into(),
+            layout: list.layout(),
+            list: RwLock::new(list),
+            loaded: std::sync::Mutex::new(loaded),
+            checks: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, List> {
+        self.list.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, List> {
+        self.list.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The filter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layout's name (`ribbon`).
+    pub fn layout(&self) -> &'static str {
+        self.layout
+    }
+
+    /// Answers many queries by the library's verdict ([`List::check_each`]):
+    /// `each` gets one result per query, in order. Not counted (see
+    /// [`Listed::count`]).
+    #[inline]
+    pub fn check_many(
+        &self,
+        queries: &[&[u8]],
+        scratch: &mut LookupScratch,
+        each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) -> Result<(), StoreError> {
+        Ok(self.read().check_each(queries, scratch, each)?)
+    }
+
+    /// Adds to the filter's lookup counters.
+    #[inline]
+    pub fn count(&self, checks: u64, hits: u64) {
+        if checks > 0 {
+            self.checks.fetch_add(checks, Relaxed);
+        }
+        if hits > 0 {
+            self.hits.fetch_add(hits, Relaxed);
+        }
+    }
+
+    /// (checks, hits) counters.
+    pub fn counters(&self) -> (u64, u64) {
+        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    }
+
+    /// The refusal of a change to the filter: the library's reason when
+    /// the layout cannot change at all (a static ribbon filter), else that
+    /// the server serves it read-only.
+    pub fn refusal(&self) -> StoreError {
+        let list = self.read();
+        StoreError::ReadOnly(match list.changeable() {
+            Err(e) => format!("filter '{}' takes no changes: {e}", self.name),
+            Ok(()) => format!(
+                "filter '{}' ({} layout) is served read-only: change its file ({}) and reload it",
+                self.name,
+                self.layout,
+                list.address()
+            ),
+        })
+    }
+
+    /// Adds (`add`) or removes whitelist entries and writes the whitelist
+    /// file. Returns, per item, whether it was a hit (add) or was present
+    /// (remove). If the file cannot be written, the whitelist is read back
+    /// as it is on disk and the error returned.
+    pub(crate) fn whitelist(
+        &self,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        let mut list = self.write();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let r = match add {
+                true => list.whitelist_add(item),
+                false => list.whitelist_remove(item),
+            };
+            match r {
+                Ok(b) => out.push(Ok(b)),
+                Err(bloomgate_list::Error::InvalidItem { reason, .. }) => out.push(Err(reason)),
+                Err(e) => {
+                    reopen_after_failure(&mut list);
+                    return Err(e.into());
+                }
+            }
+        }
+        if let Err(e) = list.save_whitelist() {
+            reopen_after_failure(&mut list);
+            return Err(e.into());
+        }
+        Ok(out)
+    }
+
+    /// Information about the filter, from the library's description.
+    pub fn info(&self) -> Result<Info, StoreError> {
+        let list = self.read();
+        let v = list.info()?.json;
+        let u = |k: &str| v.get(k).and_then(Value::as_u64);
+        let f = |k: &str| v.get(k).and_then(Value::as_f64);
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let bytes = u("bytes").unwrap_or_else(|| list.data_bytes());
+        let items = u("items").unwrap_or(0);
+        Ok(Info {
+            name: self.name.clone(),
+            key_kind: list.kind().as_str().into(),
+            match_mode: list.mode().as_str().into(),
+            layout: self.layout.into(),
+            bits: u("bits").unwrap_or(bytes.saturating_mul(8)),
+            k: u("k").map_or(0, |k| k.min(u64::from(u32::MAX)) as u32),
+            items,
+            capacity: u("planned_items").unwrap_or(items),
+            fill_ratio: f("fill_ratio").unwrap_or(0.0),
+            predicted_fp: f("predicted_fp").unwrap_or(0.0),
+            target_fp: f("target_fp").unwrap_or(0.0),
+            layers: 1,
+            growth: "static".into(),
+            expansion: None,
+            policy: s("policy").unwrap_or_else(|| "static".into()),
+            size_bytes: bytes,
+            whitelist_entries: list.whitelist().len(),
+            unsnapshotted_changes: false,
+            layer_info: Vec::new(),
+        })
+    }
+
+    /// The library's whole description of the filter ([`List::info`]'s
+    /// JSON: for a ribbon filter its bits per item against the bound,
+    /// shards, predicted rate per query).
+    pub fn details(&self) -> Result<Value, StoreError> {
+        Ok(self.read().info()?.json)
+    }
+
+    /// Bytes of its mapped data (for the memory budget).
+    pub(super) fn bytes(&self) -> u64 {
+        self.read().data_bytes()
+    }
+}
+
+/// After a failed whitelist write: the list as it is on disk again (kept
+/// as it is when even that fails to open: its lookups are unchanged).
+fn reopen_after_failure(list: &mut List) {
+    let path = list.address().to_string();
+    if let Ok(again) = open_list(Path::new(&path), false) {
+        *list = again;
+    }
+}
+
+/// Opens every file of `dir` served through [`List`] ([`served_by_list`]);
+/// a file that fails to open is pushed to `damaged`.
+pub(super) fn open_all(
+    dir: &Path,
+    damaged: &mut Vec<Damaged>,
+) -> Result<HashMap<String, Arc<Listed>>, StoreError> {
+    let mut out = HashMap::new();
+    for (name, path) in super::named_files(dir, "bgf", valid_name)? {
+        if !served_by_list(&path) {
+            continue;
+        }
+        match open_list(&path, false) {
+            Ok(list) => {
+                out.insert(
+                    name.clone(),
+                    Arc::new(Listed::new(&name, list, file_id(&path))),
+                );
+            }
+            Err(e) => damaged.push(damage(&name, &path, &e)),
+        }
+    }
+    Ok(out)
+}
+
+/// The [`Damaged`] entry of a file that failed to open.
+fn damage(name: &str, path: &Path, e: &StoreError) -> Damaged {
+    Damaged {
+        name: name.into(),
+        kind: peek_layout_code(path).map_or("bloom", layout_name),
+        file: path.display().to_string(),
+        fault: with_path(path, e.to_string()),
+    }
+}
+
+impl LocalStore {
+    /// The filter called `name` served through [`List`], if there is one.
+    #[inline]
+    pub fn listed(&self, name: &str) -> Option<Arc<Listed>> {
+        self.listed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// All filters served through [`List`], sorted by name.
+    pub fn listed_all(&self) -> Vec<Arc<Listed>> {
+        let mut v: Vec<Arc<Listed>> = self
+            .listed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Bytes of all filters served through [`List`].
+    pub(super) fn listed_bytes(&self) -> u64 {
+        self.listed_all().iter().map(|l| l.bytes()).sum()
+    }
+
+    /// Refuses a create or load over a name served through [`List`] with
+    /// its refusal ([`Listed::refusal`]).
+    pub(super) fn refuse_listed(&self, name: &str) -> Result<(), StoreError> {
+        match self.listed(name) {
+            Some(l) => Err(l.refusal()),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops serving `name` through [`List`] (replaced by a Bloom filter
+    /// of that name, or deleted). Returns the filter if it was served.
+    pub(crate) fn forget_listed(&self, name: &str) -> Option<Arc<Listed>> {
+        let mut map = self.listed.write().unwrap_or_else(|e| e.into_inner());
+        let was = map.remove(name);
+        drop(map);
+        if was.is_some() {
+            self.generation.fetch_add(1, Release);
+        }
+        was
+    }
+
+    /// Deletes a filter served through [`List`] and its files (its file
+    /// and whitelist; under the snapshot lock). Returns whether it was one.
+    pub(super) fn delete_listed(&self, name: &str) -> bool {
+        if self.forget_listed(name).is_none() {
+            return false;
+        }
+        let base = self.base(name);
+        let _ = std::fs::remove_file(&base);
+        let _ = std::fs::remove_file(bloomgate_blacklist::Whitelist::path_for(&base));
+        bloomgate_engine::atomic::sync_parent(&base);
+        self.recount_memory();
+        true
+    }
+
+    /// Serves `name` from its file through [`List`] when the file (`source`,
+    /// else `NAME.bgf`) is one [`served_by_list`]: the file opened and
+    /// verified first (the old one keeps serving if it fails), copied over
+    /// `NAME.bgf` when `source` is another file, then served in place of
+    /// the old one (a damaged entry of the name is repaired). `Ok(None)`
+    /// when the file is not one: a Bloom filter's reload then.
+    ///
+    /// A Bloom filter of the name is not replaced by such a file: its live
+    /// adds could not be carried over (delete it first).
+    pub(crate) fn reload_listed(
+        &self,
+        name: &str,
+        source: Option<&Path>,
+    ) -> Result<Option<Arc<Listed>>, StoreError> {
+        if !valid_name(name) {
+            return Err(StoreError::BadName(name.into()));
+        }
+        let base = self.base(name);
+        let src = source.unwrap_or(&base);
+        if !served_by_list(src) {
+            return Ok(None);
+        }
+        let _snap = lock(&self.snapshot_lock);
+        if let Some(d) = self.damaged(name) {
+            if d.kind == "cuckoo" {
+                return Err(d.into());
+            }
+        }
+        if self.get(name).is_some() || self.cuckoo.has(name) {
+            return Err(StoreError::Invalid(format!(
+                "'{name}' is served as a filter that takes live adds, which a {} file cannot take over: delete '{name}' first, then reload",
+                layout_name(peek_layout_code(src).unwrap_or(0))
+            )));
+        }
+        drop(open_list(src, true)?);
+        if let Some(src) = source {
+            let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
+            if !same {
+                super::reload::write_atomic_from(&base, src).map_err(|e| {
+                    StoreError::io(format_args!("cannot copy {} into place", src.display()), e)
+                })?;
+            }
+        }
+        let list = open_list(&base, false)?;
+        let id = file_id(&base);
+        let served = match self.listed(name) {
+            Some(l) => {
+                *l.write() = list;
+                *lock(&l.loaded) = id;
+                l
+            }
+            None => {
+                let l = Arc::new(Listed::new(name, list, id));
+                self.listed
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.into(), l.clone());
+                l
+            }
+        };
+        self.generation.fetch_add(1, Release);
+        if self.undamage(name) {
+            tracing::info!("bloomgate serve: filter '{name}' is repaired and served again");
+        }
+        self.recount_memory();
+        Ok(Some(served))
+    }
+
+    /// Records `d` as a damaged filter (under the snapshot lock).
+    fn mark_damaged(&self, d: Damaged) {
+        tracing::error!(
+            "bloomgate serve: filter '{}' is damaged and not served: {}; restore or rebuild {}, then SIGHUP",
+            d.name,
+            d.fault,
+            d.file
+        );
+        let mut map = self.damaged.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(d.name.clone(), d);
+        self.any_damaged.store(true, Relaxed);
+        drop(map);
+        self.generation.fetch_add(1, Release);
+    }
+
+    /// SIGHUP's part for a file served through [`List`]: reloads it when
+    /// it changed (or is new, or was damaged); what it did, for the log.
+    pub(super) fn reload_listed_if_changed(&self, name: &str, path: &Path) -> Option<String> {
+        let changed = match self.listed(name) {
+            Some(l) => *lock(&l.loaded) != file_id(path),
+            None => true,
+        };
+        if !changed {
+            return None;
+        }
+        Some(match self.reload_listed(name, None) {
+            Ok(_) => format!("reloaded {name}"),
+            Err(e) => {
+                if self.listed(name).is_none() && self.get(name).is_none() {
+                    let _snap = lock(&self.snapshot_lock);
+                    if self.damaged(name).is_none() {
+                        self.mark_damaged(damage(name, path, &e));
+                    }
+                }
+                format!("kept {name}: {e}")
+            }
+        })
+    }
+}
