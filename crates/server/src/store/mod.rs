@@ -2,16 +2,14 @@
 //!
 //! The front ends ([`crate::http`], [`crate::resp`]) reach filters only
 //! through [`Store`] and [`Filter`]: neither knows which implementation
-//! serves a filter. Today there is one, [`LocalStore`]: memory-mapped files
-//! in a data directory, made durable by the write-ahead log
-//! ([`crate::wal`]); and [`RedisStore`]: filters stored in Redis or Redis
-//! Cluster (`bloomgate serve --store redis://…`), whose operations are
-//! network calls. The interface is shaped so that both fit without the
-//! front ends telling them apart:
+//! serves a filter. There are two: [`LocalStore`], memory-mapped files in a
+//! data directory made durable by the write-ahead log ([`crate::wal`]), and
+//! [`RedisStore`], filters stored in Redis or Redis Cluster (`bloomgate serve
+//! --store redis://…`), whose operations are network calls. The interface is
+//! shaped so that both fit without the front ends telling them apart:
 //!
-//! * **Batches.** Lookups ([`Filter::check_many`])
-//!   and adds ([`Store::add`]) take many items at once, so that a remote
-//!   store can answer a batch with one round trip.
+//! * **Batches.** Lookups ([`Filter::check_many`]) and adds ([`Store::add`])
+//!   take many items at once, so a remote store answers a batch in one trip.
 //! * **Typed failure.** Every operation that a remote store cannot always
 //!   complete returns a [`StoreError`]; a shard that cannot be read is
 //!   [`StoreError::Unavailable`] (HTTP 503, RESP `-TRYAGAIN`), never
@@ -351,10 +349,9 @@ impl Store {
     pub fn scandump(&self, filter: &Filter, iter: u64) -> Result<(u64, Vec<u8>), StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => Ok(s.scandump(n, iter)),
-            (_, Filter::Listed(n)) => Err(StoreError::Unsupported(match n.layout() {
-                "ribbon" => "BF.SCANDUMP of a ribbon filter (not a Bloom filter: copy its file)",
-                _ => "BF.SCANDUMP of a filter that is not a Bloom filter (copy its file)",
-            })),
+            (_, Filter::Listed(_)) => Err(StoreError::Unsupported(
+                "BF.SCANDUMP of a filter that is not a Bloom filter (copy its file)",
+            )),
             _ => Err(StoreError::Unsupported(
                 "BF.SCANDUMP of a filter stored in Redis (use `bloomgate pull`)",
             )),
@@ -588,8 +585,7 @@ impl Filter {
         match self {
             Filter::Local(n) => n.write_busy(),
             Filter::Deletable(n) => n.write_busy(),
-            // Refused at once.
-            Filter::Listed(_) => false,
+            Filter::Listed(_) => false, // refused at once
             Filter::Redis(_) => true,
         }
     }
@@ -607,9 +603,8 @@ impl Filter {
         }
     }
 
-    /// The library's whole description of a filter served through its
-    /// `List` (a ribbon filter's bits per item, shards, rate per query);
-    /// `None` for other filters, whose [`Info`] says it all.
+    /// A filter served through the library's `List`: its whole description
+    /// (a ribbon's bits per item, shards, rate per query); `None` for others.
     pub fn details(&self) -> Result<Option<serde_json::Value>, StoreError> {
         match self {
             Filter::Listed(n) => n.details().map(Some),
