@@ -240,6 +240,9 @@ impl Resp {
 
 /// A keep-alive HTTP/1.1 connection.
 struct Http {
+    /// The `Host` header: the server's own address (it refuses a name that
+    /// is not a loopback one, as a browser's rebound request would send).
+    host: String,
     w: TcpStream,
     r: BufReader<TcpStream>,
     line: String,
@@ -251,6 +254,7 @@ impl Http {
         w.set_nodelay(true)?;
         let r = BufReader::new(w.try_clone()?);
         Ok(Http {
+            host: addr.to_string(),
             w,
             r,
             line: String::new(),
@@ -263,7 +267,8 @@ impl Http {
         req.extend_from_slice(head.as_bytes());
         req.extend_from_slice(
             format!(
-                "Host: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                "Host: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                self.host,
                 body.len()
             )
             .as_bytes(),
