@@ -273,6 +273,27 @@ fn build(
     result
 }
 
+/// Hands the entries to `each` a batch at a time: the batch `buffered`
+/// already holds, or the iterable `entries` read [`BATCH`] items at a time.
+fn in_batches(
+    entries: &Bound<'_, PyAny>,
+    buffered: Option<Packed>,
+    mut each: impl FnMut(&Packed) -> PyResult<()>,
+) -> PyResult<()> {
+    if let Some(p) = buffered {
+        return each(&p);
+    }
+    let mut p = Packed::default();
+    for e in entries.try_iter()? {
+        p.push(&e?)?;
+        if p.len() == BATCH {
+            each(&p)?;
+            p.clear();
+        }
+    }
+    each(&p)
+}
+
 /// Builds the static ribbon file at `path` from every entry: each
 /// normalized and hashed (the engine's ribbon key hash) as it is read, the
 /// filter solved from the hashes in memory (8 bytes per entry), as
@@ -300,20 +321,7 @@ fn build_ribbon(
             Ok(())
         })
     };
-    match buffered {
-        Some(p) => hash(py, &p, &mut hashes)?,
-        None => {
-            let mut p = Packed::default();
-            for e in entries.try_iter()? {
-                p.push(&e?)?;
-                if p.len() == BATCH {
-                    hash(py, &p, &mut hashes)?;
-                    p.clear();
-                }
-            }
-            hash(py, &p, &mut hashes)?;
-        }
-    }
+    in_batches(entries, buffered, |p| hash(py, p, &mut hashes))?;
     let planned = hashes.len() as u64;
     let header = py
         .detach(|| ribbon::build(Path::new(path), &spec, planned, hashes))
@@ -359,20 +367,7 @@ fn fill(
             Ok(())
         })
     };
-    match buffered {
-        Some(p) => add(py, &p, &mut list)?,
-        None => {
-            let mut p = Packed::default();
-            for e in entries.try_iter()? {
-                p.push(&e?)?;
-                if p.len() == BATCH {
-                    add(py, &p, &mut list)?;
-                    p.clear();
-                }
-            }
-            add(py, &p, &mut list)?;
-        }
-    }
+    in_batches(entries, buffered, |p| add(py, p, &mut list))?;
     py.detach(|| list.save()).map_err(list_err)?;
     Ok(new)
 }
