@@ -50,16 +50,27 @@ pub fn redisbloom_module() -> Option<PathBuf> {
 }
 
 /// A port that is free, and whose cluster bus port (+10000) is free too.
+///
+/// Both lie below the kernel's ephemeral range (`ip_local_port_range`,
+/// 32768 and up by default), which every outgoing connection and every
+/// `bind(0)` of the tests running beside this one draw from: a port found
+/// free there could be taken again before redis-server binds it.
 fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    // In 20000..55535, so that the bus port (+10000) exists; starting at a
-    // place given by the process id, so that parallel test binaries rarely
-    // try the same ports.
-    let start = std::process::id() % 3_000 * 10;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .clamp(21_000, 65_535);
+    // Ports in 10000..ephemeral-10000, bus ports in 20000..ephemeral;
+    // starting at a place given by the process id, so that parallel test
+    // binaries rarely try the same ports.
+    let span = ephemeral - 20_000;
+    let start = std::process::id() % (span / 10).max(1) * 10;
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = (20_000 + (start + n) % 35_535) as u16;
+        let p = (10_000 + (start + n) % span) as u16;
         let ok = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
         if ok(p) && ok(p + 10_000) {
             return p;
@@ -76,38 +87,61 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts a server in `dir` with extra arguments, and waits for PING.
-    #[allow(clippy::zombie_processes)] // waited for in Drop
+    /// A server that exits before answering (its port taken in the
+    /// meantime by another process) is started again on another port.
     pub fn start(dir: &Path, extra: &[&str]) -> RedisServer {
-        RedisServer::start_on(dir, free_port(), extra)
+        let mut last = String::new();
+        for _ in 0..5 {
+            match RedisServer::try_start_on(dir, free_port(), extra) {
+                Ok(s) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start (five ports tried): {last}");
     }
 
     /// Starts a server on a given port (e.g. again, after killing one).
-    #[allow(clippy::zombie_processes)] // waited for in Drop
     pub fn start_on(dir: &Path, port: u16, extra: &[&str]) -> RedisServer {
+        RedisServer::try_start_on(dir, port, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a server on `port` and waits for PING; says why not, with
+    /// the end of its log, when it exits first or does not answer.
+    #[allow(clippy::zombie_processes)] // waited for in Drop or below
+    fn try_start_on(dir: &Path, port: u16, extra: &[&str]) -> Result<RedisServer, String> {
         let dir = dir.join(format!("redis-{port}"));
         std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("log");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
             .arg("--logfile")
-            .arg(dir.join("log"))
+            .arg(&log)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        let s = RedisServer { child, port, dir };
+        let mut s = RedisServer { child, port, dir };
+        let tail = |why: &str| {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let end = lines[lines.len().saturating_sub(5)..].join("\n");
+            format!("redis-server on port {port} {why}; its log ends:\n{end}")
+        };
         let t = Instant::now();
         while s.cli(&["PING"]).trim() != "PONG" {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "redis-server did not start"
-            );
+            if let Ok(Some(status)) = s.child.try_wait() {
+                return Err(tail(&format!("exited ({status}) before answering")));
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(tail("did not answer PING within 60 s"));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        s
+        Ok(s)
     }
 
     /// A server with the RedisBloom module loaded ([`redisbloom_module`]),
