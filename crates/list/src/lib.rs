@@ -92,6 +92,11 @@ pub struct OpenOptions {
     /// counting or cuckoo file changed in memory and written whole by
     /// [`List::save`]. A filter in Redis takes changes in any case.
     pub update: bool,
+    /// A static (ribbon) file: read it whole into memory of its own, on huge
+    /// pages where the kernel gives them, instead of mapping the file
+    /// ([`Ribbon::open_in_memory`]): for a server that answers from a filter
+    /// of many gigabytes. Other layouts ignore it.
+    pub in_memory: bool,
 }
 
 /// What an add did to one key ([`List::add_keys`]).
@@ -711,7 +716,10 @@ fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
         true => lock_dir(path)?,
         false => None,
     };
-    let filter = Ribbon::open(path)?;
+    let filter = match options.in_memory {
+        true => Ribbon::open_in_memory(path)?,
+        false => Ribbon::open(path)?,
+    };
     let h = filter.header();
     let (kind, mode) = rules_of(path, h.key_kind, h.match_mode)?;
     let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))

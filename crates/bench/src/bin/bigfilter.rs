@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Options: `--lookups` per phase (20,000 one at a time; ten times as many
-//! batched), `--skip-cold`. Cold phases drop the page cache first (`sync`,
+//! batched), `--skip-cold`, `--in-memory` (then the same file read into
+//! memory of its own: static files only). Cold phases drop the page cache first (`sync`,
 //! then `3` into `/proc/sys/vm/drop_caches`: needs root; without it they are
 //! skipped and say so). Every query is a URL the filter holds (from the
 //! `scale` generator, numbers drawn at random below `--items`), so every
@@ -162,4 +163,38 @@ fn main() {
     let list = open();
     row("warm", &list);
     row("warm, again", &list);
+    if args.iter().any(|a| a == "--in-memory") {
+        // The same file read into memory of its own, on huge pages where
+        // the kernel gives them (`OpenOptions::in_memory`; static files only).
+        drop(list);
+        let t = Instant::now();
+        let options = bloomgate_list::OpenOptions {
+            in_memory: true,
+            ..Default::default()
+        };
+        let list = List::open_with(&path, &options).expect("open in memory");
+        println!(
+            "| (read into memory in {:.0} s; {} MiB of it on huge pages) | | | |",
+            t.elapsed().as_secs_f64(),
+            anon_huge_mib()
+        );
+        row("in memory", &list);
+        row("in memory, again", &list);
+    }
+}
+
+/// `AnonHugePages` of this process, in MiB (`/proc/self/smaps_rollup`).
+fn anon_huge_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("AnonHugePages:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0)
+        / 1024
 }

@@ -292,6 +292,54 @@ impl Ribbon {
         })
     }
 
+    /// Opens the ribbon file at `path` like [`Ribbon::open`], then reads it
+    /// whole into memory of its own, asking for transparent huge pages
+    /// (`MADV_HUGEPAGE`), and drops the file's pages from the page cache as
+    /// they are copied (`POSIX_FADV_DONTNEED`), so the filter is not held
+    /// twice. A lookup in a filter of many gigabytes is a random access:
+    /// through 4 KiB pages of the page cache it also misses the TLB and
+    /// waits for a page walk whose table entries are themselves out of
+    /// cache; 2 MiB pages keep the walk's tables small enough to stay in
+    /// cache. Refused (an error, nothing served half-read) when the file
+    /// changes between the two reads: its header and directory must be the
+    /// bytes [`Ribbon::open`] checked.
+    pub fn open_in_memory(path: impl AsRef<Path>) -> Result<Ribbon> {
+        use std::os::unix::fs::FileExt;
+        /// Bytes read (and dropped from the page cache) at a time.
+        const CHUNK: usize = 64 << 20;
+        let path = path.as_ref();
+        let mut r = Ribbon::open(path)?;
+        let len = r.map.len();
+        let file = File::open(path).map_err(io_err(path, "open"))?;
+        let mut copy = memmap2::MmapMut::map_anon(len).map_err(io_err(path, "allocate memory for"))?;
+        if len >= 4 << 20 {
+            let _ = copy.advise(memmap2::Advice::HugePage);
+        }
+        let mut at = 0;
+        while at < len {
+            let end = (at + CHUNK).min(len);
+            file.read_exact_at(&mut copy[at..end], at as u64)
+                .map_err(io_err(path, "read"))?;
+            let _ = rustix::fs::fadvise(
+                &file,
+                at as u64,
+                std::num::NonZeroU64::new((end - at) as u64),
+                rustix::fs::Advice::DontNeed,
+            );
+            at = end;
+        }
+        if copy[..r.solution] != r.map[..r.solution] {
+            return Err(Error::Format {
+                path: path.into(),
+                problem: FormatProblem::BadField(
+                    "the file changed while it was read into memory; open it again".into(),
+                ),
+            });
+        }
+        r.map = copy.make_read_only().map_err(io_err(path, "protect"))?;
+        Ok(r)
+    }
+
     /// The header.
     pub fn header(&self) -> &RibbonHeader {
         &self.header
@@ -417,13 +465,15 @@ impl Ribbon {
     }
 
     /// Answers `items` into `out` (cleared first), in order: a batch is
-    /// hashed first and the first line of each run of words its rows read
-    /// prefetched, so the cache misses of a batch overlap.
+    /// hashed first and the lines its rows read prefetched (every line
+    /// beyond the caches, the first of each run in them), so the cache
+    /// misses of a batch overlap.
     pub fn contains_many<T: AsRef<[u8]>>(&self, items: &[T], out: &mut Vec<bool>) {
         const BATCH: usize = 16;
         out.clear();
         out.reserve(items.len());
         let bits = self.header.shard_bits();
+        let prefetch_all = self.header.data_len >= PREFETCH_ALL_FROM;
         let mut pending = [(
             0usize,
             Row {
@@ -442,12 +492,21 @@ impl Ribbon {
                     continue;
                 }
                 let row = row(g, e.attempt, e.blocks);
-                // The first line of each of the row's two runs of words
-                // (the hardware prefetcher follows the rest of each run).
+                // The row's words are one contiguous run of 13–28 words
+                // (up to 448 bytes, 8 lines). Beyond the caches each line
+                // is a miss of its own (random rows defeat the hardware
+                // prefetcher), so every line is prefetched; in cache only
+                // the first of each block's run, as more prefetches there
+                // cost more than they save (BENCHMARKS.md, "Static ribbon
+                // layout").
                 let (words, cols, shift) = self.row_words(e, row.start);
-                prefetch(words.as_ptr());
-                if shift != 0 {
-                    prefetch(words[cols as usize * 16..].as_ptr());
+                if prefetch_all {
+                    prefetch_lines(words);
+                } else {
+                    prefetch(words.as_ptr());
+                    if shift != 0 {
+                        prefetch(words[cols as usize * 16..].as_ptr());
+                    }
                 }
                 *slot = (s, row);
             }
@@ -455,6 +514,22 @@ impl Ribbon {
                 out.push(*s != usize::MAX && self.check_row(&self.entries[*s], row));
             }
         }
+    }
+}
+
+/// Data size from which a batch prefetches every line a row reads (about
+/// twice a core's L2 here; smaller filters stay in cache).
+const PREFETCH_ALL_FROM: u64 = 8 << 20;
+
+/// Prefetches every cache line of `bytes`.
+#[inline(always)]
+fn prefetch_lines(bytes: &[u8]) {
+    let first = bytes.as_ptr() as usize & !63;
+    let end = bytes.as_ptr() as usize + bytes.len();
+    let mut line = first;
+    while line < end {
+        prefetch(line as *const u8);
+        line += 64;
     }
 }
 

@@ -34,7 +34,10 @@
 //!
 //! Lookups share a read lock on the [`List`]; a whitelist edit or a reload
 //! takes it for writing for the time of an in-memory swap. The data is
-//! mapped read-only and never written.
+//! never written: it is read into memory of its own when it fits (a
+//! lookup beyond the caches then walks huge pages' small tables instead
+//! of the page cache's 4 KiB ones: BENCHMARKS.md, "Ten billion URLs in a
+//! ribbon file"), mapped read-only otherwise.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -76,14 +79,32 @@ pub struct Listed {
     hits: AtomicU64,
 }
 
-/// Opens the list at `path` for serving (read-only; with `verify`, every
-/// byte compared with its checksum first).
+/// Opens the list at `path` for serving (read-only), or with `verify`
+/// only to check it (every byte compared with its checksum). A list for
+/// serving is read into memory of its own ([`OpenOptions::in_memory`]:
+/// huge pages, the file's page cache dropped) when it fits
+/// ([`fits_in_memory`]); otherwise it is mapped, which answers the same,
+/// more slowly once the file is beyond the caches.
 fn open_list(path: &Path, verify: bool) -> Result<List, StoreError> {
     let options = OpenOptions {
         verify,
+        in_memory: !verify && fits_in_memory(path),
         ..OpenOptions::default()
     };
     Ok(List::open_with(&path.to_string_lossy(), &options)?)
+}
+
+/// Whether a copy of the file at `path` fits in the memory available with
+/// an eighth of it (at least 256 MiB) to spare. During a reload the old
+/// copy is still held, so a large file is then mapped instead of read
+/// (the server never asks for memory it may not get); the next reload,
+/// with the old copy gone, reads it in.
+fn fits_in_memory(path: &Path) -> bool {
+    let Ok(len) = std::fs::metadata(path).map(|m| m.len()) else {
+        return false;
+    };
+    let spare = (len / 8).max(256 << 20);
+    bloomgate_engine::mem_available().is_some_and(|free| len.saturating_add(spare) <= free)
 }
 
 impl Listed {
