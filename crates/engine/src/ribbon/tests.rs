@@ -167,3 +167,45 @@ proptest::proptest! {
         proptest::prop_assert!(batched.len() == strangers.len());
     }
 }
+
+#[test]
+fn in_memory_copy_answers_as_the_mapped_file_and_batches_beyond_the_caches_too() {
+    // Large enough for batches to prefetch every line (PREFETCH_ALL_FROM).
+    let dir = tempfile::tempdir().unwrap();
+    let spec = RibbonSpec::new(1e-4, 21);
+    let items: Vec<[u8; 8]> = (0..5_000_000u64).map(|i| i.to_le_bytes()).collect();
+    let keys: Vec<u64> = items.iter().map(|k| key_hash(spec.seed, k)).collect();
+    let path = dir.path().join("big.bgf");
+    build(&path, &spec, keys.len() as u64, keys).unwrap();
+    let mapped = Ribbon::open(&path).unwrap();
+    assert!(mapped.header().data_len >= PREFETCH_ALL_FROM);
+    let copy = Ribbon::open_in_memory(&path).unwrap();
+    copy.verify().unwrap();
+    assert_eq!(copy.header(), mapped.header());
+    assert_eq!(copy.entries(), mapped.entries());
+    let strangers: Vec<[u8; 8]> = (1u64 << 40..(1u64 << 40) + 200_000)
+        .map(|i| i.to_le_bytes())
+        .collect();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    copy.contains_many(&items, &mut a);
+    assert!(a.iter().all(|&x| x), "a member answered absent");
+    copy.contains_many(&strangers, &mut a);
+    mapped.contains_many(&strangers, &mut b);
+    let one: Vec<bool> = strangers.iter().map(|k| mapped.contains(k)).collect();
+    assert_eq!(a, b);
+    assert_eq!(a, one);
+    assert!(a.iter().any(|&x| x) && a.iter().filter(|&&x| x).count() < 200);
+}
+
+#[test]
+fn in_memory_open_refuses_what_open_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = built(dir.path(), &RibbonSpec::new(1e-3, 5), &hashes(50_000, 6));
+    let path = r.path().to_path_buf();
+    drop(r);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 100]).unwrap();
+    let (a, b) = (Ribbon::open(&path), Ribbon::open_in_memory(&path));
+    assert!(a.is_err() && b.is_err(), "{a:?} / {b:?}");
+    assert_eq!(a.unwrap_err().to_string(), b.unwrap_err().to_string());
+}
