@@ -311,7 +311,8 @@ impl Ribbon {
         let mut r = Ribbon::open(path)?;
         let len = r.map.len();
         let file = File::open(path).map_err(io_err(path, "open"))?;
-        let mut copy = memmap2::MmapMut::map_anon(len).map_err(io_err(path, "allocate memory for"))?;
+        let mut copy =
+            memmap2::MmapMut::map_anon(len).map_err(io_err(path, "allocate memory for"))?;
         if len >= 4 << 20 {
             let _ = copy.advise(memmap2::Advice::HugePage);
         }
