@@ -2,7 +2,7 @@
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
 //! engine calls the safe functions here ([`block_contains`], [`dispatch`],
-//! [`block_mask`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
+//! [`block_mask`], [`block_mask_with`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
 //! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
 //! reference: the tests run every supported kernel on the same inputs and
@@ -182,6 +182,20 @@ pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
     scalar::block_mask(h, k)
 }
 
+/// [`block_mask`] built with `kernel`: the same eight words. AVX-512 builds
+/// the mask in a register and stores it once; the others use the scalar
+/// reference. For writers that cannot use [`block_insert`] because they
+/// store word by word (a shared filter's atomic stores).
+#[inline(always)]
+pub fn block_mask_with(kernel: Kernel, h: u32, k: u32) -> [u64; 8] {
+    match kernel.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        Isa::Avx512 => unsafe { x86_64::block_mask_avx512(h, k) },
+        _ => scalar::block_mask(h, k),
+    }
+}
+
 /// ORs the probes of `h` into a block the caller holds exclusively (plain
 /// memory, no other reader or writer); whether a bit was new. The same bits
 /// as [`block_mask`] OR-ed into the block word by word; a block that has
@@ -294,6 +308,8 @@ mod tests {
             prop_assert_eq!(want_new, or != words);
             assert_expected_kernels();
             for kernel in Kernel::supported() {
+                prop_assert_eq!(block_mask_with(kernel, h, k), mask, "kernel {}", kernel);
+                prop_assert_eq!(dispatch(kernel, |kk| block_mask_with(kk, h, k)), mask, "kernel {}", kernel);
                 let mut got = words;
                 let new = dispatch(kernel, |kk| block_insert(kk, &mut got, h, k));
                 prop_assert_eq!(got, want, "kernel {}", kernel);

@@ -29,7 +29,7 @@ use crate::arch::{self, Kernel};
 use crate::hash::{hash_item, reduce};
 use crate::math::Layout;
 
-use super::Filter;
+use super::{Filter, REGION_SORT_MIN_BYTES};
 
 /// Items ahead whose blocks a batch prefetches ([`set_all`]).
 const PIPELINE: usize = 32;
@@ -97,7 +97,7 @@ impl Filter {
     /// counting sort is stable, so the items of one block keep their input
     /// order and the count of new items does not change.
     pub fn insert_batch_owned<T: AsRef<[u8]>>(&mut self, items: &[T]) -> u64 {
-        let sort = self.params.bits / 8 >= OWNED_SORT_MIN_BYTES && items.len() >= 256;
+        let sort = self.params.bits / 8 >= REGION_SORT_MIN_BYTES && items.len() >= 256;
         self.insert_batch_owned_as(items, sort)
     }
 
@@ -151,11 +151,6 @@ impl Filter {
         new
     }
 }
-
-/// Filters from this size on have their owned batches sorted by region
-/// ([`Filter::insert_batch_owned`]): past what the caches hold, where the
-/// TLB misses begin to cost more than the sort.
-const OWNED_SORT_MIN_BYTES: u64 = 64 << 20;
 
 /// Sets the items `(block's first word, in-block hash)` in order through a
 /// rolling window: the block of item `i + PIPELINE` is prefetched (and for
