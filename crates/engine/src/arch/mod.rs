@@ -140,6 +140,10 @@ impl std::fmt::Display for Kernel {
 /// with the hashing and the loop around it: the whole lookup becomes one
 /// straight-line body instead of a call per probe. This is how the engine's
 /// loops are multiversioned without writing them once per instruction set.
+///
+/// Every kernel's body is its own function, the scalar one too (it could
+/// inline into the caller, but then a caller doing one lookup would carry
+/// the inlined hash's register saves on every kernel's path).
 #[inline]
 pub fn dispatch<R>(kernel: Kernel, f: impl FnOnce(Kernel) -> R) -> R {
     match kernel.0 {
@@ -149,8 +153,14 @@ pub fn dispatch<R>(kernel: Kernel, f: impl FnOnce(Kernel) -> R) -> R {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
         Isa::Avx2 => unsafe { x86_64::run_avx2(f) },
-        _ => f(Kernel::SCALAR),
+        _ => run_scalar(f),
     }
+}
+
+/// The scalar arm of [`dispatch`], out of line.
+#[inline(never)]
+fn run_scalar<R>(f: impl FnOnce(Kernel) -> R) -> R {
+    f(Kernel::SCALAR)
 }
 
 /// True when every one of the `k` probes of `h` finds its bit set in `block`.

@@ -26,7 +26,7 @@
 //! cache misses, not locks), and an update must log the pages it changes.
 
 use crate::arch::{self, Kernel};
-use crate::hash::{hash_item, reduce};
+use crate::hash::{reduce, SeededHash};
 use crate::math::Layout;
 
 use super::{Filter, REGION_SORT_MIN_BYTES};
@@ -37,8 +37,8 @@ const PIPELINE: usize = 32;
 /// The first word of `item`'s block among `blocks` and its in-block hash:
 /// what [`Filter::prepare`] computes for the blocked layout.
 #[inline(always)]
-fn locate(seed: u64, blocks: u64, item: &[u8]) -> (usize, u32) {
-    let h = hash_item(seed, item);
+fn locate(hasher: &SeededHash, blocks: u64, item: &[u8]) -> (usize, u32) {
+    let h = hasher.hash(item);
     (reduce(h.hi, blocks) as usize * 8, h.lo as u32 | 1)
 }
 
@@ -67,7 +67,7 @@ impl Filter {
         if !self.owned_path() {
             return self.insert(item);
         }
-        let (seed, k, kernel) = (self.params.seed, self.params.k, self.kernel);
+        let (hasher, k, kernel) = (&self.hasher, self.params.k, self.kernel);
         *self.touched.get_mut() = true;
         let words = self.bits.words_mut();
         let blocks = (words.len() / 8) as u64;
@@ -75,7 +75,7 @@ impl Filter {
             kernel,
             #[inline(always)]
             |kernel| {
-                let (at, h) = locate(seed, blocks, item);
+                let (at, h) = locate(hasher, blocks, item);
                 set(kernel, words, at, h, k)
             },
         );
@@ -107,7 +107,7 @@ impl Filter {
         if !self.owned_path() {
             return self.insert_batch(items);
         }
-        let (seed, k, kernel) = (self.params.seed, self.params.k, self.kernel);
+        let (hasher, k, kernel) = (&self.hasher, self.params.k, self.kernel);
         let (shift, regions) = (self.regions.shift, self.regions.regions.len());
         *self.touched.get_mut() = true;
         let words = self.bits.words_mut();
@@ -121,7 +121,7 @@ impl Filter {
                     let located: Vec<(usize, u32)> = items
                         .iter()
                         .map(|item| {
-                            let (at, h) = locate(seed, blocks, item.as_ref());
+                            let (at, h) = locate(hasher, blocks, item.as_ref());
                             starts[((at / 8) >> shift) + 1] += 1;
                             (at, h)
                         })
@@ -142,7 +142,7 @@ impl Filter {
                         kernel,
                         words,
                         k,
-                        items.iter().map(|item| locate(seed, blocks, item.as_ref())),
+                        items.iter().map(|item| locate(hasher, blocks, item.as_ref())),
                     )
                 }
             },
