@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{
-    advise_hugepages, cpu_model, median, mix64, num_arg, push_key, sample_ids, thp_policy,
+    advise_hugepages, anon_huge_bytes, cpu_model, median, mix64, num_arg, push_key, sample_ids, thp_policy,
     AlignedBuf, Keys,
 };
 use bloomgate_engine::arch::{self, Kernel};
@@ -87,6 +87,11 @@ trait Subject {
     }
     /// Replace the bit array by random bits at the density `n` inserted items
     /// would give (untimed; only for the slow classic peers at DRAM size).
+    /// The memory holding the filter's bits, where the harness can see it
+    /// (to report how much of it is on huge pages).
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        None
+    }
     fn prefill_synthetic(&mut self, _n: u64) -> bool {
         false
     }
@@ -202,6 +207,10 @@ impl Subject for Ours {
                 self.f.insert(k);
             }
         }
+    }
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        let b = self.f.as_bytes();
+        Some((b.as_ptr(), b.len()))
     }
     fn count_batch(&self, keys: &[&[u8]], out: &mut Vec<bool>) -> u64 {
         self.f.contains_batch(keys, out);
@@ -448,6 +457,9 @@ impl Subject for Sbbf {
         let h = Self::hash(key);
         // SAFETY: as above.
         unsafe { self.ff.contains(self.buf.as_ptr(), self.buckets, h) }
+    }
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        Some((self.buf.as_ptr(), self.buf.len()))
     }
     fn has_batch(&self) -> bool {
         true
@@ -1058,6 +1070,17 @@ fn dram(cfg: &Cfg) -> Report {
             s.name(),
             t.elapsed().as_secs_f64()
         );
+        if let Some((ptr, len)) = s.memory() {
+            let huge = anon_huge_bytes(ptr, len).unwrap_or(0);
+            let pct = 100.0 * huge as f64 / len as f64;
+            eprintln!("   {}: {pct:.0} % of its {len} bytes on huge pages", s.name());
+            if pct < 90.0 {
+                rep.failures.push(format!(
+                    "{} has only {pct:.0} % of its bits on huge pages: its DRAM rows are not comparable",
+                    s.name()
+                ));
+            }
+        }
         let mut single = vec![];
         let mut batched = vec![];
         let mut shared: [Vec<f64>; 2] = [vec![], vec![]];
