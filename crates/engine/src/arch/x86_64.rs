@@ -119,9 +119,9 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
 /// position in the block, 0..511) rotates the probed word's bit
 /// `(x >> 23) & 31` down to bit 0 without the `& 31` a shift needs; and
 /// `vpermd` reads only the low 4 bits of each index, so `x >> 28` needs no
-/// mask either. `k ≤ 16` (every planned filter: k ≤ 16 for rates down to
-/// about 10⁻⁵) takes a branch-free round whose lane mask the compiler keeps
-/// out of a lookup loop; larger `k` loops over rounds of sixteen.
+/// mask either. `k ≤ 16` (the planner's k at p = 10⁻⁴ is 12) takes one
+/// round with no loop, whose lane mask the compiler keeps out of a lookup
+/// loop; larger `k` loops over rounds of sixteen.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
