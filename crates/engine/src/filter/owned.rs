@@ -62,25 +62,30 @@ impl Filter {
     /// [`Filter::insert`] for a filter the caller holds exclusively: the
     /// same bits and the same answer, without locks or atomic
     /// read-modify-writes.
+    ///
+    /// The kernel's body gets two references (the filter and `&item`), which
+    /// travel in registers, and reads the fields itself (as
+    /// [`Filter::contains`] does).
     #[inline]
     pub fn insert_owned(&mut self, item: &[u8]) -> bool {
         if !self.owned_path() {
             return self.insert(item);
         }
-        let (hasher, k, kernel) = (&self.hasher, self.params.k, self.kernel);
-        *self.touched.get_mut() = true;
-        let words = self.bits.words_mut();
-        let blocks = (words.len() / 8) as u64;
-        let new = arch::dispatch(
+        let item = &item;
+        let kernel = self.kernel;
+        arch::dispatch(
             kernel,
             #[inline(always)]
-            |kernel| {
-                let (at, h) = locate(hasher, blocks, item);
-                set(kernel, words, at, h, k)
+            move |kernel| {
+                let (k, hasher) = (self.params.k, &self.hasher);
+                *self.touched.get_mut() = true;
+                let words = self.bits.words_mut();
+                let (at, h) = locate(hasher, (words.len() / 8) as u64, item);
+                let new = set(kernel, words, at, h, k);
+                *self.items.get_mut() += new as u64;
+                new
             },
-        );
-        *self.items.get_mut() += new as u64;
-        new
+        )
     }
 
     /// [`Filter::insert_batch`] for a filter the caller holds exclusively:
