@@ -6,6 +6,7 @@
 //! cargo run --release -p bloomgate-bench --bin filters -- full      # 1 MiB + 2 GiB (DRAM)
 //! options: --dram-mib N  --reps R  --hits N  --misses N  --no-thp-row  --no-classic
 //!          --no-slow-peers (no fastbloom/bloomfilter)  --real-fill  --no-dram
+//!          (--no-classic and --no-slow-peers apply in cache and at DRAM size)
 //! ```
 //!
 //! Every number printed is a median of `reps` repetitions. The harness checks
@@ -800,8 +801,9 @@ struct Cfg {
     hits: usize,
     misses: usize,
     thp_row: bool,
+    /// Include fastbloom and bloomfilter (in cache and at DRAM size).
     with_slow_peers: bool,
-    /// Include bloomgate-classic at DRAM size (its untimed fill is the slowest part of a full run).
+    /// Include bloomgate-classic (in cache and at DRAM size; its untimed DRAM fill is the slowest part of a full run).
     with_classic: bool,
     /// fastbloom and bloomfilter at DRAM size: random bits at the right density instead of the slow real fill
     synthetic: bool,
@@ -844,22 +846,26 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
     };
 
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
-    let makers: Vec<(Make, bool)> = vec![
-        (
-            Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
-            true,
-        ),
-        (
+    // bloomgate-blocked first (the lookups below pair every peer with it);
+    // `--no-classic` and `--no-slow-peers` leave those out here too.
+    let mut makers: Vec<(Make, bool)> = vec![(
+        Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
+        true,
+    )];
+    if cfg.with_classic {
+        makers.push((
             Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
             true,
-        ),
-        (Box::new(move || Box::new(FastBloom::new(bits, n))), true),
-        (
+        ));
+    }
+    if cfg.with_slow_peers {
+        makers.push((Box::new(move || Box::new(FastBloom::new(bits, n))), true));
+        makers.push((
             Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
             true,
-        ),
-        (Box::new(move || Box::new(Sbbf::new(bits))), true),
-    ];
+        ));
+    }
+    makers.push((Box::new(move || Box::new(Sbbf::new(bits))), true));
     // Inserts: a fresh filter per rep, subjects interleaved within each rep.
     let mut ins_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
     let mut ins_b_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
