@@ -127,31 +127,33 @@ impl SeededHash {
         p as u64 ^ (p >> 64) as u64
     }
 
+    /// XXH3's `mix32B`: the pair at `a` against secret words `s, s+1`
+    /// into `lo`, the pair at `b` against `s+2, s+3` into `hi`, each
+    /// accumulator also taking the other pair's sum.
+    #[inline(always)]
+    fn mix32(&self, item: &[u8], (lo, hi): (u64, u64), a: usize, b: usize, s: usize) -> (u64, u64) {
+        let lo = lo.wrapping_add(self.mix16(item, a, s))
+            ^ read64(item, b).wrapping_add(read64(item, b + 8));
+        let hi = hi.wrapping_add(self.mix16(item, b, s + 2))
+            ^ read64(item, a).wrapping_add(read64(item, a + 8));
+        (lo, hi)
+    }
+
     /// XXH3-128 of a 17–128-byte item (`XXH3_len_17to128_128b`).
     #[inline(always)]
     fn hash_17_to_128(&self, item: &[u8]) -> ItemHash {
         let len = item.len();
-        let mut lo = (len as u64).wrapping_mul(PRIME64_1);
-        let mut hi = 0u64;
-        // XXH3's mix32B: the pair at `a` against secret words `s, s+1`
-        // into `lo`, the pair at `b` against `s+2, s+3` into `hi`, each
-        // accumulator also taking the other pair's sum.
-        let mut mix32 = |a: usize, b: usize, s: usize| {
-            lo = lo.wrapping_add(self.mix16(item, a, s));
-            lo ^= read64(item, b).wrapping_add(read64(item, b + 8));
-            hi = hi.wrapping_add(self.mix16(item, b, s + 2));
-            hi ^= read64(item, a).wrapping_add(read64(item, a + 8));
-        };
+        let mut acc = ((len as u64).wrapping_mul(PRIME64_1), 0u64);
         if len > 32 {
             if len > 64 {
                 if len > 96 {
-                    mix32(48, len - 64, 12);
+                    acc = self.mix32(item, acc, 48, len - 64, 12);
                 }
-                mix32(32, len - 48, 8);
+                acc = self.mix32(item, acc, 32, len - 48, 8);
             }
-            mix32(16, len - 32, 4);
+            acc = self.mix32(item, acc, 16, len - 32, 4);
         }
-        mix32(0, len - 16, 0);
+        let (lo, hi) = self.mix32(item, acc, 0, len - 16, 0);
         ItemHash {
             lo: avalanche(lo.wrapping_add(hi)),
             hi: avalanche(
@@ -218,7 +220,11 @@ mod tests {
             let h = SeededHash::new(seed);
             assert_eq!(h.seed(), seed);
             for len in [0, 16, 17, 32, 33, 64, 65, 96, 97, 128, 129, 240, 241, 256] {
-                assert_eq!(h.hash(&data[..len]), hash_item(seed, &data[..len]), "seed {seed:#x}, length {len}");
+                assert_eq!(
+                    h.hash(&data[..len]),
+                    hash_item(seed, &data[..len]),
+                    "seed {seed:#x}, length {len}"
+                );
             }
         }
     }

@@ -19,8 +19,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{
-    advise_hugepages, anon_huge_bytes, cpu_model, median, mix64, num_arg, push_key, sample_ids, thp_policy,
-    AlignedBuf, Keys,
+    advise_hugepages, anon_huge_bytes, cpu_model, median, mix64, num_arg, push_key, sample_ids,
+    thp_policy, AlignedBuf, Keys,
 };
 use bloomgate_engine::arch::{self, Kernel};
 use bloomgate_engine::hash::{hash_item, reduce};
@@ -1079,7 +1079,10 @@ fn dram(cfg: &Cfg) -> Report {
         if let Some((ptr, len)) = s.memory() {
             let huge = anon_huge_bytes(ptr, len).unwrap_or(0);
             let pct = 100.0 * huge as f64 / len as f64;
-            eprintln!("   {}: {pct:.0} % of its {len} bytes on huge pages", s.name());
+            eprintln!(
+                "   {}: {pct:.0} % of its {len} bytes on huge pages",
+                s.name()
+            );
             if pct < 90.0 {
                 rep.failures.push(format!(
                     "{} has only {pct:.0} % of its bits on huge pages: its DRAM rows are not comparable",

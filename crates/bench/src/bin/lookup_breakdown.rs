@@ -61,10 +61,7 @@ fn locate(blocks: usize, key: &[u8]) -> (usize, u32) {
 #[inline(always)]
 fn locate64(blocks: usize, key: &[u8]) -> (usize, u32) {
     let h = xxh3_64_with_seed(key, SEED);
-    (
-        ((h as u128 * blocks as u128) >> 64) as usize,
-        h as u32 | 1,
-    )
+    (((h as u128 * blocks as u128) >> 64) as usize, h as u32 | 1)
 }
 
 /// The rolling-window pipeline of `Filter::contains_batch` over `mem`,
@@ -204,7 +201,10 @@ fn main() {
         println!("| {name} | {ns:.1} |");
     };
     let miss_row = |name: &str, (ns, answer): (f64, u64)| {
-        assert!(answer <= n as u64 / 100, "{name}: {answer} of {n} absent keys \"present\"");
+        assert!(
+            answer <= n as u64 / 100,
+            "{name}: {answer} of {n} absent keys \"present\""
+        );
         println!("| {name} | {ns:.1} |");
     };
     let probe = |i: usize, kernel: Kernel| {

@@ -147,7 +147,9 @@ impl Filter {
                         kernel,
                         words,
                         k,
-                        items.iter().map(|item| locate(hasher, blocks, item.as_ref())),
+                        items
+                            .iter()
+                            .map(|item| locate(hasher, blocks, item.as_ref())),
                     )
                 }
             },
