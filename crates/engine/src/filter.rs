@@ -1,6 +1,7 @@
 //! The filter itself: insertion, lookup, batches, union, statistics. Its
 //! parameters are [`Params`] (`params.rs`); its file (open, save, verify,
-//! in-place updates) is `filter/file.rs`, a child of this module.
+//! in-place updates) is `filter/file.rs`, a child of this module; batched
+//! inserts into a shared filter are `filter/batch.rs`.
 //!
 //! A [`Filter`] is one bit array plus the parameters needed to address it. It
 //! is `Sync`: any number of threads may insert and look up at once through
@@ -67,8 +68,9 @@
 //! [`Filter::prepare`] hashes an item and computes where it lives;
 //! [`Filter::prefetch`] asks the CPU to start loading that memory;
 //! [`Filter::contains_prepared`] probes it. [`Filter::contains_batch`] keeps a
-//! rolling window of lookups in flight and [`Filter::insert_batch`] hashes a
-//! whole group first, so that the cache misses of a DRAM-resident filter
+//! rolling window of lookups in flight and [`Filter::insert_batch`] (in
+//! `filter/batch.rs`) one of inserts, or for a large filter sorts the batch
+//! by region first, so that the cache misses of a DRAM-resident filter
 //! overlap instead of being paid one after another.
 //!
 //! # Kernels
@@ -84,7 +86,7 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Block, Kernel};
 use crate::error::{Error, Result};
-use crate::hash::{hash_item, reduce};
+use crate::hash::{reduce, SeededHash};
 use crate::math::{self, Layout, Plan, BLOCK_BITS};
 use crate::params::{random_seed, Params};
 #[cfg(test)]
@@ -92,6 +94,7 @@ use crate::spin::MAX_STRIPES_LOG2 as MAX_REGIONS_LOG2;
 use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
 use crate::storage::Bits;
 
+mod batch;
 mod file;
 mod owned;
 
@@ -110,7 +113,7 @@ pub struct Prepared {
 #[derive(Copy, Clone)]
 struct BlockedView<'a> {
     blocks: &'a [Block],
-    seed: u64,
+    hasher: &'a SeededHash,
     k: u32,
 }
 
@@ -118,7 +121,7 @@ impl BlockedView<'_> {
     /// The block `item` lives in and its 32-bit in-block hash (odd).
     #[inline(always)]
     fn locate(&self, item: &[u8]) -> (usize, u32) {
-        let h = hash_item(self.seed, item);
+        let h = self.hasher.hash(item);
         (
             reduce(h.hi, self.blocks.len() as u64) as usize,
             h.lo as u32 | 1,
@@ -157,6 +160,8 @@ pub struct Filter {
     pub(crate) params: Params,
     pub(crate) bits: Bits,
     pub(crate) items: AtomicU64,
+    /// XXH3-128 keyed by `params.seed`, its secret seeded once.
+    hasher: SeededHash,
     regions: Regions,
     kernel: Kernel,
     pub(crate) file: Option<FileState>,
@@ -174,9 +179,9 @@ pub struct Filter {
 /// block's 8 words: profiling `build` showed 35 % of all time on that one
 /// instruction. Instead, every write to a blocked filter happens under the
 /// lock of the block's region, with plain (Relaxed) loads and stores: one
-/// uncontended lock per insert, or per *region* in [`Filter::insert_batch`],
-/// which sorts a batch by region first (that also keeps the region's memory
-/// in cache while it is updated). Readers never lock: they see each word's old
+/// uncontended lock per insert, or per *region* in [`Filter::insert_batch`]
+/// on a filter beyond the caches, which sorts a batch by region first (that
+/// also keeps the region's memory in cache while it is updated). Readers never lock: they see each word's old
 /// or new value, and words only gain bits.
 ///
 /// The lock is a one-word spin lock rather than a `Mutex` because releasing it
@@ -203,6 +208,11 @@ impl Regions {
     #[inline]
     fn of_word(&self, word: u64) -> usize {
         ((word / 8) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn of_block(&self, block: usize) -> usize {
+        block >> self.shift
     }
 
     /// The stripe of a classic item whose first hash value is `a`: every
@@ -238,6 +248,12 @@ const BATCH: usize = 32;
 /// item, 16 → 46 ns; prefetching only within a region's group: 81 ns).
 const INSERT_PREFETCH: usize = 16;
 
+/// Blocked filters from this size on have their batches sorted by region
+/// (shared [`Filter::insert_batch`] and owned [`Filter::insert_batch_owned`]):
+/// past what the caches hold, where the TLB misses begin to cost more than
+/// the sort.
+const REGION_SORT_MIN_BYTES: u64 = 64 << 20;
+
 /// Lookups in flight in [`Filter::contains_batch`]: the number of line-fill
 /// buffers of a core (10–16 on recent x86) is what bounds useful memory-level
 /// parallelism; measured best at 16 on the benchmark machine (2 GiB filter).
@@ -266,6 +282,7 @@ impl Filter {
     ) -> Filter {
         let blocks = params.bits / BLOCK_BITS;
         Filter {
+            hasher: SeededHash::new(params.seed),
             params,
             bits,
             items: AtomicU64::new(items),
@@ -320,7 +337,7 @@ impl Filter {
                 }
             }
             Layout::Classic => {
-                let h = hash_item(self.params.seed, item);
+                let h = self.hasher.hash(item);
                 Prepared { a: h.hi, b: h.lo }
             }
         }
@@ -470,8 +487,11 @@ impl Filter {
                 // (prefetches are not ordered by locked instructions), so
                 // successive inserts' misses overlap instead of queueing.
                 self.prefetch(p);
+                // The mask needs no lock: built before it, its work is not
+                // held up behind the barrier.
+                let mask = arch::block_mask_with(self.kernel, p.b as u32, self.params.k);
                 let _guard = self.regions.lock(self.regions.of_word(p.a));
-                self.or_block_locked(p)
+                or_block_locked(self.block(p.a), &mask)
             }
             Layout::Classic => self.insert_classic(p),
         };
@@ -479,27 +499,6 @@ impl Filter {
             self.items.fetch_add(1, Relaxed);
         }
         changed
-    }
-
-    /// ORs the probe mask into the item's block with plain loads and stores.
-    /// The caller must hold the lock of the block's region.
-    #[inline(always)]
-    fn or_block_locked(&self, p: &Prepared) -> bool {
-        let block = self.block(p.a);
-        let mask = arch::block_mask(p.b as u32, self.params.k);
-        let cur = arch::load_block(block);
-        // One branch per item, not per word: whether a given word gains
-        // bits is a coin flip for a new item, and eight unpredictable
-        // branches cost more than the stores. An item already present writes
-        // nothing (so a mapped file's pages are not dirtied for it).
-        let missing = mask.iter().zip(&cur).fold(0, |acc, (m, c)| acc | (m & !c));
-        if missing == 0 {
-            return false;
-        }
-        for ((w, m), c) in block.iter().zip(&mask).zip(&cur) {
-            w.store(c | m, Relaxed);
-        }
-        true
     }
 
     #[inline(always)]
@@ -519,21 +518,27 @@ impl Filter {
     }
 
     /// True if `item` is (probably) in the set. Never false for an inserted item.
+    ///
+    /// The caller's part is a layout test and a call: the closures capture
+    /// two references (`self` and `&item`), which travel in two registers,
+    /// and every kernel's body, the scalar one included, is compiled in its
+    /// own function (`arch::dispatch`), so a caller looking up one item at a
+    /// time neither copies the filter's fields to the stack for the callee
+    /// nor saves the registers an inlined hash would need (the former shape
+    /// spent about 35 instructions per call on that, in its disassembly).
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
+        let item = &item;
         match self.params.layout {
-            Layout::Blocked => {
-                let view = self.blocked_view();
-                arch::dispatch(
-                    self.kernel,
-                    #[inline(always)]
-                    |kernel| view.contains(kernel, item),
-                )
-            }
+            Layout::Blocked => arch::dispatch(
+                self.kernel,
+                #[inline(always)]
+                move |kernel| self.blocked_view().contains(kernel, item),
+            ),
             Layout::Classic => arch::dispatch(
                 self.kernel,
                 #[inline(always)]
-                |kernel| self.contains_prepared_with(kernel, &self.prepare(item)),
+                move |kernel| self.contains_prepared_with(kernel, &self.prepare(item)),
             ),
         }
     }
@@ -549,7 +554,7 @@ impl Filter {
     fn blocked_view(&self) -> BlockedView<'_> {
         BlockedView {
             blocks: self.bits.blocks(),
-            seed: self.params.seed,
+            hasher: &self.hasher,
             k: self.params.k,
         }
     }
@@ -602,109 +607,6 @@ impl Filter {
                 }
             },
         )
-    }
-
-    /// Inserts many items. Returns how many were new.
-    ///
-    /// Blocked: the batch is hashed, counting-sorted by region, and each
-    /// region is updated under one lock acquisition with its memory hot in
-    /// cache. Classic: hashed and prefetched in groups, then set atomically.
-    pub fn insert_batch<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        self.note_write();
-        if self.params.layout == Layout::Blocked && items.len() >= 256 {
-            return self.insert_batch_blocked(items);
-        }
-        let mut new = 0;
-        let mut prepared = [Prepared { a: 0, b: 0 }; BATCH];
-        for chunk in items.chunks(BATCH) {
-            for (slot, item) in prepared.iter_mut().zip(chunk) {
-                *slot = self.prepare(item.as_ref());
-                // An insert writes every probe's word.
-                self.prefetch_probes(slot, self.params.k);
-            }
-            for p in &prepared[..chunk.len()] {
-                new += self.insert_prepared_unlogged(p) as u64;
-            }
-        }
-        new
-    }
-
-    /// Blocked batch insert: hash the whole batch, counting-sort it by
-    /// region, then update each region under one lock acquisition, with the
-    /// blocks of the next items prefetched.
-    ///
-    /// Locked instructions are full memory barriers on x86, so a lock per
-    /// item would also stop the cache misses of successive items from
-    /// overlapping; one lock per region lets them overlap. Sorting the whole
-    /// batch (not sub-batches) keeps a region's items together: at DRAM size
-    /// they then share one huge page, and the locks are few. (Measured on a
-    /// 2 GiB filter in session 2: 93 ns per item this way, 123–167 ns with
-    /// L2-sized sub-batches prefetched while hashing; `bloomgate build` of
-    /// 10 M URLs 1.2 vs 1.5 CPU-seconds. Prefetching across region ends,
-    /// session 3: 81 → 46 ns.)
-    fn insert_batch_blocked<T: AsRef<[u8]>>(&self, items: &[T]) -> u64 {
-        let regions = self.regions.regions.len();
-        let mut starts = vec![0usize; regions + 1];
-        let prepared: Vec<(u32, Prepared)> = items
-            .iter()
-            .map(|item| {
-                let p = self.prepare(item.as_ref());
-                let r = self.regions.of_word(p.a);
-                starts[r + 1] += 1;
-                (r as u32, p)
-            })
-            .collect();
-        for r in 0..regions {
-            starts[r + 1] += starts[r];
-        }
-        let mut next = starts.clone();
-        let mut sorted = vec![Prepared { a: 0, b: 0 }; prepared.len()];
-        for &(r, p) in &prepared {
-            sorted[next[r as usize]] = p;
-            next[r as usize] += 1;
-        }
-        drop(prepared);
-        // `sorted` is in region order, which is also the walk order below
-        // (apart from the wrap-around and busy regions), so prefetching the
-        // item INSERT_PREFETCH places ahead in `sorted` crosses group ends:
-        // the next region's first blocks are on their way before its lock,
-        // a full barrier, is taken.
-        let apply = |_guard: RegionGuard<'_>, group: std::ops::Range<usize>| -> u64 {
-            let mut new = 0;
-            for i in group {
-                if let Some(ahead) = sorted.get(i + INSERT_PREFETCH) {
-                    self.prefetch(ahead);
-                }
-                new += self.or_block_locked(&sorted[i]) as u64;
-            }
-            new
-        };
-        // Walk the regions from a per-batch starting point and skip the ones
-        // another writer holds, coming back to them at the end: two builders
-        // walking in the same order would otherwise convoy, one always
-        // waiting for the region the other is in.
-        let first = (sorted.first().map_or(0, |p| p.b as usize)) % regions;
-        for ahead in sorted[starts[first]..].iter().take(INSERT_PREFETCH) {
-            self.prefetch(ahead);
-        }
-        let mut new = 0u64;
-        let mut busy = Vec::new();
-        for r in (first..regions).chain(0..first) {
-            let group = starts[r]..starts[r + 1];
-            if group.is_empty() {
-                continue;
-            }
-            match self.regions.regions[r].try_lock() {
-                Some(guard) => new += apply(guard, group),
-                None => busy.push(r),
-            }
-        }
-        for r in busy {
-            new += apply(self.regions.lock(r), starts[r]..starts[r + 1]);
-        }
-        // One shared-counter update per batch, not per item.
-        self.items.fetch_add(new, Relaxed);
-        new
     }
 
     /// Checks that `other` has the same layout, size, k and seed.
@@ -875,6 +777,26 @@ impl Filter {
             }
         }
     }
+}
+
+/// ORs `mask` into `block` with plain (Relaxed) loads and stores; whether a
+/// bit was new. The caller must hold the lock of the block's region.
+///
+/// One branch per item, not per word: whether a given word gains bits is a
+/// coin flip for a new item, and eight unpredictable branches cost more than
+/// the stores. An item already present writes nothing (so a mapped file's
+/// pages are not dirtied for it).
+#[inline(always)]
+fn or_block_locked(block: &Block, mask: &[u64; 8]) -> bool {
+    let cur = arch::load_block(block);
+    let missing = mask.iter().zip(&cur).fold(0, |acc, (m, c)| acc | (m & !c));
+    if missing == 0 {
+        return false;
+    }
+    for ((w, m), c) in block.iter().zip(mask).zip(&cur) {
+        w.store(c | m, Relaxed);
+    }
+    true
 }
 
 #[cfg(test)]

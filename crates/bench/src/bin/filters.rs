@@ -6,6 +6,7 @@
 //! cargo run --release -p bloomgate-bench --bin filters -- full      # 1 MiB + 2 GiB (DRAM)
 //! options: --dram-mib N  --reps R  --hits N  --misses N  --no-thp-row  --no-classic
 //!          --no-slow-peers (no fastbloom/bloomfilter)  --real-fill  --no-dram
+//!          (--no-classic and --no-slow-peers apply in cache and at DRAM size)
 //! ```
 //!
 //! Every number printed is a median of `reps` repetitions. The harness checks
@@ -18,8 +19,8 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{
-    advise_hugepages, cpu_model, median, mix64, num_arg, push_key, sample_ids, thp_policy,
-    AlignedBuf, Keys,
+    advise_hugepages, anon_huge_bytes, cpu_model, median, mix64, num_arg, push_key, sample_ids,
+    thp_policy, AlignedBuf, Keys,
 };
 use bloomgate_engine::arch::{self, Kernel};
 use bloomgate_engine::hash::{hash_item, reduce};
@@ -87,6 +88,11 @@ trait Subject {
     }
     /// Replace the bit array by random bits at the density `n` inserted items
     /// would give (untimed; only for the slow classic peers at DRAM size).
+    /// The memory holding the filter's bits, where the harness can see it
+    /// (to report how much of it is on huge pages).
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        None
+    }
     fn prefill_synthetic(&mut self, _n: u64) -> bool {
         false
     }
@@ -202,6 +208,10 @@ impl Subject for Ours {
                 self.f.insert(k);
             }
         }
+    }
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        let b = self.f.as_bytes();
+        Some((b.as_ptr(), b.len()))
     }
     fn count_batch(&self, keys: &[&[u8]], out: &mut Vec<bool>) -> u64 {
         self.f.contains_batch(keys, out);
@@ -448,6 +458,9 @@ impl Subject for Sbbf {
         let h = Self::hash(key);
         // SAFETY: as above.
         unsafe { self.ff.contains(self.buf.as_ptr(), self.buckets, h) }
+    }
+    fn memory(&self) -> Option<(*const u8, usize)> {
+        Some((self.buf.as_ptr(), self.buf.len()))
     }
     fn has_batch(&self) -> bool {
         true
@@ -788,8 +801,9 @@ struct Cfg {
     hits: usize,
     misses: usize,
     thp_row: bool,
+    /// Include fastbloom and bloomfilter (in cache and at DRAM size).
     with_slow_peers: bool,
-    /// Include bloomgate-classic at DRAM size (its untimed fill is the slowest part of a full run).
+    /// Include bloomgate-classic (in cache and at DRAM size; its untimed DRAM fill is the slowest part of a full run).
     with_classic: bool,
     /// fastbloom and bloomfilter at DRAM size: random bits at the right density instead of the slow real fill
     synthetic: bool,
@@ -832,22 +846,26 @@ fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
     };
 
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
-    let makers: Vec<(Make, bool)> = vec![
-        (
-            Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
-            true,
-        ),
-        (
+    // bloomgate-blocked first (the lookups below pair every peer with it);
+    // `--no-classic` and `--no-slow-peers` leave those out here too.
+    let mut makers: Vec<(Make, bool)> = vec![(
+        Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
+        true,
+    )];
+    if cfg.with_classic {
+        makers.push((
             Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
             true,
-        ),
-        (Box::new(move || Box::new(FastBloom::new(bits, n))), true),
-        (
+        ));
+    }
+    if cfg.with_slow_peers {
+        makers.push((Box::new(move || Box::new(FastBloom::new(bits, n))), true));
+        makers.push((
             Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
             true,
-        ),
-        (Box::new(move || Box::new(Sbbf::new(bits))), true),
-    ];
+        ));
+    }
+    makers.push((Box::new(move || Box::new(Sbbf::new(bits))), true));
     // Inserts: a fresh filter per rep, subjects interleaved within each rep.
     let mut ins_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
     let mut ins_b_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
@@ -1058,6 +1076,20 @@ fn dram(cfg: &Cfg) -> Report {
             s.name(),
             t.elapsed().as_secs_f64()
         );
+        if let Some((ptr, len)) = s.memory() {
+            let huge = anon_huge_bytes(ptr, len).unwrap_or(0);
+            let pct = 100.0 * huge as f64 / len as f64;
+            eprintln!(
+                "   {}: {pct:.0} % of its {len} bytes on huge pages",
+                s.name()
+            );
+            if pct < 90.0 {
+                rep.failures.push(format!(
+                    "{} has only {pct:.0} % of its bits on huge pages: its DRAM rows are not comparable",
+                    s.name()
+                ));
+            }
+        }
         let mut single = vec![];
         let mut batched = vec![];
         let mut shared: [Vec<f64>; 2] = [vec![], vec![]];

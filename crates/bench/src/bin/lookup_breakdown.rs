@@ -1,6 +1,6 @@
-//! Where the time of a batched lookup on a DRAM-resident filter goes.
+//! Where the time of a lookup goes, piece by piece, against sbbf-rs.
 //!
-//! One 2 GiB block array on huge pages (the engine's layout, driven with the
+//! One block array on huge pages (the engine's layout, driven with the
 //! engine's own kernels), the same keys, one thread; each row adds one piece
 //! of a lookup to the bare memory loop:
 //!
@@ -10,14 +10,25 @@
 //! 3. the same + XXH3-128 of the lookup's own key (hashing + key traffic);
 //! 4. the full lookup (hash → prefetch 16 ahead → probe), as `Filter::contains_batch` does it;
 //!    4b. the same work in groups: hash and prefetch 32, then probe the 32;
+//!    4c. row 4 with XXH3-64 instead of XXH3-128 (a 64-bit hash id: block
+//!    from the whole hash by multiply-shift, probes from its low 32 bits),
+//!    on its own block array filled that way;
+//!    4e. the engine itself: `Filter::contains_batch` on a `Filter` with the
+//!    same bits, k and seed (what `filters` times), answers counted;
+//!    4k. row 4 on each other SIMD kernel (AVX2 beside AVX-512);
+//!    4m / 5m. rows 4e and 5 on keys that were never inserted (misses);
 //! 5. sbbf-rs (xxh3-64, 32-byte buckets) behind the `filters` harness's
-//!    hash-32-then-probe-32 pipeline, on its own 2 GiB huge-page buffer;
+//!    hash-32-then-probe-32 pipeline, on its own huge-page buffer;
 //! 6. one lookup at a time (hash → probe, no prefetch), as `Filter::contains`;
+//!    6c. row 6 with XXH3-64 (the 64-bit hash id of row 4c);
+//!    6e. the engine itself: `Filter::contains`, one call per key;
 //! 7. sbbf-rs one at a time (xxh3-64 → `contains`).
 //!
-//! Rows 6 and 7, and rows 4, 4b and 5, run twice, alternating, so drift on
-//! a shared machine shows. `--gib 0.0009765625 --keys 380000` gives the
-//! in-cache picture (1 MiB, as `filters`' in-cache rows).
+//! Every row checks its answers: every inserted key found, and for misses
+//! no more than 1 % "present". The single rows (6, 6c, 6e, 7) and the
+//! batched rows run twice, alternating, so drift on a shared machine shows.
+//! `--gib 0.0009765625 --keys 380000` gives the in-cache picture (1 MiB, as
+//! `filters`' in-cache rows).
 //!
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin lookup_breakdown -- [--gib 2] [--keys 2000000] [--reps 5]
@@ -27,6 +38,7 @@ use std::time::Instant;
 
 use bloomgate_bench::{anon_huge_bytes, cpu_model, median, num_arg, AlignedBuf, Keys};
 use bloomgate_engine::arch::{self, Block, Kernel};
+use bloomgate_engine::{Filter, Layout, Params};
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 const SEED: u64 = 0x5EED;
@@ -40,6 +52,64 @@ fn locate(blocks: usize, key: &[u8]) -> (usize, u32) {
     (
         (((h >> 64) as u64 as u128 * blocks as u128) >> 64) as usize,
         h as u32 | 1,
+    )
+}
+
+/// Block index and in-block hash under a 64-bit hash id: one XXH3-64, the
+/// block from the whole value by multiply-shift (its high bits), the probes
+/// from its low 32 bits, as RocksDB's cache-local filter splits one hash.
+#[inline(always)]
+fn locate64(blocks: usize, key: &[u8]) -> (usize, u32) {
+    let h = xxh3_64_with_seed(key, SEED);
+    (((h as u128 * blocks as u128) >> 64) as usize, h as u32 | 1)
+}
+
+/// The rolling-window pipeline of `Filter::contains_batch` over `mem`,
+/// with `locate` deriving each key's place; how many keys it found.
+#[inline(always)]
+fn rolling(
+    kernel: Kernel,
+    mem: &[Block],
+    keys: &[&[u8]],
+    locate: impl Fn(usize, &[u8]) -> (usize, u32),
+) -> u64 {
+    let n = keys.len();
+    let mut ring = [(0usize, 0u32); AHEAD];
+    for (slot, k) in ring.iter_mut().zip(keys) {
+        *slot = locate(mem.len(), k);
+        arch::prefetch(mem.as_ptr().wrapping_add(slot.0));
+    }
+    let mut hits = 0;
+    for i in 0..n {
+        let (b, h) = ring[i % AHEAD];
+        if let Some(k) = keys.get(i + AHEAD) {
+            ring[i % AHEAD] = locate(mem.len(), k);
+            arch::prefetch(mem.as_ptr().wrapping_add(ring[i % AHEAD].0));
+        }
+        hits += arch::block_contains(kernel, &mem[b], h, K) as u64;
+    }
+    hits
+}
+
+/// One lookup at a time over `mem` (hash → probe, no prefetch), compiled
+/// for `kernel`; how many keys it found.
+fn one_at_a_time(
+    kernel: Kernel,
+    mem: &[Block],
+    keys: &[&[u8]],
+    locate: impl Fn(usize, &[u8]) -> (usize, u32),
+) -> u64 {
+    arch::dispatch(
+        kernel,
+        #[inline(always)]
+        |kk| {
+            keys.iter()
+                .map(|k| {
+                    let (b, h) = locate(mem.len(), std::hint::black_box(k));
+                    arch::block_contains(kk, &mem[b], h, K) as u64
+                })
+                .sum()
+        },
     )
 }
 
@@ -65,16 +135,38 @@ fn main() {
 
     let buf = AlignedBuf::zeroed_huge(bytes);
     let mem: &[Block] = buf.blocks();
+    let buf64 = AlignedBuf::zeroed_huge(bytes);
+    let mem64: &[Block] = buf64.blocks();
     let keys = Keys::from_ids(0..n as u64);
     let ks = keys.slices();
+    let absent = Keys::from_ids(n as u64..2 * n as u64);
+    let ms = absent.slices();
     let kernel = Kernel::best();
-    // Every key inserted, so all rows answer "yes" for every key.
-    for k in &ks {
-        let (b, h) = locate(mem.len(), k);
-        for (w, m) in mem[b].iter().zip(arch::block_mask(h, K)) {
-            w.fetch_or(m, std::sync::atomic::Ordering::Relaxed);
+    // Every key inserted, so the hit rows answer "yes" for every key.
+    let fill = |mem: &[Block], locate: fn(usize, &[u8]) -> (usize, u32)| {
+        for k in &ks {
+            let (b, h) = locate(mem.len(), k);
+            for (w, m) in mem[b].iter().zip(arch::block_mask(h, K)) {
+                w.fetch_or(m, std::sync::atomic::Ordering::Relaxed);
+            }
         }
-    }
+    };
+    fill(mem, locate);
+    fill(mem64, locate64);
+    // The engine's own filter over the same bits, k and seed: the same
+    // blocks as `mem`, reached through the public API.
+    let filter = Filter::new(Params {
+        layout: Layout::Blocked,
+        bits: bytes as u64 * 8,
+        k: K,
+        seed: SEED,
+        key_kind: 0,
+        match_mode: 0,
+        planned_items: n as u64,
+        target_fp: 1e-4,
+    })
+    .expect("filter");
+    filter.insert_batch(&ks);
     let pre: Vec<(usize, u32)> = ks.iter().map(|k| locate(mem.len(), k)).collect();
     let mut sb = AlignedBuf::zeroed_huge(bytes);
     let buckets = bytes / sbbf_rs::BUCKET_SIZE;
@@ -87,11 +179,17 @@ fn main() {
 
     println!("## lookup breakdown: {} MiB per filter, {n} keys (mean {:.1} bytes), kernel {kernel}, {reps} reps", bytes >> 20, keys.mean_len());
     println!("CPU: {}", cpu_model());
-    for (name, b) in [("bloomgate blocks", &buf), ("sbbf-rs buffer", &sb)] {
-        let huge = anon_huge_bytes(b.as_ptr(), b.len()).unwrap_or(0);
-        let pct = 100.0 * huge as f64 / b.len() as f64;
+    let fb = filter.as_bytes();
+    for (name, ptr, len) in [
+        ("bloomgate blocks", buf.as_ptr(), buf.len()),
+        ("bloomgate blocks, 64-bit id", buf64.as_ptr(), buf64.len()),
+        ("bloomgate Filter", fb.as_ptr(), fb.len()),
+        ("sbbf-rs buffer", sb.as_ptr(), sb.len()),
+    ] {
+        let huge = anon_huge_bytes(ptr, len).unwrap_or(0);
+        let pct = 100.0 * huge as f64 / len as f64;
         println!("{name}: {:.0} % on huge pages", pct);
-        if pct < 90.0 {
+        if pct < 90.0 && len >= 4 << 20 {
             println!("**WARNING: {name} is not on huge pages; its row is not comparable**");
         }
     }
@@ -100,6 +198,13 @@ fn main() {
     println!("|---|---:|");
     let row = |name: &str, (ns, answer): (f64, u64)| {
         assert_eq!(answer, n as u64, "{name}: every key was inserted");
+        println!("| {name} | {ns:.1} |");
+    };
+    let miss_row = |name: &str, (ns, answer): (f64, u64)| {
+        assert!(
+            answer <= n as u64 / 100,
+            "{name}: {answer} of {n} absent keys \"present\""
+        );
         println!("| {name} | {ns:.1} |");
     };
     let probe = |i: usize, kernel: Kernel| {
@@ -166,16 +271,19 @@ fn main() {
     for _ in 0..2 {
         row(
             "6. one at a time: hash → probe (no prefetch)",
+            ns_per(reps, n, || one_at_a_time(kernel, mem, &ks, locate)),
+        );
+        row(
+            "6e. one at a time: the engine's `Filter::contains`",
             ns_per(reps, n, || {
-                arch::dispatch(kernel, |kk| {
-                    ks.iter()
-                        .map(|k| {
-                            let (b, h) = locate(mem.len(), std::hint::black_box(k));
-                            arch::block_contains(kk, &mem[b], h, K) as u64
-                        })
-                        .sum()
-                })
+                ks.iter()
+                    .map(|k| filter.contains(std::hint::black_box(k)) as u64)
+                    .sum()
             }),
+        );
+        row(
+            "6c. one at a time, XXH3-64 (a 64-bit hash id)",
+            ns_per(reps, n, || one_at_a_time(kernel, mem64, &ks, locate64)),
         );
         row(
             "7. sbbf-rs one at a time: xxh3-64 → probe",
@@ -190,29 +298,55 @@ fn main() {
             }),
         );
     }
+    let sbbf_groups = |keys: &[&[u8]]| {
+        let mut hits = 0;
+        let mut hs = [0u64; 32];
+        for chunk in keys.chunks(32) {
+            for (h, k) in hs.iter_mut().zip(chunk) {
+                *h = xxh3_64_with_seed(k, SEED);
+                let idx = ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
+                arch::prefetch(sb_ptr.wrapping_add(idx * sbbf_rs::BUCKET_SIZE));
+            }
+            for &h in &hs[..chunk.len()] {
+                // SAFETY: as above.
+                hits += unsafe { sbbf.contains(sb_ptr, buckets, h) } as u64;
+            }
+        }
+        hits
+    };
+    let mut out = Vec::with_capacity(n);
+    let mut engine_batch = |keys: &[&[u8]]| {
+        filter.contains_batch(keys, &mut out);
+        out.iter().filter(|&&b| b).count() as u64
+    };
     for _ in 0..2 {
         row(
             "4. full lookup: hash → prefetch 16 ahead → probe",
             ns_per(reps, n, || {
-                arch::dispatch(kernel, |kk| {
-                    let mut ring = [(0usize, 0u32); AHEAD];
-                    for (slot, k) in ring.iter_mut().zip(&ks) {
-                        *slot = locate(mem.len(), k);
-                        arch::prefetch(mem.as_ptr().wrapping_add(slot.0));
-                    }
-                    let mut hits = 0;
-                    for i in 0..n {
-                        let (b, h) = ring[i % AHEAD];
-                        if let Some(k) = ks.get(i + AHEAD) {
-                            ring[i % AHEAD] = locate(mem.len(), k);
-                            arch::prefetch(mem.as_ptr().wrapping_add(ring[i % AHEAD].0));
-                        }
-                        hits += arch::block_contains(kk, &mem[b], h, K) as u64;
-                    }
-                    hits
-                })
+                arch::dispatch(kernel, |kk| rolling(kk, mem, &ks, locate))
             }),
         );
+        row(
+            "4e. the engine's `Filter::contains_batch` (answers counted)",
+            ns_per(reps, n, || engine_batch(&ks)),
+        );
+        row(
+            "4c. row 4 with XXH3-64 (a 64-bit hash id)",
+            ns_per(reps, n, || {
+                arch::dispatch(kernel, |kk| rolling(kk, mem64, &ks, locate64))
+            }),
+        );
+        for other in Kernel::supported() {
+            if other == kernel || other == Kernel::SCALAR {
+                continue;
+            }
+            row(
+                &format!("4k. row 4 on the {other} kernel"),
+                ns_per(reps, n, || {
+                    arch::dispatch(other, |kk| rolling(kk, mem, &ks, locate))
+                }),
+            );
+        }
         row(
             "4b. groups: hash + prefetch 32, then probe 32",
             ns_per(reps, n, || {
@@ -234,23 +368,15 @@ fn main() {
         );
         row(
             "5. sbbf-rs: xxh3-64 + prefetch 32, then probe 32",
-            ns_per(reps, n, || {
-                let mut hits = 0;
-                let mut hs = [0u64; 32];
-                for chunk in ks.chunks(32) {
-                    for (h, k) in hs.iter_mut().zip(chunk) {
-                        *h = xxh3_64_with_seed(k, SEED);
-                        let idx =
-                            ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
-                        arch::prefetch(sb_ptr.wrapping_add(idx * sbbf_rs::BUCKET_SIZE));
-                    }
-                    for &h in &hs[..chunk.len()] {
-                        // SAFETY: as above.
-                        hits += unsafe { sbbf.contains(sb_ptr, buckets, h) } as u64;
-                    }
-                }
-                hits
-            }),
+            ns_per(reps, n, || sbbf_groups(&ks)),
+        );
+        miss_row(
+            "4m. misses: the engine's `Filter::contains_batch`",
+            ns_per(reps, n, || engine_batch(&ms)),
+        );
+        miss_row(
+            "5m. misses: sbbf-rs, groups of 32",
+            ns_per(reps, n, || sbbf_groups(&ms)),
         );
     }
 }

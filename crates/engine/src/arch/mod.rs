@@ -2,7 +2,7 @@
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
 //! engine calls the safe functions here ([`block_contains`], [`dispatch`],
-//! [`block_mask`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
+//! [`block_mask`], [`block_mask_with`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
 //! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
 //! reference: the tests run every supported kernel on the same inputs and
@@ -140,6 +140,10 @@ impl std::fmt::Display for Kernel {
 /// with the hashing and the loop around it: the whole lookup becomes one
 /// straight-line body instead of a call per probe. This is how the engine's
 /// loops are multiversioned without writing them once per instruction set.
+///
+/// Every kernel's body is its own function, the scalar one too (it could
+/// inline into the caller, but then a caller doing one lookup would carry
+/// the inlined hash's register saves on every kernel's path).
 #[inline]
 pub fn dispatch<R>(kernel: Kernel, f: impl FnOnce(Kernel) -> R) -> R {
     match kernel.0 {
@@ -149,8 +153,14 @@ pub fn dispatch<R>(kernel: Kernel, f: impl FnOnce(Kernel) -> R) -> R {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
         Isa::Avx2 => unsafe { x86_64::run_avx2(f) },
-        _ => f(Kernel::SCALAR),
+        _ => run_scalar(f),
     }
+}
+
+/// The scalar arm of [`dispatch`], out of line.
+#[inline(never)]
+fn run_scalar<R>(f: impl FnOnce(Kernel) -> R) -> R {
+    f(Kernel::SCALAR)
 }
 
 /// True when every one of the `k` probes of `h` finds its bit set in `block`.
@@ -180,6 +190,20 @@ pub fn load_block(block: &Block) -> [u64; 8] {
 #[inline]
 pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
     scalar::block_mask(h, k)
+}
+
+/// [`block_mask`] built with `kernel`: the same eight words. AVX-512 builds
+/// the mask in a register and stores it once; the others use the scalar
+/// reference. For writers that cannot use [`block_insert`] because they
+/// store word by word (a shared filter's atomic stores).
+#[inline(always)]
+pub fn block_mask_with(kernel: Kernel, h: u32, k: u32) -> [u64; 8] {
+    match kernel.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        Isa::Avx512 => unsafe { x86_64::block_mask_avx512(h, k) },
+        _ => scalar::block_mask(h, k),
+    }
 }
 
 /// ORs the probes of `h` into a block the caller holds exclusively (plain
@@ -294,6 +318,8 @@ mod tests {
             prop_assert_eq!(want_new, or != words);
             assert_expected_kernels();
             for kernel in Kernel::supported() {
+                prop_assert_eq!(block_mask_with(kernel, h, k), mask, "kernel {}", kernel);
+                prop_assert_eq!(dispatch(kernel, |kk| block_mask_with(kk, h, k)), mask, "kernel {}", kernel);
                 let mut got = words;
                 let new = dispatch(kernel, |kk| block_insert(kk, &mut got, h, k));
                 prop_assert_eq!(got, want, "kernel {}", kernel);

@@ -112,8 +112,16 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
 
 /// AVX-512F twin of [`super::scalar::block_contains`]: sixteen probes per
 /// round, so the usual `k ≤ 16` is one round: one multiply, one permute of
-/// the whole block (`vpermd` on a 512-bit register), one variable shift and one
-/// masked test.
+/// the whole block (`vpermd` on a 512-bit register), one variable rotate and
+/// one masked test.
+///
+/// The rotate (`vprorvd`) takes its count modulo 32, so `x >> 23` (the bit's
+/// position in the block, 0..511) rotates the probed word's bit
+/// `(x >> 23) & 31` down to bit 0 without the `& 31` a shift needs; and
+/// `vpermd` reads only the low 4 bits of each index, so `x >> 28` needs no
+/// mask either. `k ≤ 16` (the planner's k at p = 10⁻⁴ is 12) takes one
+/// round with no loop, whose lane mask the compiler keeps out of a lookup
+/// loop; larger `k` loops over rounds of sixteen.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -131,50 +139,60 @@ pub(super) unsafe fn block_contains_avx512(block: &Block, h: u32, k: u32) -> boo
             options(nostack, preserves_flags, readonly),
         );
     }
-    let k = k.min(64);
     let hv = _mm512_set1_epi32(h as i32);
-    let low5 = _mm512_set1_epi32(31);
-    let ones = _mm512_set1_epi32(1);
+    if k <= 16 {
+        // SAFETY: the CPU has AVX-512F (this function's contract); round 0.
+        return unsafe { round_avx512(words, hv, 0, k) } == 0;
+    }
+    let k = k.min(64);
     let mut missing: __mmask16 = 0;
     let mut i = 0;
     while i < k {
-        // SAFETY: POWERS has 64 entries and here 0 ≤ i ≤ 48 (k ≤ 64, i steps
-        // by 16), so the unaligned 64-byte load reads POWERS[i..i+16], in bounds.
-        let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().add(i as usize).cast()) };
-        let x = _mm512_mullo_epi32(hv, mults);
-        let probed = _mm512_permutexvar_epi32(_mm512_srli_epi32::<28>(x), words);
-        let bit = _mm512_and_si512(_mm512_srli_epi32::<23>(x), low5);
-        let got = _mm512_srlv_epi32(probed, bit);
-        let live = k - i;
-        let lanes: __mmask16 = if live >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << live) - 1) as __mmask16
-        };
-        missing |= _mm512_mask_testn_epi32_mask(lanes, got, ones);
+        // SAFETY: as above; here 0 ≤ i ≤ 48 (k ≤ 64, i steps by 16).
+        missing |= unsafe { round_avx512(words, hv, i, k - i) };
         i += 16;
     }
     missing == 0
 }
 
-/// AVX-512F twin of [`super::scalar::block_insert`]: builds the probe mask in
-/// one 512-bit register instead of eight words on the stack.
+/// One round of [`block_contains_avx512`]: probes `i..i + 16` of the block
+/// hash broadcast in `hv`; the lanes among the `live` lowest whose probed
+/// bit of `words` is 0.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `i ≤ 48`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmask16 {
+    // SAFETY: POWERS has 64 entries and i ≤ 48 (this function's contract),
+    // so the unaligned 64-byte load reads POWERS[i..i+16], in bounds.
+    let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().add(i as usize).cast()) };
+    let x = _mm512_mullo_epi32(hv, mults);
+    let probed = _mm512_permutexvar_epi32(_mm512_srli_epi32::<28>(x), words);
+    let got = _mm512_rorv_epi32(probed, _mm512_srli_epi32::<23>(x));
+    let lanes: __mmask16 = if live >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << live) - 1) as __mmask16
+    };
+    _mm512_mask_testn_epi32_mask(lanes, got, _mm512_set1_epi32(1))
+}
+
+/// The probe mask of `h` in one 512-bit register: the same bits as
+/// [`super::scalar::block_mask`].
 ///
 /// The sixteen positions of a round come from one multiply (`vpmulld`) and
 /// a shift, stored once; then each probe is broadcast to the sixteen 32-bit
 /// lanes of the block, the lane's first bit subtracted, and `vpsllvd` of 1
 /// by the difference gives the probe's bit in its own lane and 0 in every
 /// other (a count that is negative, read as unsigned, or above 31 shifts
-/// everything out). The test and the merge are one `vpandnd`, one test and
-/// one store of the whole block. Measured in cache (`insert_profile`-style
-/// loop, k = 12): 39 ns against 52–55 ns for the scalar mask, whose eight
-/// stack words are then reloaded as vectors before their stores retire.
+/// everything out).
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) unsafe fn block_insert_avx512(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+unsafe fn mask_avx512(h: u32, k: u32) -> __m512i {
     let first_bit = _mm512_setr_epi32(
         0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
     );
@@ -199,6 +217,42 @@ pub(super) unsafe fn block_insert_avx512(block: &mut [u64; 8], h: u32, k: u32) -
         }
         i += 16;
     }
+    mask
+}
+
+/// AVX-512F twin of [`super::scalar::block_mask`], for writers that must
+/// store word by word (the shared path's atomic stores): the mask is built
+/// in a register ([`mask_avx512`]) and written out with one 64-byte store,
+/// which the eight 8-byte loads that follow read by store forwarding (the
+/// scalar mask's twelve small read-modify-writes of stack words cost
+/// about 100 instructions).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn block_mask_avx512(h: u32, k: u32) -> [u64; 8] {
+    let mut out = [0u64; 8];
+    // SAFETY: the CPU has AVX-512F (this function's contract); `out` is 64
+    // writable bytes and an unaligned store needs no alignment.
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), mask_avx512(h, k)) };
+    out
+}
+
+/// AVX-512F twin of [`super::scalar::block_insert`]: builds the probe mask in
+/// one 512-bit register ([`mask_avx512`]) instead of eight words on the
+/// stack. The test and the merge are one `vpandnd`, one test and one store
+/// of the whole block. Measured in cache (`insert_profile`-style loop,
+/// k = 12): 39 ns against 52–55 ns for the scalar mask, whose eight stack
+/// words are then reloaded as vectors before their stores retire.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn block_insert_avx512(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    // SAFETY: the CPU has AVX-512F (this function's contract).
+    let mask = unsafe { mask_avx512(h, k) };
     // SAFETY: `block` is 64 bytes the caller holds exclusively (`&mut`);
     // unaligned vector loads and stores need no alignment.
     unsafe {

@@ -26,10 +26,10 @@
 //! cache misses, not locks), and an update must log the pages it changes.
 
 use crate::arch::{self, Kernel};
-use crate::hash::{hash_item, reduce};
+use crate::hash::{reduce, SeededHash};
 use crate::math::Layout;
 
-use super::Filter;
+use super::{Filter, REGION_SORT_MIN_BYTES};
 
 /// Items ahead whose blocks a batch prefetches ([`set_all`]).
 const PIPELINE: usize = 32;
@@ -37,8 +37,8 @@ const PIPELINE: usize = 32;
 /// The first word of `item`'s block among `blocks` and its in-block hash:
 /// what [`Filter::prepare`] computes for the blocked layout.
 #[inline(always)]
-fn locate(seed: u64, blocks: u64, item: &[u8]) -> (usize, u32) {
-    let h = hash_item(seed, item);
+fn locate(hasher: &SeededHash, blocks: u64, item: &[u8]) -> (usize, u32) {
+    let h = hasher.hash(item);
     (reduce(h.hi, blocks) as usize * 8, h.lo as u32 | 1)
 }
 
@@ -62,25 +62,30 @@ impl Filter {
     /// [`Filter::insert`] for a filter the caller holds exclusively: the
     /// same bits and the same answer, without locks or atomic
     /// read-modify-writes.
+    ///
+    /// The kernel's body gets two references (the filter and `&item`), which
+    /// travel in registers, and reads the fields itself (as
+    /// [`Filter::contains`] does).
     #[inline]
     pub fn insert_owned(&mut self, item: &[u8]) -> bool {
         if !self.owned_path() {
             return self.insert(item);
         }
-        let (seed, k, kernel) = (self.params.seed, self.params.k, self.kernel);
-        *self.touched.get_mut() = true;
-        let words = self.bits.words_mut();
-        let blocks = (words.len() / 8) as u64;
-        let new = arch::dispatch(
+        let item = &item;
+        let kernel = self.kernel;
+        arch::dispatch(
             kernel,
             #[inline(always)]
-            |kernel| {
-                let (at, h) = locate(seed, blocks, item);
-                set(kernel, words, at, h, k)
+            move |kernel| {
+                let (k, hasher) = (self.params.k, &self.hasher);
+                *self.touched.get_mut() = true;
+                let words = self.bits.words_mut();
+                let (at, h) = locate(hasher, (words.len() / 8) as u64, item);
+                let new = set(kernel, words, at, h, k);
+                *self.items.get_mut() += new as u64;
+                new
             },
-        );
-        *self.items.get_mut() += new as u64;
-        new
+        )
     }
 
     /// [`Filter::insert_batch`] for a filter the caller holds exclusively:
@@ -97,7 +102,7 @@ impl Filter {
     /// counting sort is stable, so the items of one block keep their input
     /// order and the count of new items does not change.
     pub fn insert_batch_owned<T: AsRef<[u8]>>(&mut self, items: &[T]) -> u64 {
-        let sort = self.params.bits / 8 >= OWNED_SORT_MIN_BYTES && items.len() >= 256;
+        let sort = self.params.bits / 8 >= REGION_SORT_MIN_BYTES && items.len() >= 256;
         self.insert_batch_owned_as(items, sort)
     }
 
@@ -107,7 +112,7 @@ impl Filter {
         if !self.owned_path() {
             return self.insert_batch(items);
         }
-        let (seed, k, kernel) = (self.params.seed, self.params.k, self.kernel);
+        let (hasher, k, kernel) = (&self.hasher, self.params.k, self.kernel);
         let (shift, regions) = (self.regions.shift, self.regions.regions.len());
         *self.touched.get_mut() = true;
         let words = self.bits.words_mut();
@@ -121,7 +126,7 @@ impl Filter {
                     let located: Vec<(usize, u32)> = items
                         .iter()
                         .map(|item| {
-                            let (at, h) = locate(seed, blocks, item.as_ref());
+                            let (at, h) = locate(hasher, blocks, item.as_ref());
                             starts[((at / 8) >> shift) + 1] += 1;
                             (at, h)
                         })
@@ -142,7 +147,9 @@ impl Filter {
                         kernel,
                         words,
                         k,
-                        items.iter().map(|item| locate(seed, blocks, item.as_ref())),
+                        items
+                            .iter()
+                            .map(|item| locate(hasher, blocks, item.as_ref())),
                     )
                 }
             },
@@ -151,11 +158,6 @@ impl Filter {
         new
     }
 }
-
-/// Filters from this size on have their owned batches sorted by region
-/// ([`Filter::insert_batch_owned`]): past what the caches hold, where the
-/// TLB misses begin to cost more than the sort.
-const OWNED_SORT_MIN_BYTES: u64 = 64 << 20;
 
 /// Sets the items `(block's first word, in-block hash)` in order through a
 /// rolling window: the block of item `i + PIPELINE` is prefetched (and for
