@@ -12,7 +12,9 @@
 //! one by one through `redis::cluster::ClusterConnection`, which follows
 //! redirections (sending `ASKING`), re-reads the slot map and retries with
 //! backoff, and the slot map here is re-read for the next batch. So each
-//! command runs once, and the reply to every add is its own.
+//! command runs once. (Adds are transactions, which the cluster client
+//! cannot carry: they go through the crate's `txn` module, on connections
+//! from the pools here, and follow redirections themselves.)
 //!
 //! Why not the crate's cluster pipeline (`cluster_pipe`): it fails the
 //! whole pipeline when one command is redirected, after the other commands

@@ -64,7 +64,7 @@
 //! damaged shard, aborted too often). A node that fails ends its chains;
 //! the other nodes' chains go on.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
@@ -89,8 +89,8 @@ pub(crate) const MAX_ABORTS: u32 = 64;
 
 /// Times a call sends again the transactions that nodes redirected (a
 /// reshard, a failover, a node loading) before they are an error; the
-/// waits between add up to about 2.5 s.
-const MAX_REROUTES: u32 = 6;
+/// waits between add up to about 6.5 s.
+const MAX_REROUTES: u32 = 10;
 
 /// One transaction: shards of one slot in a cluster, and their items.
 pub(crate) struct Tx {
@@ -189,6 +189,33 @@ fn redirected(v: &Value) -> bool {
     ))
 }
 
+/// What the redirections of a call said: the last one (the error if
+/// they go on too long), and the node each `MOVED` named for its slot.
+#[derive(Default)]
+struct Redirects {
+    last: Option<Error>,
+    moved: HashMap<u16, Node>,
+}
+
+impl Redirects {
+    /// Notes a redirection's error reply.
+    fn note(&mut self, store: &Store, e: &redis::ServerError) {
+        if e.code() == "MOVED" {
+            // "MOVED <slot> <host>:<port>": the slot's master now.
+            let mut words = e.details().unwrap_or("").split_whitespace();
+            let slot = words.next().and_then(|w| w.parse::<u16>().ok());
+            let node = words.next().and_then(|w| {
+                let (host, port) = w.rsplit_once(':')?;
+                Some((host.to_string(), port.parse::<u16>().ok()?))
+            });
+            if let (Some(slot), Some(node)) = (slot, node) {
+                self.moved.insert(slot, node);
+            }
+        }
+        self.last = Some(store.refused(e.clone()));
+    }
+}
+
 /// One connection's transactions.
 struct Chain {
     node: Node,
@@ -225,6 +252,7 @@ pub(crate) fn run(
     let mut out = TxRun::default();
     let mut pending = txs;
     let mut reroutes = 0;
+    let mut redirect = Redirects::default();
     while !pending.is_empty() {
         let routes = match store.routes() {
             Ok(r) => r,
@@ -237,7 +265,7 @@ pub(crate) fn run(
         let mut all: Vec<Chain> = Vec::new();
         let mut again: Vec<Tx> = Vec::new();
         for tx in pending.drain(..) {
-            let Some(node) = routes.master(tx.slot) else {
+            let Some(node) = redirect.moved.get(&tx.slot).or(routes.master(tx.slot)) else {
                 // No node serves the slot a moment ago (a failover).
                 again.push(tx);
                 continue;
@@ -262,7 +290,6 @@ pub(crate) fn run(
             }
         }
         drop(routes);
-        let mut redirect = None;
         drive(store, &mut all, &mut out, &mut again, &mut redirect, damaged);
         if again.is_empty() {
             break;
@@ -272,7 +299,7 @@ pub(crate) fn run(
         store.count_redirected(again.iter().map(|t| t.items() as u64).sum());
         if reroutes > MAX_REROUTES {
             again.iter().for_each(|tx| out.all(tx, Outcome::NotRun));
-            out.fail(redirect.unwrap_or_else(|| {
+            out.fail(redirect.last.take().unwrap_or_else(|| {
                 store.protocol(format!(
                     "slots still moving or unserved after {MAX_REROUTES} tries"
                 ))
@@ -297,7 +324,7 @@ fn drive(
     chains: &mut [Chain],
     out: &mut TxRun,
     again: &mut Vec<Tx>,
-    redirect: &mut Option<Error>,
+    redirect: &mut Redirects,
     damaged: &dyn Fn(u64, String) -> Error,
 ) {
     loop {
@@ -439,7 +466,7 @@ fn read_round(
     c: &mut Chain,
     out: &mut TxRun,
     again: &mut Vec<Tx>,
-    redirect: &mut Option<Error>,
+    redirect: &mut Redirects,
     damaged: &dyn Fn(u64, String) -> Error,
 ) {
     let expected = c.buf.len();
@@ -495,7 +522,7 @@ fn read_round(
     }
     let rest = &replies[exec_len + c.unwatch as usize..];
     if let Some(Value::ServerError(e)) = rest.iter().find(|v| redirected(v)) {
-        *redirect = Some(store.refused(e.clone()));
+        redirect.note(store, e);
         c.watch = Some(tx);
         return end_redirected(c, again, None);
     }
@@ -547,7 +574,7 @@ fn exec_outcomes(
     c: &mut Chain,
     out: &mut TxRun,
     again: &mut Vec<Tx>,
-    redirect: &mut Option<Error>,
+    redirect: &mut Redirects,
     mut tx: Tx,
     replies: &[Value],
 ) -> bool {
@@ -614,10 +641,10 @@ fn exec_outcomes(
             let cause = before.iter().find(|v| matches!(v, Value::ServerError(_)));
             if redirected(exec) || cause.is_some_and(redirected) {
                 let why = match cause.filter(|v| redirected(v)) {
-                    Some(Value::ServerError(q)) => q.clone(),
-                    _ => e.clone(),
+                    Some(Value::ServerError(q)) => q,
+                    _ => e,
                 };
-                *redirect = Some(store.refused(why));
+                redirect.note(store, why);
                 end_redirected(c, again, Some(tx));
                 return true;
             }

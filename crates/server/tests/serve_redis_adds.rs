@@ -246,7 +246,7 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
                                 .chunks(1 + (n + w) % 7)
                                 .collect();
                             for part in &parts {
-                                let mut args: Vec<&[u8]> = vec![b"BF.MADD", b"f"];
+                                let mut args: Vec<&[u8]> = vec![&b"BF.MADD"[..], &b"f"[..]];
                                 args.extend(part.iter().map(|k| k.as_bytes()));
                                 c.send(&args);
                             }

@@ -123,7 +123,7 @@ impl Part {
         if j.left > 0 {
             return;
         }
-        let answer = match j.error.take() {
+        let answer: Added = match j.error.take() {
             Some(e) => Err(e),
             None => std::mem::take(&mut j.outcomes)
                 .into_iter()
