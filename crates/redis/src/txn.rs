@@ -290,7 +290,14 @@ pub(crate) fn run(
             }
         }
         drop(routes);
-        drive(store, &mut all, &mut out, &mut again, &mut redirect, damaged);
+        drive(
+            store,
+            &mut all,
+            &mut out,
+            &mut again,
+            &mut redirect,
+            damaged,
+        );
         if again.is_empty() {
             break;
         }

@@ -473,7 +473,10 @@ fn eviction_of_a_watched_shard_aborts_exec() {
         .arg(&shard)
         .query::<()>(&mut a)
         .unwrap();
-    redis::cmd("WATCH").arg("shard").query::<()>(&mut a).unwrap();
+    redis::cmd("WATCH")
+        .arg("shard")
+        .query::<()>(&mut a)
+        .unwrap();
     let len: i64 = redis::cmd("STRLEN").arg("shard").query(&mut a).unwrap();
     assert_eq!(len, 1 << 20);
     // Other keys written until the shard (the least recently used) is
@@ -532,7 +535,12 @@ fn an_evicted_shard_during_adds_is_an_error_never_a_zero_key() {
     let dir = tempfile::tempdir().unwrap();
     let server = RedisServer::start(
         dir.path(),
-        &["--maxmemory", "12mb", "--maxmemory-policy", "allkeys-random"],
+        &[
+            "--maxmemory",
+            "12mb",
+            "--maxmemory-policy",
+            "allkeys-random",
+        ],
     );
     let path = dir.path().join("c.bgf");
     build_file(&path, 0);
@@ -616,10 +624,15 @@ fn an_evicted_shard_during_adds_is_an_error_never_a_zero_key() {
         rf.add_keys(&[key.as_str()]).error.unwrap(),
         rf.contains_keys(&[key.as_str()]).unwrap_err(),
     ] {
-        assert!(matches!(&e, Error::Damaged { shard, .. } if *shard == lost), "{e}");
+        assert!(
+            matches!(&e, Error::Damaged { shard, .. } if *shard == lost),
+            "{e}"
+        );
     }
     assert_eq!(
-        server.cli(&["EXISTS", &layout::shard_key("c", lost)]).trim(),
+        server
+            .cli(&["EXISTS", &layout::shard_key("c", lost)])
+            .trim(),
         "(integer) 0"
     );
 }

@@ -55,7 +55,12 @@ fn an_evicted_shard_during_adds_is_an_error_never_a_zero_key() {
     // not the metadata, is what goes while the adds run.
     let redis = RedisServer::start(
         d,
-        &["--maxmemory", "24mb", "--maxmemory-policy", "volatile-random"],
+        &[
+            "--maxmemory",
+            "24mb",
+            "--maxmemory-policy",
+            "volatile-random",
+        ],
     );
     let s = Server::start_args(d, &["--store", &format!("redis://{}", redis.addr())]);
     // 2·10⁶ items at 10⁻⁴: 4.8 MB, 5 shards.
@@ -130,11 +135,17 @@ fn an_evicted_shard_during_adds_is_an_error_never_a_zero_key() {
     assert_eq!(missing, vec![1], "{lengths:?}");
     // No shard was recreated: each is whole or missing.
     for (i, &(have, whole)) in lengths.iter().enumerate() {
-        assert!(have == 0 || have == whole, "shard {i}: {have} of {whole} bytes");
+        assert!(
+            have == 0 || have == whole,
+            "shard {i}: {have} of {whole} bytes"
+        );
     }
     // Every client's last pipeline started after the eviction: with 16
     // keys over 5 shards, some of its adds failed.
-    assert!(errors >= 1 && answers >= 1, "answers {answers}, errors {errors}");
+    assert!(
+        errors >= 1 && answers >= 1,
+        "answers {answers}, errors {errors}"
+    );
     // An add and a lookup of a key in the missing shard: errors naming the
     // shard, not "absent", and the shard stays missing.
     let lost = missing[0];
@@ -242,9 +253,7 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
                             }
                         } else {
                             // BF.MADD of 1–7 keys.
-                            let parts: Vec<&[String]> = chunk
-                                .chunks(1 + (n + w) % 7)
-                                .collect();
+                            let parts: Vec<&[String]> = chunk.chunks(1 + (n + w) % 7).collect();
                             for part in &parts {
                                 let mut args: Vec<&[u8]> = vec![&b"BF.MADD"[..], &b"f"[..]];
                                 args.extend(part.iter().map(|k| k.as_bytes()));
@@ -283,7 +292,11 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
         }
     }
     for k in &keys {
-        assert_eq!(claims.get(k.as_str()), Some(&1), "{k}: new to exactly one writer");
+        assert_eq!(
+            claims.get(k.as_str()),
+            Some(&1),
+            "{k}: new to exactly one writer"
+        );
     }
     // The metadata's count has every key once.
     assert_eq!(a.resp().cmd(&["BF.CARD", "f"]).int(), 8000);

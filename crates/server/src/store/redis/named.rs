@@ -68,7 +68,10 @@ impl RedisNamed {
     ) -> Arc<RedisNamed> {
         Arc::new_cyclic(|me| {
             let batches = {
-                let f = filter.as_ref().ok().map(|f| f.read().unwrap_or_else(|p| p.into_inner()));
+                let f = filter
+                    .as_ref()
+                    .ok()
+                    .map(|f| f.read().unwrap_or_else(|p| p.into_inner()));
                 coalesce::Coalescer::new(me.clone(), f.as_deref(), limits.max_item_bytes)
             };
             RedisNamed {

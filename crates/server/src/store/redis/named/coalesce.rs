@@ -271,7 +271,9 @@ impl Coalescer {
     /// replaced by a push has new metadata).
     fn refresh(&self, f: &RedisFilter) {
         let mut p = self.placer.lock().unwrap_or_else(|p| p.into_inner());
-        if p.as_ref().is_none_or(|p| p.meta.generation != f.meta().generation) {
+        if p.as_ref()
+            .is_none_or(|p| p.meta.generation != f.meta().generation)
+        {
             *p = Some(Arc::new(Placer::of(f)));
         }
     }
