@@ -210,7 +210,8 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
                 .filter(|(i, _)| [w, (w + 1) % writers, (w + 5) % writers].contains(&(i % writers)))
                 .map(|(_, k)| k.clone())
                 .collect();
-            mine.rotate_left(w * 97 % mine.len());
+            let turn = w * 97 % mine.len();
+            mine.rotate_left(turn);
             if w % 2 == 1 {
                 mine.reverse();
             }
