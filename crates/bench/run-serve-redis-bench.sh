@@ -10,6 +10,7 @@
 #   crates/bench/run-serve-redis-bench.sh                  # standalone, RUNS=3
 #   CLUSTER=1 crates/bench/run-serve-redis-bench.sh        # 3 masters + 3 replicas, AOF everysec
 #   REDISBLOOM_MODULE=../shared/bench/redisbloom.so ...    # + RedisBloom's latency at the same rates
+#   ADD_RATES="20000 10000" ...                            # + paced BF.ADD at these fixed rates too
 #
 # Starts its own redis-server(s) on free ports in $WORK and kills them at the end.
 # The filter: BF.RESERVE f 0.0001 10000000 NONSCALING through the server (raw keys,
@@ -158,6 +159,16 @@ for run in $(seq "$RUNS"); do
     read -r _ rba_p50 rba_p99 < <("$PACED" --port "$RB_PORT" --command BF.ADD --rate "$half_a" --seconds 10 --connections 50)
     rb_lat="RedisBloom paced at the same rates: BF.EXISTS p50 $rbe_p50 p99 $rbe_p99 ms, BF.ADD p50 $rba_p50 p99 $rba_p99 ms"
   fi
+  # BF.ADD paced at fixed rates, the server and RedisBloom one after the other.
+  for r in ${ADD_RATES:-}; do
+    read -r fa_rps fa_p50 fa_p99 < <("$PACED" --port "$RESP_PORT" --command BF.ADD --rate "$r" --seconds 10 --connections 50)
+    line="run $run: BF.ADD paced at $r/s: server $fa_rps/s p50 $fa_p50 p99 $fa_p99 ms"
+    if [ -n "$RB_PORT" ]; then
+      read -r _ fb_p50 fb_p99 < <("$PACED" --port "$RB_PORT" --command BF.ADD --rate "$r" --seconds 10 --connections 50)
+      line="$line; RedisBloom p50 $fb_p50 p99 $fb_p99 ms"
+    fi
+    echo "$line" | tee -a "$WORK/fixed.txt"
+  done
   echo "run $run: server BF.EXISTS $e_rps/s (p50 $e_p50 p99 $e_p99 ms), CLI check $cli_check/s;" \
     "server BF.ADD $a_rps/s (p50 $a_p50 p99 $a_p99 ms), CLI add $cli_add/s;" \
     "paced BF.EXISTS $pe_rps/s p50 $pe_p50 p99 $pe_p99 ms; paced BF.ADD $pa_rps/s p50 $pa_p50 p99 $pa_p99 ms;" \

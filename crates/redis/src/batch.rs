@@ -20,15 +20,6 @@ pub(crate) const READ: u8 = 1;
 /// The command may be answered by a replica (a read of filter data).
 pub(crate) const REPLICA_OK: u8 = 2;
 
-/// How a script is named in a command: by its text (`EVAL`, which also
-/// caches it on the server) or by the SHA1 of its text (`EVALSHA`, which
-/// a server that has not cached it refuses with `NOSCRIPT`, unrun).
-#[derive(Clone, Copy)]
-pub(crate) enum Script<'a> {
-    Eval(&'a [u8]),
-    Sha(&'a [u8]),
-}
-
 /// Commands in RESP, one buffer for the batch.
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -99,32 +90,12 @@ impl Batch {
         self.cmds.push((key_slot(key), 0, 0));
     }
 
-    /// Starts `EVAL script N key…` (`how` is [`Script::Eval`]) or
-    /// `EVALSHA sha N key…` ([`Script::Sha`]), a script of the keys `keys`
-    /// (at least one; in a cluster they must share a slot), of `args`
-    /// arguments in all (`EVAL`/`EVALSHA`, the script or its SHA1, `N` and
-    /// the keys included); its slot is the first key's. Continue as after
-    /// [`Batch::start`].
-    pub(crate) fn start_script(&mut self, args: usize, how: Script<'_>, keys: &[&[u8]]) {
-        self.buf.push(b'*');
-        decimal(&mut self.buf, args as u64);
-        self.buf.extend_from_slice(b"\r\n");
-        match how {
-            Script::Eval(body) => {
-                self.arg(b"EVAL");
-                self.arg(body);
-            }
-            Script::Sha(sha) => {
-                self.arg(b"EVALSHA");
-                self.arg(sha);
-            }
-        }
-        self.arg_u64(keys.len() as u64);
-        for k in keys {
-            self.arg(k);
-        }
-        self.cmds
-            .push((keys.first().map_or(0, |k| key_slot(k)), 0, 0));
+    /// A command that is only its name (`MULTI`, `EXEC`, `UNWATCH`),
+    /// complete: no [`Batch::end`].
+    pub(crate) fn bare(&mut self, name: &[u8]) {
+        self.buf.extend_from_slice(b"*1\r\n");
+        self.arg(name);
+        self.cmds.push((0, self.buf.len(), 0));
     }
 
     /// One argument.
@@ -265,6 +236,8 @@ mod tests {
         c.push(redis::cmd("HINCRBY").arg("bg:{w}").arg("items").arg(3));
         assert_eq!((c.flags(0), c.flags(1)), (READ, 0));
         assert_eq!(c.all_bytes().len(), c.bytes(0).len() + c.bytes(1).len());
+        c.bare(b"MULTI");
+        assert_eq!(c.bytes(2), redis::cmd("MULTI").get_packed_command());
         for n in [0u64, 9, 10, 99, 100, u64::MAX] {
             let mut d = Vec::new();
             decimal(&mut d, n);

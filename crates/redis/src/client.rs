@@ -12,7 +12,9 @@
 //! one by one through `redis::cluster::ClusterConnection`, which follows
 //! redirections (sending `ASKING`), re-reads the slot map and retries with
 //! backoff, and the slot map here is re-read for the next batch. So each
-//! command runs once, and the reply to every add is its own.
+//! command runs once. (Adds are transactions, which the cluster client
+//! cannot carry: they go through the crate's `txn` module, on connections
+//! from the pools here, and follow redirections themselves.)
 //!
 //! Why not the crate's cluster pipeline (`cluster_pipe`): it fails the
 //! whole pipeline when one command is redirected, after the other commands
@@ -86,6 +88,26 @@ impl Group {
 /// A node: `(host, port)`.
 pub type Node = (String, u16);
 
+/// Which master serves each slot now: the server itself, or a cluster's
+/// slot map as last read.
+pub(crate) enum Routes {
+    Single(Node),
+    Cluster(Arc<SlotMap>),
+}
+
+impl Routes {
+    /// The master of `slot`, or `None` when no node serves it now.
+    pub(crate) fn master(&self, slot: u16) -> Option<&Node> {
+        match self {
+            Routes::Single(node) => Some(node),
+            Routes::Cluster(map) => match map.master[slot as usize] {
+                u32::MAX => None,
+                m => map.nodes.get(m as usize),
+            },
+        }
+    }
+}
+
 /// The replies to a batch that may have failed part way.
 pub(crate) struct Partial {
     /// Per command, its reply, or `None` when none came back: the command
@@ -97,7 +119,7 @@ pub(crate) struct Partial {
 }
 
 /// Which node serves each slot (and its replicas).
-struct SlotMap {
+pub(crate) struct SlotMap {
     nodes: Vec<Node>,
     /// Per slot: index of the master in `nodes`, or `u32::MAX` when no
     /// node serves it.
@@ -210,7 +232,7 @@ impl Store {
 
     /// An error of one node: named by itself (and, in a cluster, by the
     /// cluster's seeds), so that a message says which node failed.
-    fn node_err(&self, node: &Node, e: redis::RedisError) -> Error {
+    pub(crate) fn node_err(&self, node: &Node, e: redis::RedisError) -> Error {
         if self.cluster.is_some() {
             Error::from_redis(
                 &format!("{}:{} (node of cluster {})", node.0, node.1, self.server),
@@ -232,7 +254,7 @@ impl Store {
     }
 
     /// A connection to `node` from its pool, or a new one.
-    fn take(&self, node: &Node, replica: bool) -> Result<Connection> {
+    pub(crate) fn take(&self, node: &Node, replica: bool) -> Result<Connection> {
         let key = (node.clone(), replica);
         if let Some(c) = self.lock_idle().get_mut(&key).and_then(Vec::pop) {
             return Ok(c);
@@ -250,14 +272,14 @@ impl Store {
         Ok(c)
     }
 
-    fn give_back(&self, node: &Node, replica: bool, c: Connection) {
+    pub(crate) fn give_back(&self, node: &Node, replica: bool, c: Connection) {
         self.lock_idle()
             .entry((node.clone(), replica))
             .or_default()
             .push(c);
     }
 
-    fn drop_pool(&self, node: &Node, replica: bool) {
+    pub(crate) fn drop_pool(&self, node: &Node, replica: bool) {
         self.lock_idle().remove(&(node.clone(), replica));
     }
 
@@ -470,6 +492,28 @@ impl Store {
 
     fn forget_map(&self, cluster: &Cluster) {
         *cluster.map.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Where each slot's writes go now ([`Routes`]).
+    pub(crate) fn routes(&self) -> Result<Routes> {
+        match (&self.single, &self.cluster) {
+            (Some(node), _) => Ok(Routes::Single(node.clone())),
+            (None, Some(c)) => Ok(Routes::Cluster(self.slot_map(c)?)),
+            (None, None) => unreachable!("a store is a server or a cluster"),
+        }
+    }
+
+    /// Reads the slot map again before the next batch (after a
+    /// redirection or a failed node); nothing for one server.
+    pub(crate) fn forget_routes(&self) {
+        if let Some(c) = &self.cluster {
+            self.forget_map(c);
+        }
+    }
+
+    /// Counts commands sent again because a node redirected them.
+    pub(crate) fn count_redirected(&self, n: u64) {
+        self.redirected.fetch_add(n, Relaxed);
     }
 
     /// The slot map, read from the first seed node that answers.

@@ -16,8 +16,8 @@
 //!
 //! # Adds
 //!
-//! In [`add`](self::add): a short Lua script per batch of items that checks
-//! each shard's length before it sets bits, and each item's outcome
+//! In [`add`](self::add): transactions of `BITFIELD`s that check each
+//! shard's length before they set bits (no Lua), and each item's outcome
 //! ([`Added`]) reported even when the batch fails part way.
 //!
 //! # Handles
@@ -39,8 +39,9 @@
 //! A batch larger than [`LANE_MIN`] keys is spread over up to [`LANES`]
 //! connections per node, each driven by its own thread: while one thread
 //! encodes commands or decodes replies, Redis runs another's. Adds are
-//! dealt to lanes by block, so the items that can share a bit (those of
-//! one block) go through one connection in their order.
+//! dealt to lanes by shard, so the items that can share a bit (those of
+//! one block) go through one connection in their order, and no two lanes
+//! watch one shard.
 
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::Layout;

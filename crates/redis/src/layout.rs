@@ -54,9 +54,10 @@
 //! an empty shard. Every path says so ([`Error::Damaged`]) instead of
 //! reading zeros: a lookup's `GETRANGE` of a block of a whole shard
 //! returns exactly 64 bytes, so a shorter reply (`""` for a missing key)
-//! is the check, at no extra cost; an add is [`ADD_SCRIPT`], which
-//! refuses a shard of the wrong length instead of letting `BITFIELD`
-//! create it anew as zeros.
+//! is the check, at no extra cost; an add's `BITFIELD` runs in a
+//! transaction that checked the shard's length after `WATCH`ing it, so it
+//! refuses a shard of the wrong length instead of creating it anew as
+//! zeros.
 //!
 //! # Hash tags
 //!
@@ -117,95 +118,6 @@ pub const STRIDE: u16 = 10_127;
 /// Version of this layout, stored in the metadata (`format`). Readers
 /// refuse versions they do not know.
 pub const FORMAT: u32 = 1;
-
-/// The Lua script of an add (`EVAL ADD_SCRIPT 1 SHARD_KEY LEN BIT…`): if
-/// the shard is `LEN` bytes long, sets its Redis bits `BIT…` with one
-/// `BITFIELD … SET u1 BIT 1 …` and returns 1 if some old bit was 0 (the
-/// item was new), else 0; a shard of another length (0: missing) is left
-/// alone and its length `L` returned as `-1 − L`. Atomic like the
-/// `BITFIELD` alone, one round trip; `STRLEN` and the script call are the
-/// cost of never recreating an evicted shard as zeros.
-pub const ADD_SCRIPT: &str = "local n=redis.call('STRLEN',KEYS[1]) \
-if n~=tonumber(ARGV[1]) then return -1-n end \
-local a={} for i=2,#ARGV do local j=4*i-8 a[j+1]='SET' a[j+2]='u1' a[j+3]=ARGV[i] a[j+4]='1' end \
-for _,v in ipairs(redis.call('BITFIELD',KEYS[1],unpack(a))) do if v==0 then return 1 end end \
-return 0";
-
-/// The SHA1 of [`ADD_SCRIPT`] in hex, as `EVALSHA` names it. Adds are
-/// sent as `EVALSHA` (measured 11.3 µs of Redis CPU per add against 14.5
-/// for `EVAL`, which hashes the script's text on every call: BENCHMARKS.md,
-/// "Filters in Redis"); a server without the script cached answers
-/// NOSCRIPT, unrun, and the add goes again as `EVAL`.
-pub fn add_script_sha() -> &'static str {
-    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SHA.get_or_init(|| redis::Script::new(ADD_SCRIPT).get_hash().to_string())
-}
-
-/// The Lua script of a batch of adds, several items of several shards in
-/// one call (`EVALSHA ADD_MANY_SCRIPT N KEY… ARGS…`). For each key in turn
-/// the arguments are `LEN COUNT` and then `COUNT` items, each `OFF MASK`:
-/// the byte offset of its block in the shard and its bits as a binary
-/// string of `(byte index in the block, bits to set in that byte)` pairs
-/// ([`ItemPlace::mask_pairs`]: the shard's bytes are the file's, so a byte
-/// of the item's mask is ORed into the same byte of the shard). A key whose
-/// shard is `LEN` bytes long gets, item after item, its block read
-/// (`GETRANGE`), the mask ORed in, and the block written back (`SETRANGE`)
-/// if that changed it; the item's answer is 1 if it did (new), else 0. A
-/// shard of another length `L` (0: missing) is left alone and each of its
-/// items answers `-1 − L`. Returns the answers of all items, in order.
-/// Items run one after the other, so of two equal items in one call the
-/// first is the one told "new", as when they are sent one by one; an item
-/// sharing bits with an earlier one sees them set.
-///
-/// Why not [`ADD_SCRIPT`] per item: Redis's time per scripted add goes to
-/// the arguments, four per bit for `BITFIELD … SET u1 BIT 1`, each made a
-/// Lua string and back a Redis object (measured 29–35 µs of Redis CPU per
-/// item of 14 bits with `ADD_SCRIPT`, 25 with several items per call, and
-/// 14–21 µs with this script, same machine and run; a bare `BITFIELD`,
-/// which cannot refuse a missing shard, 6 µs: BENCHMARKS.md, "Where the add
-/// tail comes from"). At most [`ADD_MANY_ITEMS`] items go in one call, so
-/// one call holds Redis for well under a millisecond; in a cluster its keys
-/// share a slot.
-pub const ADD_MANY_SCRIPT: &str = "local out,a,m={},1,0 \
-for k=1,#KEYS do \
-local key=KEYS[k] \
-local len,n=tonumber(ARGV[a]),tonumber(ARGV[a+1]) a=a+2 \
-local have=redis.call('STRLEN',key) \
-if have~=len then \
-for i=1,n do m=m+1 out[m]=-1-have end a=a+2*n \
-else \
-for i=1,n do \
-local off,p=tonumber(ARGV[a]),ARGV[a+1] a=a+2 \
-local b={string.byte(redis.call('GETRANGE',key,off,off+63),1,64)} \
-local new=0 \
-for j=1,#p,2 do local x,mk=p:byte(j)+1,p:byte(j+1) local o=b[x] \
-if bit.band(o,mk)~=mk then new=1 b[x]=bit.bor(o,mk) end end \
-if new==1 then redis.call('SETRANGE',key,off,string.char(unpack(b))) end \
-m=m+1 out[m]=new \
-end \
-end \
-end \
-return out";
-
-/// The most items one [`ADD_MANY_SCRIPT`] call adds.
-pub const ADD_MANY_ITEMS: usize = 64;
-
-/// The SHA1 of [`ADD_MANY_SCRIPT`] in hex (see [`add_script_sha`]).
-pub fn add_many_script_sha() -> &'static str {
-    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SHA.get_or_init(|| redis::Script::new(ADD_MANY_SCRIPT).get_hash().to_string())
-}
-
-/// [`ADD_SCRIPT`] as a command: sets `bits` (Redis bit numbers) of the
-/// shard `key` whose length must be `len`.
-pub fn add_cmd(key: &str, len: u64, bits: impl IntoIterator<Item = u64>) -> redis::Cmd {
-    let mut c = redis::cmd("EVAL");
-    c.arg(ADD_SCRIPT).arg(1).arg(key).arg(len);
-    for b in bits {
-        c.arg(b);
-    }
-    c
-}
 
 /// CRC16 as Redis Cluster defines it (XMODEM: polynomial 0x1021, initial
 /// value 0, no reflection); `crc16(b"123456789") == 0x31C3`.
@@ -324,22 +236,6 @@ impl ItemPlace {
                 .filter(move |j| m >> j & 1 == 1)
                 .map(move |j| redis_bit(self.offset * 8 + w as u64 * 64 + j))
         })
-    }
-
-    /// The item's mask as [`ADD_MANY_SCRIPT`] takes it: for each byte of
-    /// the block with bits to set, in order, its index in the block and
-    /// those bits (the byte of the stored block they are ORed into: the
-    /// engine's words are little-endian, so byte `j` is bits `8j…8j+7`).
-    pub fn mask_pairs(&self, out: &mut Vec<u8>) {
-        out.clear();
-        for (w, &m) in self.mask.iter().enumerate() {
-            for (b, &byte) in m.to_le_bytes().iter().enumerate() {
-                if byte != 0 {
-                    out.push((w * 8 + b) as u8);
-                    out.push(byte);
-                }
-            }
-        }
     }
 
     /// How many bits the item sets (the length of [`ItemPlace::redis_bits`]).
@@ -648,20 +544,6 @@ mod tests {
             }
         }
         assert_eq!(&data[..], filter.as_bytes());
-        // The same bytes from the masks the add script ORs in.
-        let mut ored = vec![0u8; data.len()];
-        let mut pairs = Vec::new();
-        for i in 0..3000u32 {
-            let place = meta.place(format!("item-{i}").as_bytes());
-            place.mask_pairs(&mut pairs);
-            assert!(!pairs.is_empty() && pairs.len() % 2 == 0);
-            assert!(pairs.chunks(2).all(|p| p[0] < 64 && p[1] != 0));
-            let start = meta.shard_bytes(place.shard).start + place.offset;
-            for p in pairs.chunks(2) {
-                ored[(start + p[0] as u64) as usize] |= p[1];
-            }
-        }
-        assert_eq!(ored, data);
         for i in 0..6000u32 {
             let key = format!("item-{i}");
             let place = meta.place(key.as_bytes());

@@ -12,8 +12,9 @@
 //!
 //! * a lookup is one `GETRANGE` of 64 bytes, probed locally;
 //! * an add is one `BITFIELD` setting the item's bits atomically, whose
-//!   returned old bits tell whether the item was new — add-if-absent in one
-//!   round trip;
+//!   returned old bits tell whether the item was new — add-if-absent —,
+//!   sent in a transaction that first checks that its shard is whole
+//!   (`WATCH`, `STRLEN`, `MULTI` … `EXEC`);
 //! * in a cluster, shard keys carry hash tags that spread a filter's shards
 //!   evenly over all slots, so over all masters.
 //!
@@ -41,6 +42,7 @@ mod error;
 mod filter;
 pub mod layout;
 pub mod transfer;
+mod txn;
 
 pub use address::{is_redis_address, Address};
 pub use client::{tcp_settings, Node, Store};

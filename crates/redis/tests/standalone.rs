@@ -403,10 +403,11 @@ fn leftovers_of_a_failed_push_do_not_count() {
 
 #[test]
 fn adds_go_by_sha_and_survive_a_script_flush() {
-    // Adds name the script by its SHA1 (`EVALSHA`); a server that lost
-    // its script cache (restart, SCRIPT FLUSH, a promoted replica) answers
-    // NOSCRIPT without running anything, and the add goes again with the
-    // script's text: every item is still added and told "new" once.
+    // Adds run no script: each is a `BITFIELD` in a transaction (`WATCH`,
+    // `STRLEN`, `MULTI` … `EXEC`), so a server that lost its script cache
+    // (restart, SCRIPT FLUSH, a promoted replica) changes nothing: every
+    // item is still added and told "new" once, and Redis ran no `EVAL` nor
+    // `EVALSHA`.
     if redis_missing() {
         return;
     }
@@ -416,14 +417,6 @@ fn adds_go_by_sha_and_survive_a_script_flush() {
     build_file(&path, 0);
     let addr = address(&server, "s");
     push(&path, &addr, false, &|_| {}).unwrap();
-    // The SHA the crate sends is the one Redis computes for the script.
-    let loaded = server.cli(&["SCRIPT", "LOAD", layout::ADD_MANY_SCRIPT]);
-    assert_eq!(
-        loaded.trim().trim_matches('"'),
-        layout::add_many_script_sha()
-    );
-    let loaded = server.cli(&["SCRIPT", "LOAD", layout::ADD_SCRIPT]);
-    assert_eq!(loaded.trim().trim_matches('"'), layout::add_script_sha());
     server.cli(&["SCRIPT", "FLUSH"]);
     server.cli(&["CONFIG", "RESETSTAT"]);
 
@@ -447,25 +440,200 @@ fn adds_go_by_sha_and_survive_a_script_flush() {
             .and_then(|v| v.split(',').next())
             .map_or(0, |v| v.parse().unwrap())
     };
-    // After each flush the first pipeline's calls come back NOSCRIPT (a
-    // failed EVALSHA) and go again as EVAL, which caches the script; the
-    // rest are EVALSHA, several items per call (at most
-    // `ADD_MANY_ITEMS` each).
-    let (eval, evalsha) = (calls("eval"), calls("evalsha"));
-    assert!(eval > 0 && eval <= 2 * 4096, "{stats}");
-    assert!(
-        evalsha >= 6 * 3000 / layout::ADD_MANY_ITEMS as u64,
-        "{stats}"
+    assert_eq!((calls("eval"), calls("evalsha")), (0, 0), "{stats}");
+    // One BITFIELD per item added (nothing else wrote: no abort, no
+    // retry), several items per transaction (at most 64 each), each
+    // transaction watched and checked once.
+    assert_eq!(calls("bitfield"), 6 * 3000, "{stats}");
+    let exec = calls("exec");
+    assert!((6 * 3000 / 64..=6 * 3000 / 8).contains(&exec), "{stats}");
+    assert_eq!(calls("watch"), exec, "{stats}");
+    assert!(calls("strlen") >= exec, "{stats}");
+}
+
+#[test]
+fn eviction_of_a_watched_shard_aborts_exec() {
+    // What the adds rely on: a key evicted (maxmemory, allkeys-lru) after a
+    // client WATCHed it makes that client's EXEC run nothing (nil), so a
+    // BITFIELD queued for it never recreates the key as zeros.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(
+        dir.path(),
+        &["--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru"],
     );
-    assert!(
-        evalsha <= 6 * 3000 / 8,
-        "fewer than 8 items per call: {stats}"
+    let client = redis::Client::open(format!("redis://{}", server.addr())).unwrap();
+    let mut a = client.get_connection().unwrap();
+    let mut b = client.get_connection().unwrap();
+    let shard = vec![0u8; 1 << 20];
+    redis::cmd("SET")
+        .arg("shard")
+        .arg(&shard)
+        .query::<()>(&mut a)
+        .unwrap();
+    redis::cmd("WATCH")
+        .arg("shard")
+        .query::<()>(&mut a)
+        .unwrap();
+    let len: i64 = redis::cmd("STRLEN").arg("shard").query(&mut a).unwrap();
+    assert_eq!(len, 1 << 20);
+    // Other keys written until the shard (the least recently used) is
+    // evicted: at most 40 MB against 8 MB of maxmemory.
+    let mut evicted = false;
+    for i in 0..40 {
+        redis::cmd("SET")
+            .arg(format!("filler-{i}"))
+            .arg(&shard)
+            .query::<()>(&mut b)
+            .unwrap();
+        if redis::cmd("EXISTS")
+            .arg("shard")
+            .query::<i64>(&mut b)
+            .unwrap()
+            == 0
+        {
+            evicted = true;
+            break;
+        }
+    }
+    assert!(evicted, "the shard was never evicted");
+    let replies: Vec<redis::Value> = redis::pipe()
+        .cmd("MULTI")
+        .cmd("BITFIELD")
+        .arg("shard")
+        .arg("SET")
+        .arg("u1")
+        .arg(8_000_000)
+        .arg(1)
+        .cmd("EXEC")
+        .query(&mut a)
+        .unwrap();
+    assert_eq!(replies.last(), Some(&redis::Value::Nil), "{replies:?}");
+    assert_eq!(
+        redis::cmd("EXISTS")
+            .arg("shard")
+            .query::<i64>(&mut b)
+            .unwrap(),
+        0,
+        "EXEC recreated the evicted key"
     );
+}
+
+#[test]
+fn an_evicted_shard_during_adds_is_an_error_never_a_zero_key() {
+    // Adds run while other keys push a filter's shards out of a Redis used
+    // as a cache (allkeys-random: the shards the adds keep using would
+    // outlive the other keys under an LRU policy): every add either
+    // answers or is an error,
+    // and no shard is ever recreated (each is whole or missing). Once one
+    // is missing, adds and lookups of its items are errors naming it.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(
+        dir.path(),
+        &[
+            "--maxmemory",
+            "12mb",
+            "--maxmemory-policy",
+            "allkeys-random",
+        ],
+    );
+    let path = dir.path().join("c.bgf");
+    build_file(&path, 0);
+    let addr = address(&server, "c");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    let shards = rf.meta().shards();
+    let whole = |i: u64| {
+        let r = rf.meta().shard_bytes(i);
+        r.end - r.start
+    };
+    let lengths = || -> Vec<u64> {
+        (0..shards)
+            .map(|i| {
+                let n = server.cli(&["STRLEN", &layout::shard_key("c", i)]);
+                n.trim().trim_start_matches("(integer) ").parse().unwrap()
+            })
+            .collect()
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (answered, failed) = std::thread::scope(|s| {
+        let adder = s.spawn(|| {
+            let rf = RedisFilter::open(&addr).unwrap();
+            let (mut answered, mut failed) = (0u64, 0u64);
+            let mut round = 0;
+            loop {
+                // The round that starts after the eviction is the last.
+                let last = done.load(Ordering::SeqCst);
+                let keys: Vec<String> = (0..500).map(|i| format!("ev{round}-{i}")).collect();
+                let report = rf.add_keys(&keys);
+                match &report.error {
+                    None => answered += 1,
+                    Some(Error::Damaged { problem, .. }) => {
+                        assert_eq!(problem, "missing");
+                        failed += 1;
+                    }
+                    Some(e) => panic!("{e}"),
+                }
+                round += 1;
+                if last && round >= 3 {
+                    break;
+                }
+            }
+            (answered, failed)
+        });
+        let client = redis::Client::open(format!("redis://{}", server.addr())).unwrap();
+        let mut c = client.get_connection().unwrap();
+        let filler = vec![7u8; 1 << 20];
+        for i in 0..60 {
+            redis::cmd("SET")
+                .arg(format!("filler-{i}"))
+                .arg(&filler)
+                .query::<()>(&mut c)
+                .unwrap();
+            if lengths().contains(&0) {
+                break;
+            }
+        }
+        done.store(true, Ordering::SeqCst);
+        adder.join().unwrap()
+    });
+    let now = lengths();
+    let missing: Vec<u64> = (0..shards).filter(|&i| now[i as usize] == 0).collect();
+    assert!(!missing.is_empty(), "no shard was evicted: {now:?}");
+    for i in 0..shards {
+        assert!(
+            now[i as usize] == 0 || now[i as usize] == whole(i),
+            "shard {i} is {} bytes long (whole: {})",
+            now[i as usize],
+            whole(i)
+        );
+    }
+    // The adder ran after the eviction too: its last rounds failed.
+    assert!(failed >= 1, "answered {answered}, failed {failed}");
+    let lost = missing[0];
+    let key = (0..)
+        .map(|i| format!("probe-{i}"))
+        .find(|k| rf.meta().place(k.as_bytes()).shard == lost)
+        .unwrap();
+    for e in [
+        rf.add_keys(&[key.as_str()]).error.unwrap(),
+        rf.contains_keys(&[key.as_str()]).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, Error::Damaged { shard, .. } if *shard == lost),
+            "{e}"
+        );
+    }
     assert_eq!(
         server
-            .cli(&["SCRIPT", "EXISTS", layout::add_many_script_sha()])
+            .cli(&["EXISTS", &layout::shard_key("c", lost)])
             .trim(),
-        "1) (integer) 1"
+        "(integer) 0"
     );
 }
 

@@ -1,19 +1,19 @@
-//! Adds: a batch of keys set in their shards through the add script,
-//! each item's outcome reported.
+//! Adds: a batch of keys set in their shards as transactions
+//! ([`crate::txn`]: `WATCH` and `STRLEN` of the shards, then `MULTI`, one
+//! `BITFIELD … SET u1 BIT 1 …` per item, `EXEC`), each item's outcome
+//! reported.
 //!
-//! An add ORs the item's bits into its block, in a short Lua script
-//! ([`layout::ADD_MANY_SCRIPT`], up to [`layout::ADD_MANY_ITEMS`] items of
-//! several shards per call) that first checks each shard's length with
-//! `STRLEN`, so that an add never recreates an evicted shard as zeros
-//! (measured cost in `docs/redis-layout.md`). Redis runs it atomically and
-//! the old bits say whether the item was new — not (probably) present
-//! before — exactly when some old bit was 0. Among writers racing on one
-//! item, the first to run sets that bit and is told "new"; the others see
-//! it set: add-if-absent in one round trip, which is what a fleet of
-//! crawlers needs to fetch each URL once. (No one is told "new" for an item whose bits were all set
-//! already: a false positive, at the filter's rate.) Each batch then adds
-//! its new items to the metadata's count (`HINCRBY items`); the count is
-//! statistics, the bits are the truth.
+//! A shard of the wrong length (0: missing, evicted) is never written: its
+//! items are not added and the add is an error naming it ([`Error::Damaged`]),
+//! so an add never recreates an evicted shard as zeros. The old bits tell
+//! whether an item was new — not (probably) present before — exactly when
+//! some old bit was 0. Among writers racing on one item, the first to run
+//! sets that bit and is told "new"; the others see it set: add-if-absent,
+//! which is what a fleet of crawlers needs to fetch each URL once. (No one
+//! is told "new" for an item whose bits were all set already: a false
+//! positive, at the filter's rate.) Each batch then adds its new items to
+//! the metadata's count (`HINCRBY items`); the count is statistics, the
+//! bits are the truth.
 //!
 //! A batch that fails part way (a node down) may have set the bits of
 //! items whose replies never came back; retrying it would report them as
@@ -24,13 +24,12 @@
 //! treated as new by whoever sent it, so that no item is claimed by
 //! nobody (a duplicate claim is the price).
 
-use redis::Value;
+use std::collections::HashMap;
 
 use super::{RedisFilter, PIPELINE};
-use crate::batch::{Batch, Script};
-use crate::client::Partial;
 use crate::error::{Error, Result};
-use crate::layout::{self, ItemPlace, BLOCK_BYTES};
+use crate::layout::{self, ItemPlace};
+use crate::txn::{self, Outcome, Tx, CHAINS, TX_ITEMS};
 
 /// What an add did to one item ([`RedisFilter::add_keys`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,10 +63,6 @@ impl AddReport {
         self.outcomes.iter().filter(|&&o| o == what).count() as u64
     }
 }
-
-/// One [`layout::ADD_MANY_SCRIPT`] call: its shards, each with the
-/// positions of its items in the batch.
-type AddCall = Vec<(u64, Vec<usize>)>;
 
 /// What one lane of an add did: `(index, outcome)` per item sent, and the
 /// failure that ended it.
@@ -108,13 +103,14 @@ impl RedisFilter {
             }
             report.error = error;
         } else {
-            // Keys are dealt to lanes by block: items of different blocks
+            // Keys are dealt to lanes by shard: items of different shards
             // share no bit, so the answers are those of running the adds
-            // one after the other in the order given.
+            // one after the other in the order given; and no two lanes
+            // watch one shard, so they never abort each other's
+            // transactions.
             let mut dealt: Vec<Vec<usize>> = vec![Vec::new(); lanes];
             for (i, p) in places.iter().enumerate() {
-                let block = p.shard.wrapping_mul(self.meta.shard_blocks) + p.offset / BLOCK_BYTES;
-                dealt[(block % lanes as u64) as usize].push(i);
+                dealt[(p.shard % lanes as u64) as usize].push(i);
             }
             let parts: Vec<LaneResult> = std::thread::scope(|scope| {
                 let workers: Vec<_> = dealt
@@ -141,87 +137,33 @@ impl RedisFilter {
         report
     }
 
-    /// Adds the items `idx` (indexes into `places`, in order) on one
-    /// connection per node, in [`layout::ADD_MANY_SCRIPT`] calls of up to
-    /// [`layout::ADD_MANY_ITEMS`] items (see [`RedisFilter::add_calls`]);
-    /// returns `(index, outcome)` for each item sent, and adds the new ones
-    /// to the metadata's count. The first batch that fails ends the lane
-    /// (its later items are not sent), with its error.
+    /// Adds the items `idx` (indexes into `places`, in order) as
+    /// transactions (see [`RedisFilter::transactions`]), a pipeline of up
+    /// to [`PIPELINE`] items at a time; returns `(index, outcome)` for each
+    /// item sent, and adds the new ones to the metadata's count. A pipeline
+    /// that fails ends the lane (its later items are not sent), with its
+    /// first error.
     ///
-    /// Each item is its block's bytes ORed with its mask in the script, not
-    /// a `BITFIELD … SET u1` per bit: Redis's time per scripted add went to
-    /// the four arguments per bit (see [`layout::ADD_MANY_SCRIPT`]).
-    /// Without a script, several items of one shard in one `BITFIELD`
-    /// gained nothing (3.29 µs of Redis CPU per add with one item per
-    /// command, 3.61 with 32: the arguments, not the commands, cost).
+    /// An item is one `BITFIELD … SET u1 BIT 1 …` of its `k` bits, not its
+    /// block's bytes ORed with a mask: without a script there is no
+    /// read-modify-write in Redis. Several items of one shard in one
+    /// `BITFIELD` gained nothing (3.29 µs of Redis CPU per add with one
+    /// item per command, 3.61 with 32: the arguments, not the commands,
+    /// cost).
     fn insert_lane(&self, places: &[ItemPlace], idx: &[usize]) -> LaneResult {
         let mut done = Vec::with_capacity(idx.len());
-        let mut cmds = Batch::new();
-        let sha = layout::add_many_script_sha().as_bytes();
+        let damaged = |shard: u64, problem: String| self.damaged(shard, problem);
         for batch in idx.chunks(PIPELINE) {
-            let mut partial = self.send_adds(&mut cmds, places, batch, Script::Sha(sha));
-            // A node that has not cached the script (restarted, flushed,
-            // a replica promoted) refuses `EVALSHA` with NOSCRIPT before
-            // running anything: those items go again with the script's
-            // text, which caches it there. (Another client's `EVAL` may
-            // cache it part way through the pipeline; an item sent again
-            // then runs after later ones of the batch, so of two equal
-            // items the later may be the one told "new": still exactly
-            // one is.)
-            let unrun: Vec<usize> = (0..batch.len())
-                .filter(|&j| {
-                    matches!(&partial.replies[j], Some(Value::ServerError(e)) if e.code() == "NOSCRIPT")
-                })
-                .collect();
-            if !unrun.is_empty() {
-                let retry: Vec<usize> = unrun.iter().map(|&j| batch[j]).collect();
-                let script = Script::Eval(layout::ADD_MANY_SCRIPT.as_bytes());
-                let again = self.send_adds(&mut cmds, places, &retry, script);
-                for (reply, &j) in again.replies.into_iter().zip(&unrun) {
-                    partial.replies[j] = reply;
-                }
-                if let Some(e) = again.error {
-                    partial.error.get_or_insert(e);
-                }
-            }
-            let mut error = partial.error;
+            let (txs, chains) = self.transactions(places, batch);
+            let run = txn::run(&self.store, txs, chains, &damaged);
+            let mut error = run.error;
             let mut new = 0u64;
-            for (reply, &i) in partial.replies.into_iter().zip(batch) {
-                let outcome = match reply {
-                    None => Added::Unknown,
-                    Some(Value::Int(1)) => Added::New,
-                    Some(Value::Int(0)) => Added::Present,
-                    Some(Value::Int(n)) if n < 0 => {
-                        let len = -(n + 1);
-                        error.get_or_insert_with(|| {
-                            self.damaged(
-                                places[i].shard,
-                                match len {
-                                    0 => "missing".to_string(),
-                                    len => format!(
-                                        "{len} bytes long instead of {}",
-                                        self.meta.shard_bytes(places[i].shard).end
-                                            - self.meta.shard_bytes(places[i].shard).start
-                                    ),
-                                },
-                            )
-                        });
-                        Added::NotAdded
-                    }
-                    Some(Value::ServerError(e)) => {
-                        // Redis refuses a command before running it (OOM,
-                        // READONLY, …), but a script could fail after its
-                        // write: the outcome is not known.
-                        error.get_or_insert_with(|| self.store.refused(e));
-                        Added::Unknown
-                    }
-                    Some(other) => {
-                        error.get_or_insert_with(|| {
-                            self.store
-                                .protocol(format!("unexpected reply to an add: {other:?}"))
-                        });
-                        Added::Unknown
-                    }
+            for (i, o) in run.outcomes {
+                let outcome = match o {
+                    Outcome::Set(true) => Added::New,
+                    Outcome::Set(false) => Added::Present,
+                    Outcome::Unknown => Added::Unknown,
+                    Outcome::NotRun => Added::NotAdded,
                 };
                 new += (outcome == Added::New) as u64;
                 done.push((i, outcome));
@@ -245,113 +187,115 @@ impl RedisFilter {
         (done, None)
     }
 
-    /// Sends the items `idx` (indexes into `places`) as
-    /// [`layout::ADD_MANY_SCRIPT`] calls named as `how` says, pipelined per
-    /// node; per item of `idx`, in order, the reply that came back for it
-    /// (its call's answer for it, or its call's error), with the first
-    /// failure. An item whose call got no reply has none.
-    fn send_adds(
-        &self,
-        cmds: &mut Batch,
-        places: &[ItemPlace],
-        idx: &[usize],
-        how: Script<'_>,
-    ) -> Partial {
-        cmds.clear();
-        let calls = self.add_calls(idx, places);
-        let mut keys: Vec<std::borrow::Cow<'_, str>> = Vec::new();
-        let mut pairs = Vec::with_capacity(2 * 64);
-        for call in &calls {
-            keys.clear();
-            keys.extend(call.iter().map(|(shard, _)| self.shard_key(*shard)));
-            let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-            let args = 3
-                + call.len()
-                + call
-                    .iter()
-                    .map(|(_, items)| 2 + 2 * items.len())
-                    .sum::<usize>();
-            cmds.start_script(args, how, &key_bytes);
-            for (shard, items) in call {
-                let r = self.meta.shard_bytes(*shard);
-                cmds.arg_u64(r.end - r.start);
-                cmds.arg_u64(items.len() as u64);
-                for &j in items {
-                    let p = &places[idx[j]];
-                    cmds.arg_u64(p.offset);
-                    p.mask_pairs(&mut pairs);
-                    cmds.arg(&pairs);
-                }
-            }
-            cmds.end(0);
-        }
-        let sent = self.store.run_partial(cmds);
-        let mut replies: Vec<Option<Value>> = vec![None; idx.len()];
-        let mut error = sent.error;
-        for (call, reply) in calls.iter().zip(sent.replies) {
-            let items = call.iter().flat_map(|(_, items)| items.iter().copied());
-            let count: usize = call.iter().map(|(_, items)| items.len()).sum();
-            match reply {
-                Some(Value::Array(answers)) if answers.len() == count => {
-                    for (j, a) in items.zip(answers) {
-                        replies[j] = Some(a);
-                    }
-                }
-                Some(Value::Array(answers)) => {
-                    // Not what the script returns: the outcomes are unknown.
-                    error.get_or_insert_with(|| {
-                        self.store.protocol(format!(
-                            "{} answers to an add of {count} items",
-                            answers.len()
-                        ))
-                    });
-                }
-                other => {
-                    for j in items {
-                        replies[j] = other.clone();
-                    }
-                }
-            }
-        }
-        Partial { replies, error }
-    }
-
-    /// Cuts the items `idx` into [`layout::ADD_MANY_SCRIPT`] calls: per
-    /// call, its shards (in the order first met) and per shard the
-    /// positions in `idx` of its items, in order. A call holds at most
-    /// [`layout::ADD_MANY_ITEMS`] items and, in a cluster, the shards of
-    /// one slot. Items of one shard keep their order: a shard's later items
-    /// go in the same call or in a later one of the same node's pipeline.
-    fn add_calls(&self, idx: &[usize], places: &[ItemPlace]) -> Vec<AddCall> {
+    /// Cuts the items `idx` into transactions of at most [`TX_ITEMS`]
+    /// items: in a cluster, each of one slot's shards; on one server, of
+    /// any shards. Returns them with the number of chains (connections
+    /// per node, [`CHAINS`] at most) they are spread over; every item of a
+    /// shard is on one chain, in order, so a shard's later items go in the
+    /// same transaction or a later one of the same connection.
+    fn transactions(&self, places: &[ItemPlace], idx: &[usize]) -> (Vec<Tx>, usize) {
         let cluster = self.store.is_cluster();
-        let mut calls: Vec<AddCall> = Vec::new();
-        // Per group (a slot in a cluster, one group otherwise): its open
-        // call and the items in it.
-        let mut open: std::collections::HashMap<u16, (usize, usize)> = Default::default();
-        for (j, &i) in idx.iter().enumerate() {
+        // On one server a chain per 512 items (eight transactions) at
+        // least: a server's small batches take one connection each. In a
+        // cluster a transaction is one slot's items, usually one or two,
+        // so every chain counts.
+        let chains = match cluster {
+            true => CHAINS,
+            false => (idx.len() / (8 * TX_ITEMS)).clamp(1, CHAINS),
+        };
+        let mut txs: Vec<Tx> = Vec::new();
+        // Per (slot, chain): its open transaction and the items in it.
+        let mut open: HashMap<(u16, usize), (usize, usize)> = HashMap::new();
+        for &i in idx {
             let p = &places[i];
-            let group = if cluster {
-                layout::key_slot(self.shard_key(p.shard).as_bytes())
-            } else {
-                0
+            let key = self.shard_key(p.shard);
+            let slot = match cluster {
+                true => layout::key_slot(key.as_bytes()),
+                false => 0,
             };
-            let c = match open.get_mut(&group) {
-                Some((c, items)) if *items < layout::ADD_MANY_ITEMS => {
+            let chain = spread(if cluster { slot as u64 } else { p.shard }) % chains;
+            let t = match open.get_mut(&(slot, chain)) {
+                Some((t, items)) if *items < TX_ITEMS => {
                     *items += 1;
-                    *c
+                    *t
                 }
                 _ => {
-                    calls.push(Vec::new());
-                    open.insert(group, (calls.len() - 1, 1));
-                    calls.len() - 1
+                    txs.push(Tx::new(slot, chain));
+                    open.insert((slot, chain), (txs.len() - 1, 1));
+                    txs.len() - 1
                 }
             };
-            let call = &mut calls[c];
-            match call.iter_mut().find(|(shard, _)| *shard == p.shard) {
-                Some((_, items)) => items.push(j),
-                None => call.push((p.shard, vec![j])),
+            let r = self.meta.shard_bytes(p.shard);
+            txs[t].push(p.shard, &key, r.end - r.start, i, p.redis_bits().collect());
+        }
+        (txs, chains)
+    }
+}
+
+impl RedisFilter {
+    /// Sets Redis bit `bit` of shard `shard` again, on `conn` (a
+    /// connection to the shard's master), guarded as every add is: `WATCH`
+    /// and `STRLEN` of the shard, then `MULTI`, `BITFIELD`, `EXEC` (sent
+    /// again if `EXEC` aborts). A shard missing or of the wrong length is
+    /// [`Error::Damaged`] and is not written. Setting a bit that is set
+    /// changes nothing, but it is a write: it enters the replication stream
+    /// after everything the master ran before it, which a `WAIT` sent next
+    /// on the same connection then waits for.
+    pub fn set_bit_again(&self, conn: &mut redis::Connection, shard: u64, bit: u64) -> Result<()> {
+        let key = self.shard_key(shard);
+        let r = self.meta.shard_bytes(shard);
+        let len = r.end - r.start;
+        let err = |e| Error::from_redis(self.store.server(), e);
+        for _ in 0..=txn::MAX_ABORTS {
+            redis::cmd("WATCH")
+                .arg(key.as_ref())
+                .query::<()>(conn)
+                .map_err(err)?;
+            let have: i64 = redis::cmd("STRLEN")
+                .arg(key.as_ref())
+                .query(conn)
+                .map_err(err)?;
+            if have < 0 || have as u64 != len {
+                redis::cmd("UNWATCH").query::<()>(conn).map_err(err)?;
+                return Err(self.damaged(
+                    shard,
+                    match have {
+                        0 => "missing".to_string(),
+                        n => format!("{n} bytes long instead of {len}"),
+                    },
+                ));
+            }
+            let replies: Vec<redis::Value> = redis::pipe()
+                .cmd("MULTI")
+                .cmd("BITFIELD")
+                .arg(key.as_ref())
+                .arg("SET")
+                .arg("u1")
+                .arg(bit)
+                .arg(1)
+                .cmd("EXEC")
+                .query(conn)
+                .map_err(err)?;
+            match replies.last() {
+                // Aborted: the shard changed since the WATCH; check again.
+                Some(redis::Value::Nil) => continue,
+                Some(redis::Value::Array(_)) => return Ok(()),
+                other => {
+                    return Err(self
+                        .store
+                        .protocol(format!("unexpected reply to EXEC: {other:?}")))
+                }
             }
         }
-        calls
+        Err(self.store.protocol(format!(
+            "the shard {shard} changed under each of {} tries to set a bit again",
+            txn::MAX_ABORTS
+        )))
     }
+}
+
+/// A chain for a shard or slot number: a multiplicative hash, so that the
+/// chains of one lane (whose shards are alike modulo the lanes) differ.
+fn spread(n: u64) -> usize {
+    (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize
 }

@@ -61,7 +61,7 @@ use bloomgate_blacklist::FilterSpec;
 use bloomgate_engine::{random_seed, Layout};
 use bloomgate_redis::{layout, Address, RedisFilter};
 use bloomgate_url::KeyError;
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo, Value};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 
 use super::{AddOutcome, StoreError};
 use crate::Limits;
@@ -692,29 +692,23 @@ impl RedisStore {
                 Some(c) => c,
                 None => self.connect(&node)?,
             };
-            // The add script, not a bare BITFIELD: it never recreates a
+            // A guarded add, not a bare BITFIELD: it never recreates a
             // shard evicted since the batch as zeros.
-            let r = f.meta().shard_bytes(shard);
-            let reply: redis::RedisResult<(Value, i64)> = redis::pipe()
-                .add_command(layout::add_cmd(
-                    &layout::shard_key(name, shard),
-                    r.end - r.start,
-                    [bit],
-                ))
-                .cmd("WAIT")
+            f.set_bit_again(&mut conn, shard, bit).map_err(store_err)?;
+            let got: i64 = redis::cmd("WAIT")
                 .arg(want)
                 .arg(self.opts.wait_timeout.as_millis() as u64)
-                .query(&mut conn);
-            let got = reply.map_err(|e| {
-                StoreError::Unavailable(format!("{}:{}: WAIT: {e}", node.0, node.1))
-            })?;
+                .query(&mut conn)
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("{}:{}: WAIT: {e}", node.0, node.1))
+                })?;
             waiters.insert(node.clone(), conn);
-            if got.1 < want as i64 {
+            if got < want as i64 {
                 return Err(StoreError::Unavailable(format!(
                     "{}:{}: the add ran on the master but only {} of {want} replicas acknowledged it within {} ms (not acknowledged)",
                     node.0,
                     node.1,
-                    got.1,
+                    got,
                     self.opts.wait_timeout.as_millis()
                 )));
             }

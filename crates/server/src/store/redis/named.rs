@@ -66,14 +66,23 @@ impl RedisNamed {
         limits: &Limits,
         health: Arc<Health>,
     ) -> Arc<RedisNamed> {
-        Arc::new_cyclic(|me| RedisNamed {
-            name: name.to_string(),
-            filter,
-            checked: Mutex::new(std::time::Instant::now()),
-            health,
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            batches: coalesce::Coalescer::new(me.clone(), limits.max_item_bytes),
+        Arc::new_cyclic(|me| {
+            let batches = {
+                let f = filter
+                    .as_ref()
+                    .ok()
+                    .map(|f| f.read().unwrap_or_else(|p| p.into_inner()));
+                coalesce::Coalescer::new(me.clone(), f.as_deref(), limits.max_item_bytes)
+            };
+            RedisNamed {
+                name: name.to_string(),
+                filter,
+                checked: Mutex::new(std::time::Instant::now()),
+                health,
+                checks: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+                batches,
+            }
         })
     }
 

@@ -4,14 +4,14 @@
 //! A request (the queries of one `BF.EXISTS`/`BF.MEXISTS`, an HTTP check,
 //! the entries of one `BF.ADD`/`BF.MADD`, an HTTP add) is queued with a
 //! oneshot channel for its answer. Worker threads — [`CHECKERS`] for
-//! lookups, one for adds — each take everything queued (up to
-//! [`MAX_ITEMS`] items), answer it with the `bloomgate_redis` crate's batch
-//! calls, and complete every request. There is no fixed delay: a worker
-//! sends as soon as it is free, so one request alone goes out at once, and
-//! under load the queue fills while the previous batch is in Redis — the
-//! batch grows with the load ("send when the previous batch returns").
-//! At most [`CHECKERS`] lookup batches and one add batch of a filter are
-//! in flight at a time.
+//! lookups, one per add lane ([`ADDERS`]) — each take everything queued
+//! (up to [`MAX_ITEMS`] items), answer it with the `bloomgate_redis`
+//! crate's batch calls, and complete every request. There is no fixed
+//! delay: a worker sends as soon as it is free, so one request alone goes
+//! out at once, and under load the queue fills while the previous batch is
+//! in Redis — the batch grows with the load ("send when the previous batch
+//! returns"). At most [`CHECKERS`] lookup batches and [`ADDERS`] add
+//! batches of a filter are in flight at a time.
 //!
 //! The pipelining is the crate's, as the CLI uses it
 //! ([`RedisFilter::contains_keys`], [`RedisFilter::insert_keys`]: one
@@ -24,10 +24,18 @@
 //! alone would have — and the others are answered. (A request with keys on
 //! several nodes, a URL query in prefix mode, fails if any of them does.)
 //!
-//! Adds have one worker, so they run in the order they were queued: of
-//! two adds of one item, the first queued is the one told "new", as when
-//! they are sent one after the other. (A connection waits for its queued
-//! adds before it sends a lookup, and the reverse: see `resp::conn`.)
+//! Adds go through [`ADDERS`] lanes, each with its own queue and worker:
+//! an entry's lane is its shard's (shard number modulo [`ADDERS`], from
+//! the filter's metadata as the add workers last read it, [`Placer`]), and a
+//! request with entries of several lanes is answered when every part is.
+//! So several add batches are in flight — a batch held up in Redis (a
+//! stalled round trip) delays only its lane's adds, and the others drain
+//! meanwhile — while every add of one item runs in its lane in the order
+//! queued: of two adds of one item, the first queued is the one told
+//! "new", as when they are sent one after the other. Lanes never share a
+//! shard, so their transactions (the crate's `WATCH` … `EXEC`) never abort
+//! each other. (A connection waits for its queued adds before it sends a
+//! lookup, and the reverse: see `resp::conn`.)
 //!
 //! The worker re-validates the handle (`RedisNamed::read`) before each
 //! batch, so a request never waits on the network on the thread that
@@ -39,12 +47,13 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
-use bloomgate_redis::{layout, RedisFilter};
-use bloomgate_url::KeyError;
+use bloomgate_redis::layout::{self, Meta};
+use bloomgate_redis::RedisFilter;
+use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
 use tokio::sync::oneshot;
 
 use super::RedisNamed;
-use crate::store::redis::store_err;
+use crate::store::redis::{store_err, worker_gone};
 use crate::store::{AddOutcome, StoreError};
 
 /// The answer to a queued lookup: one verdict per query, or why none can
@@ -58,6 +67,10 @@ pub type Added = Result<Vec<AddOutcome>, StoreError>;
 /// collected (and its replies decoded) while Redis runs the other.
 pub(super) const CHECKERS: usize = 2;
 
+/// Add lanes per filter: add batches in flight at once, each of the
+/// entries of its shards (see the module documentation).
+pub(super) const ADDERS: usize = 4;
+
 /// Items (queries or entries) per batch; a single larger request is
 /// taken alone. The crate cuts a batch into pipelines of 4,096 commands
 /// and spreads one of 2,048 keys or more over several connections.
@@ -70,8 +83,85 @@ enum Job {
     },
     Add {
         entries: Vec<Vec<u8>>,
-        reply: oneshot::Sender<Added>,
+        part: Part,
     },
+}
+
+/// The entries of an add request that go through one lane: their places
+/// in the request, and the request's answer being put together.
+struct Part {
+    join: Arc<Mutex<Join>>,
+    at: Vec<usize>,
+}
+
+/// An add request's answer, filled in by the lanes of its parts.
+struct Join {
+    outcomes: Vec<Option<AddOutcome>>,
+    /// Parts not answered yet.
+    left: usize,
+    error: Option<StoreError>,
+    reply: Option<oneshot::Sender<Added>>,
+}
+
+impl Part {
+    /// Answers this part: its outcomes in order, or its error (the
+    /// request's answer is the first error of its parts). The last part
+    /// sends the request's answer.
+    fn done(self, answer: Result<Vec<AddOutcome>, StoreError>) {
+        let mut j = self.join.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Ok(outcomes) => {
+                for (&i, o) in self.at.iter().zip(outcomes) {
+                    j.outcomes[i] = Some(o);
+                }
+            }
+            Err(e) => {
+                j.error.get_or_insert(e);
+            }
+        }
+        j.left -= 1;
+        if j.left > 0 {
+            return;
+        }
+        let answer: Added = match j.error.take() {
+            Some(e) => Err(e),
+            None => std::mem::take(&mut j.outcomes)
+                .into_iter()
+                .map(|o| o.ok_or_else(worker_gone))
+                .collect(),
+        };
+        if let Some(reply) = j.reply.take() {
+            // A requester that went away (its connection closed) is not told.
+            let _ = reply.send(answer);
+        }
+    }
+}
+
+/// What the queueing side needs to pick an entry's add lane: the filter's
+/// key rules and shard geometry, as the add workers last read them.
+struct Placer {
+    kind: KeyKind,
+    mode: MatchMode,
+    meta: Meta,
+}
+
+impl Placer {
+    fn of(f: &RedisFilter) -> Placer {
+        Placer {
+            kind: f.kind(),
+            mode: f.mode(),
+            meta: f.meta().clone(),
+        }
+    }
+
+    /// The add lane of `entry`: its shard's. An entry that is not a valid
+    /// key (its outcome says so) goes to lane 0.
+    fn lane(&self, entry: &[u8]) -> usize {
+        match entry_key(self.kind, self.mode, entry) {
+            Ok(k) => (self.meta.place(&k).shard % ADDERS as u64) as usize,
+            Err(_) => 0,
+        }
+    }
 }
 
 impl Job {
@@ -86,7 +176,7 @@ impl Job {
         // A requester that went away (its connection closed) is not told.
         match self {
             Job::Check { reply, .. } => drop(reply.send(Err(dup(e)))),
-            Job::Add { reply, .. } => drop(reply.send(Err(dup(e)))),
+            Job::Add { part, .. } => part.done(Err(dup(e))),
         }
     }
 }
@@ -142,7 +232,10 @@ impl Queue {
 /// The queues of one filter and their workers (see the module doc).
 pub(super) struct Coalescer {
     checks: Arc<Queue>,
-    adds: Arc<Queue>,
+    /// One queue per add lane.
+    adds: Vec<Arc<Queue>>,
+    /// How entries are placed in lanes (`None` until the filter is read).
+    placer: Mutex<Option<Arc<Placer>>>,
     /// The filter, for the workers (a weak reference: the workers stop
     /// when the filter is dropped).
     owner: Weak<RedisNamed>,
@@ -153,17 +246,35 @@ pub(super) struct Coalescer {
 impl Drop for Coalescer {
     fn drop(&mut self) {
         self.checks.close();
-        self.adds.close();
+        self.adds.iter().for_each(|q| q.close());
     }
 }
 
 impl Coalescer {
-    pub(super) fn new(owner: Weak<RedisNamed>, max_item_bytes: usize) -> Coalescer {
+    /// The queues of a filter whose handle is `filter` (`None`: broken,
+    /// its requests never queued).
+    pub(super) fn new(
+        owner: Weak<RedisNamed>,
+        filter: Option<&RedisFilter>,
+        max_item_bytes: usize,
+    ) -> Coalescer {
         Coalescer {
             checks: Arc::default(),
-            adds: Arc::default(),
+            adds: (0..ADDERS).map(|_| Arc::default()).collect(),
+            placer: Mutex::new(filter.map(|f| Arc::new(Placer::of(f)))),
             owner,
             max_item_bytes,
+        }
+    }
+
+    /// Updates the placer after the handle was read again (a filter
+    /// replaced by a push has new metadata).
+    fn refresh(&self, f: &RedisFilter) {
+        let mut p = self.placer.lock().unwrap_or_else(|p| p.into_inner());
+        if p.as_ref()
+            .is_none_or(|p| p.meta.generation != f.meta().generation)
+        {
+            *p = Some(Arc::new(Placer::of(f)));
         }
     }
 
@@ -178,14 +289,46 @@ impl Coalescer {
         rx
     }
 
-    /// Queues an add of `entries`.
+    /// Queues an add of `entries`, in parts by add lane.
     pub(super) fn add(&self, entries: &[&[u8]]) -> oneshot::Receiver<Added> {
         let (tx, rx) = oneshot::channel();
-        let job = Job::Add {
-            entries: entries.iter().map(|e| e.to_vec()).collect(),
-            reply: tx,
-        };
-        self.queue(&self.adds, 1, job);
+        let placer = self
+            .placer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut parts: Vec<Vec<usize>> = vec![Vec::new(); ADDERS];
+        for (i, e) in entries.iter().enumerate() {
+            let lane = match &placer {
+                Some(p) if e.len() <= self.max_item_bytes => p.lane(e),
+                _ => 0,
+            };
+            parts[lane].push(i);
+        }
+        let left = parts.iter().filter(|p| !p.is_empty()).count();
+        if left == 0 {
+            let _ = tx.send(Ok(Vec::new()));
+            return rx;
+        }
+        let join = Arc::new(Mutex::new(Join {
+            outcomes: vec![None; entries.len()],
+            left,
+            error: None,
+            reply: Some(tx),
+        }));
+        for (lane, at) in parts.into_iter().enumerate() {
+            if at.is_empty() {
+                continue;
+            }
+            let job = Job::Add {
+                entries: at.iter().map(|&i| entries[i].to_vec()).collect(),
+                part: Part {
+                    join: join.clone(),
+                    at,
+                },
+            };
+            self.queue(&self.adds[lane], 1, job);
+        }
         rx
     }
 
@@ -386,14 +529,15 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
     }
 }
 
-/// Runs a batch of adds (in the order queued), as `RedisStore::add` did
-/// for one request: entries too long or invalid get their outcome, the
-/// others are added with one `BITFIELD` each.
+/// Runs a batch of adds of one lane (in the order queued), as
+/// `RedisStore::add` did for one request: entries too long or invalid get
+/// their outcome, the others are added by the crate's guarded `BITFIELD`s.
 fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
     let f = match named.read() {
         Ok(f) => f,
         Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
     };
+    named.batches.refresh(&f);
     let mut keys: Vec<Vec<u8>> = Vec::new();
     // Per entry: the index of its key, or its outcome.
     let mut slots: Vec<Result<usize, AddOutcome>> = Vec::new();
@@ -416,9 +560,10 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
     }
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let new = per_node(&f, &refs, |part| f.insert_keys(part));
+    drop(f);
     let mut slots = slots.into_iter();
     for j in jobs {
-        let Job::Add { entries, reply } = j else {
+        let Job::Add { entries, part } = j else {
             continue;
         };
         let mut outcomes = Vec::with_capacity(entries.len());
@@ -436,7 +581,7 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
                 Err(o) => o,
             });
         }
-        let _ = reply.send(match failed {
+        part.done(match failed {
             Some(e) => Err(dup(&e)),
             None => Ok(outcomes),
         });
