@@ -49,6 +49,7 @@
 //! "absent" answer: an error is the only honest answer then.
 #![deny(missing_docs)]
 
+mod bloom;
 pub mod check;
 mod error;
 pub mod info;
@@ -65,6 +66,7 @@ use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
+pub use bloom::BloomList;
 pub use check::{CheckScratch, Verdict};
 pub use error::Error;
 pub use info::Info;
@@ -577,6 +579,31 @@ impl List {
             }
         }
         Ok(was_hit)
+    }
+
+    /// Whitelists (`add`) or takes off the whitelist each of `items`, in
+    /// memory ([`List::whitelist_add`], [`List::whitelist_remove`]): per
+    /// item, whether it was a hit (add) or was there (remove), or why it is
+    /// not a valid entry of the key kind. Any other failure stops the
+    /// edits (those made before it stay made).
+    pub fn whitelist_edit(
+        &mut self,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, Error> {
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let r = match add {
+                true => self.whitelist_add(item),
+                false => self.whitelist_remove(item),
+            };
+            match r {
+                Ok(b) => out.push(Ok(b)),
+                Err(Error::InvalidItem { reason, .. }) => out.push(Err(reason)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// Takes an item off the whitelist. Returns whether it was there.

@@ -46,6 +46,7 @@
 //! | file | role |
 //! |---|---|
 //! | `store/mod.rs` | the interface: [`Store`], [`Filter`], [`Ack`], [`StoreError`] and the types they exchange |
+//! | `store/counters.rs` | a filter's lookup counters ([`Counters`]), the same for every kind |
 //! | `store/local/mod.rs` | [`LocalStore`]: the data directory's filters: open, create, delete, add, whitelist |
 //! | `store/local/named.rs` | one local filter ([`Named`]): lock-free lookups, counters, info |
 //! | `store/local/growth.rs` | adds that grow a scaling filter |
@@ -59,6 +60,7 @@
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
 //! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
 
+mod counters;
 pub mod deletable;
 mod gauges;
 mod local;
@@ -73,6 +75,7 @@ use serde::Serialize;
 
 use crate::wal;
 
+pub use counters::Counters;
 pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
 pub use bloomgate_blacklist::FilterSpec;
 pub use local::deletable::{
@@ -559,22 +562,24 @@ impl Filter {
     /// [`Filter::contains_batch`], counted by the caller once per batch).
     #[inline]
     pub fn count(&self, checks: u64, hits: u64) {
-        match self {
-            Filter::Local(n) => n.count(checks, hits),
-            // Counted by the server's metrics alone.
-            Filter::Deletable(_) => {}
-            Filter::Listed(n) => n.count(checks, hits),
-            Filter::Redis(n) => n.count(checks, hits),
+        if let Some(c) = self.lookups() {
+            c.count(checks, hits);
         }
     }
 
     /// (checks, hits) counters.
     pub fn counters(&self) -> (u64, u64) {
+        self.lookups().map_or((0, 0), Counters::get)
+    }
+
+    /// The filter's lookup counters; `None` for a deletable filter, whose
+    /// lookups the server's metrics alone count.
+    fn lookups(&self) -> Option<&Counters> {
         match self {
-            Filter::Local(n) => n.counters(),
-            Filter::Deletable(_) => (0, 0),
-            Filter::Listed(n) => n.counters(),
-            Filter::Redis(n) => n.counters(),
+            Filter::Local(n) => Some(n.lookups()),
+            Filter::Deletable(_) => None,
+            Filter::Listed(n) => Some(n.lookups()),
+            Filter::Redis(n) => Some(n.lookups()),
         }
     }
 

@@ -41,7 +41,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bloomgate_blacklist::VerdictRef;
@@ -52,7 +52,7 @@ use bloomgate_url::KeyError;
 use serde_json::Value;
 
 use super::{file_id, lock, valid_name, with_path, FileId, LocalStore, LookupScratch};
-use crate::store::{Damaged, Info, StoreError};
+use crate::store::{Counters, Damaged, Info, StoreError};
 
 /// The served names of [`Listed`] filters.
 pub(super) type ListedMap = RwLock<HashMap<String, Arc<Listed>>>;
@@ -75,8 +75,7 @@ pub struct Listed {
     list: RwLock<List>,
     layout: &'static str,
     loaded: std::sync::Mutex<Option<FileId>>,
-    checks: AtomicU64,
-    hits: AtomicU64,
+    lookups: Counters,
 }
 
 /// Opens the list at `path` for serving (read-only), or with `verify`
@@ -114,8 +113,7 @@ impl Listed {
             layout: list.layout(),
             list: RwLock::new(list),
             loaded: std::sync::Mutex::new(loaded),
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
+            lookups: Counters::default(),
         }
     }
 
@@ -139,7 +137,7 @@ impl Listed {
 
     /// Answers many queries by the library's verdict ([`List::check_each`]):
     /// `each` gets one result per query, in order. Not counted (see
-    /// [`Listed::count`]).
+    /// [`Counters`]).
     #[inline]
     pub fn check_many(
         &self,
@@ -150,20 +148,9 @@ impl Listed {
         Ok(self.read().check_each(queries, scratch, each)?)
     }
 
-    /// Adds to the filter's lookup counters.
-    #[inline]
-    pub fn count(&self, checks: u64, hits: u64) {
-        if checks > 0 {
-            self.checks.fetch_add(checks, Relaxed);
-        }
-        if hits > 0 {
-            self.hits.fetch_add(hits, Relaxed);
-        }
-    }
-
-    /// (checks, hits) counters.
-    pub fn counters(&self) -> (u64, u64) {
-        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    /// Its lookup counters.
+    pub fn lookups(&self) -> &Counters {
+        &self.lookups
     }
 
     /// The refusal of a change to the filter: the library's reason when
@@ -192,26 +179,14 @@ impl Listed {
         add: bool,
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         let mut list = self.write();
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            let r = match add {
-                true => list.whitelist_add(item),
-                false => list.whitelist_remove(item),
-            };
-            match r {
-                Ok(b) => out.push(Ok(b)),
-                Err(bloomgate_list::Error::InvalidItem { reason, .. }) => out.push(Err(reason)),
-                Err(e) => {
-                    reopen_after_failure(&mut list);
-                    return Err(e.into());
-                }
+        let edited = list.whitelist_edit(items, add);
+        match edited.and_then(|out| list.save_whitelist().map(|()| out)) {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                reopen_after_failure(&mut list);
+                Err(e.into())
             }
         }
-        if let Err(e) = list.save_whitelist() {
-            reopen_after_failure(&mut list);
-            return Err(e.into());
-        }
-        Ok(out)
     }
 
     /// Information about the filter, from the library's description.
