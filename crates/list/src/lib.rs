@@ -7,8 +7,11 @@
 //! `redis+cluster://…/NAME` address names a blocked filter stored in Redis
 //! shards. What a user asks of each is the same: is this URL on the list,
 //! add it, take it off, whitelist a false positive, describe the list. A
-//! front end (the CLI today, the server next) translates its arguments into
-//! those operations on a [`List`] and never asks which shape it holds.
+//! front end (the CLI, the Python package, the server) translates its
+//! arguments into those operations on a [`List`] and never asks which
+//! shape it holds. A server that keeps a Bloom filter's state itself (live
+//! adds through its log, layers grown in memory) publishes it as a
+//! [`BloomList`]: the same `List` over the layers it holds.
 //!
 //! # One enum, one `match` per operation
 //!
@@ -36,9 +39,11 @@
 //! lookup per key in a counting or cuckoo table) — the only step that
 //! differs; and the whitelist rule ([`bloomgate_blacklist::verdict_ref`])
 //! turns each query's keys and answers into one [`Verdict`]. The three
-//! steps are [`check::check_many`], which the server's filters call too
-//! (with their own membership step): the verdict is computed in one place
-//! for every shape and every front end.
+//! steps are [`check::check_many`], which the server's filters reach
+//! through a [`List`] (its files of other layouts), a [`BloomList`] (its
+//! Bloom filters) or with their own membership step (its counting and
+//! cuckoo filters, a filter in Redis): the verdict is computed in one
+//! place for every shape and every front end.
 //!
 //! # Never "absent" when the list cannot tell
 //!

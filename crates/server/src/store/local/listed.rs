@@ -4,7 +4,9 @@
 //! The data directory's Bloom filters ([`Named`]) and its counting and
 //! cuckoo filters ([`super::deletable`]) take live adds, so the server
 //! keeps their state itself: the write-ahead log, journals, snapshots and
-//! growth. Every other layout is served exactly as [`List::open`] opens it
+//! growth (a Bloom filter's lookups and whitelist edits are still the
+//! library's list's, over the layers it holds). Every other layout is
+//! served exactly as [`List::open`] opens it
 //! — today the static ribbon layout: lookups through [`List::check_each`]
 //! (the verdict `bloomgate check` gives, for the same file and queries),
 //! whitelist edits through [`List::whitelist_add`] and
@@ -52,7 +54,7 @@ use bloomgate_url::KeyError;
 use serde_json::Value;
 
 use super::{file_id, lock, valid_name, with_path, FileId, LocalStore, LookupScratch};
-use crate::store::{Counters, Damaged, Info, StoreError};
+use crate::store::{sorted_by_name, Counters, Damaged, Info, StoreError};
 
 /// The served names of [`Listed`] filters.
 pub(super) type ListedMap = RwLock<HashMap<String, Arc<Listed>>>;
@@ -290,15 +292,7 @@ impl LocalStore {
 
     /// All filters served through [`List`], sorted by name.
     pub fn listed_all(&self) -> Vec<Arc<Listed>> {
-        let mut v: Vec<Arc<Listed>> = self
-            .listed
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.listed)
     }
 
     /// Bytes of all filters served through [`List`].

@@ -38,7 +38,8 @@
 //! # Concurrency
 //!
 //! Lookups are lock-free: a filter's layers and whitelist are published
-//! through [`arc_swap::ArcSwap`]s and the bit arrays are atomic. Adds, growth
+//! together as the library's list ([`bloomgate_list::BloomList`], through
+//! an [`arc_swap::ArcSwap`]) and the bit arrays are atomic. Adds, growth
 //! and whitelist edits of one filter are serialized by a mutex (adds are
 //! bounded by the log's fsync anyway). Snapshots, deletes, reloads and
 //! creations are serialized with each other by the store's snapshot lock, so
@@ -148,7 +149,7 @@ use crate::metrics::Metrics;
 use crate::wal::{self, AckRx, Wal};
 use crate::Limits;
 
-use super::{AddOutcome, Damaged, Info, SnapshotReport, StoreError};
+use super::{sorted_by_name, AddOutcome, Damaged, Info, SnapshotReport, StoreError};
 
 use growth::add_key;
 pub use listed::Listed;
@@ -474,15 +475,7 @@ impl LocalStore {
 
     /// The damaged filters, sorted by name.
     pub fn damaged_all(&self) -> Vec<Damaged> {
-        let mut v: Vec<Damaged> = self
-            .damaged
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.damaged)
     }
 
     /// Refuses with [`StoreError::Damaged`] if `name` is damaged.
@@ -529,15 +522,7 @@ impl LocalStore {
 
     /// All filters, sorted by name.
     pub fn all(&self) -> Vec<Arc<Named>> {
-        let mut v: Vec<Arc<Named>> = self
-            .filters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.filters)
     }
 
     /// Bytes in the current log segment.
