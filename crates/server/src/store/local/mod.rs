@@ -297,7 +297,7 @@ impl LocalStore {
                 &c.adds[..]
             };
             for (seed, key) in adds {
-                if let Ok(true) = n.replay_key(&lineage, *seed, key, &limits) {
+                if let Ok(true) = n.replay_add(&lineage, *seed, key, &limits) {
                     inserted += 1;
                 }
             }

@@ -69,7 +69,7 @@ pub(super) fn replay_into(
 impl Named {
     /// [`replay_key`] into the filter's published layers (at startup,
     /// before it is served).
-    pub(super) fn replay_key(
+    pub(super) fn replay_add(
         &self,
         lineage: &[Lineage],
         seed: u64,
@@ -91,7 +91,7 @@ pub(super) fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
                 let lineage = lock(&n.lineage);
                 if lineage.iter().any(|l| l.seed == seed) {
                     let limits = Limits::default();
-                    if let Ok(true) = n.replay_key(&lineage, seed, &key, &limits) {
+                    if let Ok(true) = n.replay_add(&lineage, seed, &key, &limits) {
                         n.dirty.store(true, Relaxed);
                     }
                 }
