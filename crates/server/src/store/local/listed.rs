@@ -182,13 +182,12 @@ impl Listed {
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         let mut list = self.write();
         let edited = list.whitelist_edit(items, add);
-        match edited.and_then(|out| list.save_whitelist().map(|()| out)) {
-            Ok(out) => Ok(out),
-            Err(e) => {
+        edited
+            .and_then(|out| list.save_whitelist().map(|()| out))
+            .map_err(|e| {
                 reopen_after_failure(&mut list);
-                Err(e.into())
-            }
-        }
+                e.into()
+            })
     }
 
     /// Information about the filter, from the library's description.
