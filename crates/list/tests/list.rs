@@ -561,7 +561,9 @@ fn a_bloom_list_of_layers_answers_as_the_opened_file() {
         });
         assert_eq!(each, want, "{layout}");
         assert!(each.iter().any(|v| v.as_ref().is_ok_and(Verdict::hit)));
-        assert!(each.iter().any(|v| v.as_ref().is_ok_and(Verdict::whitelisted)));
+        assert!(each
+            .iter()
+            .any(|v| v.as_ref().is_ok_and(Verdict::whitelisted)));
 
         let items: [&[u8]; 4] = [
             b"http://evil3.example/phish/",

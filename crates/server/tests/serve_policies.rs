@@ -253,9 +253,17 @@ fn a_growing_filter_keeps_its_whitelist_across_growth() {
         assert_eq!((st, v["results"][0]["was_hit"].clone()), (200, true.into()));
     };
     let verdict = |s: &Server, item: &str| {
-        let (st, v) = s.http("GET", &format!("/v1/filters/g/check?item={item}"), None, None);
+        let (st, v) = s.http(
+            "GET",
+            &format!("/v1/filters/g/check?item={item}"),
+            None,
+            None,
+        );
         assert_eq!(st, 200, "{v}");
-        (v["hit"].as_bool().unwrap(), v["whitelisted"].as_bool().unwrap())
+        (
+            v["hit"].as_bool().unwrap(),
+            v["whitelisted"].as_bool().unwrap(),
+        )
     };
     add(&s, 0, 50);
     whitelist(&s, &host(7));
@@ -276,8 +284,16 @@ fn a_growing_filter_keeps_its_whitelist_across_growth() {
     );
     assert_eq!(st, 200, "{v}");
     for (i, r) in v["results"].as_array().unwrap().iter().enumerate() {
-        let want = if i == 7 || i == 900 { (false, true) } else { (true, false) };
-        assert_eq!((r["hit"].as_bool(), r["whitelisted"].as_bool()), (Some(want.0), Some(want.1)), "{r}");
+        let want = if i == 7 || i == 900 {
+            (false, true)
+        } else {
+            (true, false)
+        };
+        assert_eq!(
+            (r["hit"].as_bool(), r["whitelisted"].as_bool()),
+            (Some(want.0), Some(want.1)),
+            "{r}"
+        );
     }
     assert_eq!(v["results"].as_array().unwrap().len(), 2000);
     s.kill9();

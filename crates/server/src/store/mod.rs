@@ -77,10 +77,10 @@ use serde::Serialize;
 
 use crate::wal;
 
-pub use counters::Counters;
-pub use info::{Info, LayerInfo};
 pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
 pub use bloomgate_blacklist::FilterSpec;
+pub use counters::Counters;
+pub use info::{Info, LayerInfo};
 pub use local::deletable::{
     check_file as check_cf_file, parse_dump_header as parse_cf_dump_header,
 };
