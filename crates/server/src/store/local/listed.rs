@@ -372,7 +372,7 @@ impl LocalStore {
         if let Some(src) = source {
             let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
             if !same {
-                super::reload::write_atomic_from(&base, src).map_err(|e| {
+                super::write_atomic_from(&base, src).map_err(|e| {
                     StoreError::io(format_args!("cannot copy {} into place", src.display()), e)
                 })?;
             }

@@ -857,6 +857,14 @@ fn with_path(path: &Path, fault: String) -> String {
     }
 }
 
+/// Copies `src` over `base` atomically ([`bloomgate_engine::atomic`]): a
+/// reloaded file put in place, whatever its layout.
+fn write_atomic_from(base: &Path, src: &Path) -> std::io::Result<()> {
+    let mut from = std::fs::File::open(src)?;
+    bloomgate_engine::atomic::replace_with(base, |f| std::io::copy(&mut from, f).map(|_| ()))?;
+    Ok(())
+}
+
 fn remove_files(base: &Path) {
     let _ = std::fs::remove_file(base);
     let _ = std::fs::remove_file(meta_path(base));

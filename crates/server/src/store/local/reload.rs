@@ -245,13 +245,3 @@ impl LocalStore {
         }
     }
 }
-
-/// Copies `src` over `base` atomically ([`bloomgate_engine::atomic`]).
-pub(super) fn write_atomic_from(
-    base: &std::path::Path,
-    src: &std::path::Path,
-) -> std::io::Result<()> {
-    let mut from = std::fs::File::open(src)?;
-    bloomgate_engine::atomic::replace_with(base, |f| std::io::copy(&mut from, f).map(|_| ()))?;
-    Ok(())
-}
