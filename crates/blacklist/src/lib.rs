@@ -339,6 +339,13 @@ impl Blacklist {
         })
     }
 
+    /// The filter of `layers` and `whitelist` a caller holds (a server's
+    /// published state), whose first layer's file is at `path` (its
+    /// whitelist is saved beside it); nothing is read.
+    pub fn from_layers(layers: Layers, whitelist: Whitelist, path: &Path) -> Blacklist {
+        Blacklist::assemble(layers, whitelist, path, Opened::default())
+    }
+
     fn assemble(layers: Layers, whitelist: Whitelist, path: &Path, opened: Opened) -> Blacklist {
         Blacklist {
             layers,

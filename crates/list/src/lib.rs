@@ -7,8 +7,11 @@
 //! `redis+cluster://…/NAME` address names a blocked filter stored in Redis
 //! shards. What a user asks of each is the same: is this URL on the list,
 //! add it, take it off, whitelist a false positive, describe the list. A
-//! front end (the CLI today, the server next) translates its arguments into
-//! those operations on a [`List`] and never asks which shape it holds.
+//! front end (the CLI, the Python package, the server) translates its
+//! arguments into those operations on a [`List`] and never asks which
+//! shape it holds. A server that keeps a Bloom filter's state itself (live
+//! adds through its log, layers grown in memory) publishes it as a
+//! [`BloomList`]: the same `List` over the layers it holds.
 //!
 //! # One enum, one `match` per operation
 //!
@@ -36,9 +39,11 @@
 //! lookup per key in a counting or cuckoo table) — the only step that
 //! differs; and the whitelist rule ([`bloomgate_blacklist::verdict_ref`])
 //! turns each query's keys and answers into one [`Verdict`]. The three
-//! steps are [`check::check_many`], which the server's filters call too
-//! (with their own membership step): the verdict is computed in one place
-//! for every shape and every front end.
+//! steps are [`check::check_many`], which the server's filters reach
+//! through a [`List`] (its files of other layouts), a [`BloomList`] (its
+//! Bloom filters) or with their own membership step (its counting and
+//! cuckoo filters, a filter in Redis): the verdict is computed in one
+//! place for every shape and every front end.
 //!
 //! # Never "absent" when the list cannot tell
 //!
@@ -49,6 +54,7 @@
 //! "absent" answer: an error is the only honest answer then.
 #![deny(missing_docs)]
 
+mod bloom;
 pub mod check;
 mod error;
 pub mod info;
@@ -65,6 +71,7 @@ use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
+pub use bloom::BloomList;
 pub use check::{CheckScratch, Verdict};
 pub use error::Error;
 pub use info::Info;
@@ -577,6 +584,31 @@ impl List {
             }
         }
         Ok(was_hit)
+    }
+
+    /// Whitelists (`add`) or takes off the whitelist each of `items`, in
+    /// memory ([`List::whitelist_add`], [`List::whitelist_remove`]): per
+    /// item, whether it was a hit (add) or was there (remove), or why it is
+    /// not a valid entry of the key kind. Any other failure stops the
+    /// edits (those made before it stay made).
+    pub fn whitelist_edit(
+        &mut self,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, Error> {
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let r = match add {
+                true => self.whitelist_add(item),
+                false => self.whitelist_remove(item),
+            };
+            match r {
+                Ok(b) => out.push(Ok(b)),
+                Err(Error::InvalidItem { reason, .. }) => out.push(Err(reason)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// Takes an item off the whitelist. Returns whether it was there.

@@ -529,3 +529,63 @@ fn batched_adds_give_the_answers_and_bytes_of_adds_one_at_a_time() {
         assert!(out.iter().all(|v| v.as_ref().unwrap().hit()), "{layout}");
     }
 }
+
+/// A `BloomList` made of a Bloom file's layers and whitelist (what the
+/// server publishes for its Bloom filters) answers every query as the file
+/// opened with `List::open` does, through `List::check_many` and its own
+/// `check_each`; its whitelist edits are the opened list's, made on a copy
+/// that leaves the original as it was; and a list over grown layers keeps
+/// the whitelist.
+#[test]
+fn a_bloom_list_of_layers_answers_as_the_opened_file() {
+    use bloomgate_blacklist::layers::Layers;
+    use bloomgate_blacklist::Whitelist;
+    use bloomgate_engine::Access;
+    use bloomgate_list::BloomList;
+
+    let dir = tempfile::tempdir().unwrap();
+    for layout in ["blocked", "classic"] {
+        let path = filled_file(dir.path(), layout);
+        let opened = List::open(s(&path)).unwrap();
+        let want = verdicts(&opened);
+        let layers = Layers::open(&path, Access::ReadOnly).unwrap();
+        let whitelist = Whitelist::load(&Whitelist::path_for(&path)).unwrap();
+        assert_eq!(whitelist.len(), 1, "{layout}");
+        let bloom = BloomList::new(&path, layers, whitelist);
+        assert_eq!(verdicts(bloom.list()), want, "{layout}");
+        let q = queries();
+        let refs: Vec<&[u8]> = q.iter().map(String::as_bytes).collect();
+        let mut each = Vec::new();
+        bloom.check_each(&refs, &mut CheckScratch::default(), |v| {
+            each.push(v.map(Verdict::of).map_err(|e| e.to_string()))
+        });
+        assert_eq!(each, want, "{layout}");
+        assert!(each.iter().any(|v| v.as_ref().is_ok_and(Verdict::hit)));
+        assert!(each
+            .iter()
+            .any(|v| v.as_ref().is_ok_and(Verdict::whitelisted)));
+
+        let items: [&[u8]; 4] = [
+            b"http://evil3.example/phish/",
+            b"http://good1.example/",
+            b"http://[::1",
+            b"http://evil7.example/phish/",
+        ];
+        let mut edited = bloom.clone();
+        let mut reference = List::open(s(&path)).unwrap();
+        let got = edited.list_mut().whitelist_edit(&items, true).unwrap();
+        assert_eq!(got, reference.whitelist_edit(&items, true).unwrap());
+        assert_eq!(got[0], Ok(true), "{layout}: a hit");
+        assert_eq!(got[1], Ok(false), "{layout}: not a hit");
+        assert!(got[2].is_err(), "{layout}: not a url");
+        assert_eq!(verdicts(edited.list()), verdicts(&reference), "{layout}");
+        assert_ne!(verdicts(edited.list()), want, "{layout}: the edit counts");
+        assert_eq!(verdicts(bloom.list()), want, "{layout}: the original");
+        let removed = edited.list_mut().whitelist_edit(&items[..1], false);
+        assert_eq!(removed.unwrap(), vec![Ok(true)], "{layout}");
+
+        let regrown = bloom.with_layers(bloom.layers().clone());
+        assert_eq!(regrown.whitelist().len(), 1, "{layout}");
+        assert_eq!(verdicts(regrown.list()), want, "{layout}");
+    }
+}

@@ -168,19 +168,8 @@ async fn named(app: &Arc<App>, name: &str) -> Result<Filter, ApiError> {
 
 async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     can_read(&app, &headers)?;
-    if let Some(n) = app.store.cf_get(&name) {
-        return cuckoo::info(n).await;
-    }
     let n = named(&app, &name).await?;
-    let (info, details) =
-        blocking(move || Ok::<_, StoreError>((n.info(true)?, n.details()?))).await??;
-    let Some(details) = details else {
-        return Ok(Json(info).into_response());
-    };
-    // A filter served read-only also gets the library's description.
-    let mut v = serde_json::to_value(info).unwrap_or_default();
-    v["details"] = details;
-    Ok(Json(v).into_response())
+    Ok(Json(blocking(move || n.describe()).await??).into_response())
 }
 
 #[derive(Deserialize)]

@@ -218,3 +218,87 @@ fn forgetting_policies_are_refused_for_served_url_and_host_blacklists() {
     assert!(v["layers"].as_u64().unwrap() >= 2, "{v}");
     assert!(v["predicted_fp"].as_f64().unwrap() <= 0.01, "{v}");
 }
+
+/// A growing filter's whitelist and its layers are published together:
+/// an entry whitelisted before the filter grows stays whitelisted in the
+/// grown filter (and after a restart), an entry whitelisted after it grew
+/// is whitelisted at once, and every added entry is still found.
+#[test]
+fn a_growing_filter_keeps_its_whitelist_across_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &SNAP);
+    let (st, v) = create(
+        &s,
+        r#"{"name": "g", "items": 100, "fp": 0.001, "kind": "host", "policy": "grow"}"#,
+    );
+    assert_eq!(st, 201, "{v}");
+    let host = |i: u32| format!("h{i}.example");
+    let add = |s: &Server, from: u32, to: u32| {
+        let items: Vec<String> = (from..to).map(host).collect();
+        let (st, v) = s.http(
+            "POST",
+            "/v1/filters/g/add",
+            Some(&serde_json::to_string(&items).unwrap()),
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+    };
+    let whitelist = |s: &Server, item: &str| {
+        let (st, v) = s.http(
+            "POST",
+            "/v1/filters/g/whitelist",
+            Some(&serde_json::to_string(&[item]).unwrap()),
+            None,
+        );
+        assert_eq!((st, v["results"][0]["was_hit"].clone()), (200, true.into()));
+    };
+    let verdict = |s: &Server, item: &str| {
+        let (st, v) = s.http(
+            "GET",
+            &format!("/v1/filters/g/check?item={item}"),
+            None,
+            None,
+        );
+        assert_eq!(st, 200, "{v}");
+        (
+            v["hit"].as_bool().unwrap(),
+            v["whitelisted"].as_bool().unwrap(),
+        )
+    };
+    add(&s, 0, 50);
+    whitelist(&s, &host(7));
+    assert_eq!(verdict(&s, &host(7)), (false, true));
+    add(&s, 50, 1000);
+    let (_, v) = s.http("GET", "/v1/filters/g", None, None);
+    assert!(v["layers"].as_u64().unwrap() >= 3, "grew: {v}");
+    assert_eq!(verdict(&s, &host(7)), (false, true), "after growth");
+    whitelist(&s, &host(900));
+    assert_eq!(verdict(&s, &host(900)), (false, true));
+    add(&s, 1000, 2000);
+    let all: Vec<String> = (0..2000).map(host).collect();
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/g/check",
+        Some(&serde_json::to_string(&all).unwrap()),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    for (i, r) in v["results"].as_array().unwrap().iter().enumerate() {
+        let want = if i == 7 || i == 900 {
+            (false, true)
+        } else {
+            (true, false)
+        };
+        assert_eq!(
+            (r["hit"].as_bool(), r["whitelisted"].as_bool()),
+            (Some(want.0), Some(want.1)),
+            "{r}"
+        );
+    }
+    assert_eq!(v["results"].as_array().unwrap().len(), 2000);
+    s.kill9();
+    let s = Server::start(dir.path(), &SNAP);
+    assert_eq!(verdict(&s, &host(7)), (false, true), "after a restart");
+    assert_eq!(verdict(&s, &host(900)), (false, true), "after a restart");
+    assert_eq!(verdict(&s, &host(1999)), (true, false), "after a restart");
+}

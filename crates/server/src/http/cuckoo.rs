@@ -1,10 +1,11 @@
 //! The HTTP API on deletable filters, cuckoo and counting
-//! (`docs/http-api.md`, "Cuckoo and counting filters"): `POST …/add`,
-//! `POST …/remove` and `GET /v1/filters/NAME` answer for them here, and
+//! (`docs/http-api.md`, "Cuckoo and counting filters"): `POST …/add` and
+//! `POST …/remove` answer for them here, and
 //! `POST /v1/filters` with `"layout": "cuckoo"` or `"counting"` creates
 //! one; `…/remove` on a Bloom filter is refused with 409 `not_deletable`.
-//! Their checks are every filter's (`http.rs`: one lookup call on the
-//! store's filter, the library's verdict).
+//! Their checks and descriptions are every filter's (`http.rs`: one
+//! lookup call on the store's filter, the library's verdict; one
+//! `Filter::describe`).
 //!
 //! Items are raw keys unless the filter was created with a `kind` (or built
 //! by the CLI with one): then they are canonicalized as the CLI does, and a
@@ -112,14 +113,6 @@ pub(super) async fn remove(
         ack.wait().await?;
     }
     Ok(Json(json!({"removed": removed, "results": results})).into_response())
-}
-
-/// `GET /v1/filters/NAME` of a cuckoo filter.
-pub(super) async fn info(n: Arc<CfNamed>) -> ApiResult {
-    let info = n.info();
-    let mut v = serde_json::to_value(&info).unwrap_or_default();
-    v["type"] = json!(info.layout);
-    Ok(Json(v).into_response())
 }
 
 /// `POST /v1/filters` with `"layout": "cuckoo"` or `"counting"`: the

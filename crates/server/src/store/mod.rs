@@ -46,8 +46,10 @@
 //! | file | role |
 //! |---|---|
 //! | `store/mod.rs` | the interface: [`Store`], [`Filter`], [`Ack`], [`StoreError`] and the types they exchange |
+//! | `store/counters.rs` | a filter's lookup counters ([`Counters`]), the same for every kind |
+//! | `store/info.rs` | what a filter says of itself ([`Info`], [`Filter::describe`]), whatever its kind |
 //! | `store/local/mod.rs` | [`LocalStore`]: the data directory's filters: open, create, delete, add, whitelist |
-//! | `store/local/named.rs` | one local filter ([`Named`]): lock-free lookups, counters, info |
+//! | `store/local/named.rs` | one local Bloom filter ([`Named`]): the log's and the fill policy's state around the library's list (`BloomList`: lookups, the verdict, whitelist edits), info |
 //! | `store/local/growth.rs` | adds that grow a scaling filter |
 //! | `store/local/replay.rs` | re-inserting journaled and logged adds |
 //! | `store/local/snapshot.rs` | rewriting changed filters, trimming the log into journals |
@@ -59,8 +61,10 @@
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
 //! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
 
+mod counters;
 pub mod deletable;
 mod gauges;
+mod info;
 mod local;
 mod redis;
 
@@ -75,6 +79,8 @@ use crate::wal;
 
 pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
 pub use bloomgate_blacklist::FilterSpec;
+pub use counters::Counters;
+pub use info::{Info, LayerInfo};
 pub use local::deletable::{
     check_file as check_cf_file, parse_dump_header as parse_cf_dump_header,
 };
@@ -559,22 +565,24 @@ impl Filter {
     /// [`Filter::contains_batch`], counted by the caller once per batch).
     #[inline]
     pub fn count(&self, checks: u64, hits: u64) {
-        match self {
-            Filter::Local(n) => n.count(checks, hits),
-            // Counted by the server's metrics alone.
-            Filter::Deletable(_) => {}
-            Filter::Listed(n) => n.count(checks, hits),
-            Filter::Redis(n) => n.count(checks, hits),
+        if let Some(c) = self.lookups() {
+            c.count(checks, hits);
         }
     }
 
     /// (checks, hits) counters.
     pub fn counters(&self) -> (u64, u64) {
+        self.lookups().map_or((0, 0), Counters::get)
+    }
+
+    /// The filter's lookup counters; `None` for a deletable filter, whose
+    /// lookups the server's metrics alone count.
+    fn lookups(&self) -> Option<&Counters> {
         match self {
-            Filter::Local(n) => n.counters(),
-            Filter::Deletable(_) => (0, 0),
-            Filter::Listed(n) => n.counters(),
-            Filter::Redis(n) => n.counters(),
+            Filter::Local(n) => Some(n.lookups()),
+            Filter::Deletable(_) => None,
+            Filter::Listed(n) => Some(n.lookups()),
+            Filter::Redis(n) => Some(n.lookups()),
         }
     }
 
@@ -587,28 +595,6 @@ impl Filter {
             Filter::Deletable(n) => n.write_busy(),
             Filter::Listed(_) => false, // refused at once
             Filter::Redis(_) => true,
-        }
-    }
-
-    /// Information about the filter. `fill` computes the fill ratio (a
-    /// full scan, cached for 30 s); without it the cached value or 0.
-    pub fn info(&self, fill: bool) -> Result<Info, StoreError> {
-        match self {
-            Filter::Local(n) => Ok(n.info(fill)),
-            Filter::Deletable(_) => Err(StoreError::Unsupported(
-                "Bloom filter statistics of a deletable filter (it has its own: CF.INFO)",
-            )),
-            Filter::Listed(n) => n.info(),
-            Filter::Redis(n) => n.info(),
-        }
-    }
-
-    /// A filter served through the library's `List`: its whole description
-    /// (a ribbon's bits per item, shards, rate per query); `None` for others.
-    pub fn details(&self) -> Result<Option<serde_json::Value>, StoreError> {
-        match self {
-            Filter::Listed(n) => n.details().map(Some),
-            _ => Ok(None),
         }
     }
 
@@ -804,70 +790,15 @@ pub enum AddOutcome {
     Full,
 }
 
-/// Per-filter information (HTTP `info`, `BF.INFO`).
-#[derive(Clone, Debug, Serialize)]
-pub struct Info {
-    /// Filter name.
-    pub name: String,
-    /// Key kind (`url`, `host`, `email`, `raw`).
-    pub key_kind: String,
-    /// Match mode (`exact`, `prefix`).
-    pub match_mode: String,
-    /// Layout of layer 0 (`blocked`, `classic`), or of a filter served
-    /// read-only (`ribbon`).
-    pub layout: String,
-    /// Bits over all layers.
-    pub bits: u64,
-    /// Probes per item (layer 0).
-    pub k: u32,
-    /// Items inserted (that set a new bit).
-    pub items: u64,
-    /// Planned items over all layers.
-    pub capacity: u64,
-    /// Fraction of bits set (over all layers).
-    pub fill_ratio: f64,
-    /// Predicted false-positive rate per lookup at the current item count.
-    pub predicted_fp: f64,
-    /// The false-positive rate the filter promises: for a filter created
-    /// through the Redis protocol the rate asked for (of the whole chain,
-    /// however far it grows), else the rate layer 0 was planned for.
-    pub target_fp: f64,
-    /// Number of layers.
-    pub layers: usize,
-    /// `fixed`, `scaling` or `nonscaling`.
-    pub growth: String,
-    /// Expansion factor of a scaling filter.
-    pub expansion: Option<u32>,
-    /// The fill policy and its settings, e.g. `grow (expansion 2)`,
-    /// `refuse`, `rotate (4 generations, window 1000 adds)`, `clear (at
-    /// fill 0.8)`, `fixed` (`layers` counts a rotation's generations).
-    pub policy: String,
-    /// Bytes of bit arrays.
-    pub size_bytes: u64,
-    /// Entries in the whitelist.
-    pub whitelist_entries: usize,
-    /// Adds not yet in a snapshot (only in the log).
-    pub unsnapshotted_changes: bool,
-    /// Per layer, oldest first (`BF.DEBUG`; not in the HTTP API's JSON).
-    #[serde(skip)]
-    pub layer_info: Vec<LayerInfo>,
-}
-
-/// One layer of a filter, as `BF.DEBUG` reports it.
-#[derive(Clone, Debug)]
-pub struct LayerInfo {
-    /// Bytes of its bit array.
-    pub bytes: u64,
-    /// Bits.
-    pub bits: u64,
-    /// Probes per item.
-    pub k: u32,
-    /// Items it was planned for.
-    pub capacity: u64,
-    /// Items it took.
-    pub items: u64,
-    /// The false-positive rate it was planned for.
-    pub target_fp: f64,
+/// The values of a map keyed by filter name (under its lock), sorted by
+/// name: every list of filters a store gives.
+pub(crate) fn sorted_by_name<V: Clone>(
+    map: &std::sync::RwLock<std::collections::HashMap<String, V>>,
+) -> Vec<V> {
+    let map = map.read().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<(&String, &V)> = map.iter().collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    v.into_iter().map(|(_, f)| f.clone()).collect()
 }
 
 /// The first layer's parameters of a new filter, with a fresh seed (see

@@ -94,7 +94,7 @@ impl LocalStore {
     /// `BF.SCANDUMP`: iteration 0 gives the header; later iterations the bit
     /// arrays of all layers in order, [`DUMP_CHUNK`] bytes at a time; `(0, [])` ends.
     pub fn scandump(&self, named: &Named, iter: u64) -> (u64, Vec<u8>) {
-        let st = named.state.load();
+        let st = named.layers();
         if iter == 0 {
             let header = DumpHeader {
                 layers: st
@@ -176,7 +176,7 @@ impl LocalStore {
         let named = self.need(name)?;
         self.write_marker(&named)?;
         let _w = lock(&named.write);
-        let st = named.state.load();
+        let st = named.layers();
         let no_link = || StoreError::Invalid("invalid offset - no link found".into());
         let mut start = iter
             .checked_sub(data.len() as u64)

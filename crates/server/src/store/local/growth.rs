@@ -3,8 +3,6 @@
 //! clearing under a forgetting policy ([`Layers::add_published`]); new
 //! layers live in memory until a snapshot writes them.
 
-use std::sync::Arc;
-
 use bloomgate_blacklist::layers::{Added, GrowLimits};
 use bloomgate_engine::{Filter, Params};
 
@@ -13,13 +11,13 @@ use crate::Limits;
 use super::*;
 
 /// RedisBloom's add ([`Layers::insert`]) on a filter's published state: a
-/// grown chain is published before the add returns.
+/// grown chain is published ([`Named::publish`]) before the add returns.
 pub(super) fn add_key(
     named: &Named,
     key: &[u8],
     limits: &Limits,
 ) -> Result<AddOutcome, StoreError> {
-    let st = named.state.load_full();
+    let st = named.layers();
     let (added, grown) = if st.policy().forgets() {
         // Rotate, clear: new generations and cleared filters are in-memory
         // until a snapshot saves the chain ([`Layers::save`]).
@@ -29,8 +27,9 @@ pub(super) fn add_key(
             budgeted_layer(limits, p)
         })?
     };
+    drop(st);
     if let Some(g) = grown {
-        named.state.store(Arc::new(g));
+        named.publish(g);
     }
     Ok(match added {
         Added::New => AddOutcome::New,

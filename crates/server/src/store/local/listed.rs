@@ -4,7 +4,9 @@
 //! The data directory's Bloom filters ([`Named`]) and its counting and
 //! cuckoo filters ([`super::deletable`]) take live adds, so the server
 //! keeps their state itself: the write-ahead log, journals, snapshots and
-//! growth. Every other layout is served exactly as [`List::open`] opens it
+//! growth (a Bloom filter's lookups and whitelist edits are still the
+//! library's list's, over the layers it holds). Every other layout is
+//! served exactly as [`List::open`] opens it
 //! — today the static ribbon layout: lookups through [`List::check_each`]
 //! (the verdict `bloomgate check` gives, for the same file and queries),
 //! whitelist edits through [`List::whitelist_add`] and
@@ -41,7 +43,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bloomgate_blacklist::VerdictRef;
@@ -52,7 +54,7 @@ use bloomgate_url::KeyError;
 use serde_json::Value;
 
 use super::{file_id, lock, valid_name, with_path, FileId, LocalStore, LookupScratch};
-use crate::store::{Damaged, Info, StoreError};
+use crate::store::{sorted_by_name, Counters, Damaged, Info, StoreError};
 
 /// The served names of [`Listed`] filters.
 pub(super) type ListedMap = RwLock<HashMap<String, Arc<Listed>>>;
@@ -75,8 +77,7 @@ pub struct Listed {
     list: RwLock<List>,
     layout: &'static str,
     loaded: std::sync::Mutex<Option<FileId>>,
-    checks: AtomicU64,
-    hits: AtomicU64,
+    lookups: Counters,
 }
 
 /// Opens the list at `path` for serving (read-only), or with `verify`
@@ -114,8 +115,7 @@ impl Listed {
             layout: list.layout(),
             list: RwLock::new(list),
             loaded: std::sync::Mutex::new(loaded),
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
+            lookups: Counters::default(),
         }
     }
 
@@ -139,7 +139,7 @@ impl Listed {
 
     /// Answers many queries by the library's verdict ([`List::check_each`]):
     /// `each` gets one result per query, in order. Not counted (see
-    /// [`Listed::count`]).
+    /// [`Counters`]).
     #[inline]
     pub fn check_many(
         &self,
@@ -150,20 +150,9 @@ impl Listed {
         Ok(self.read().check_each(queries, scratch, each)?)
     }
 
-    /// Adds to the filter's lookup counters.
-    #[inline]
-    pub fn count(&self, checks: u64, hits: u64) {
-        if checks > 0 {
-            self.checks.fetch_add(checks, Relaxed);
-        }
-        if hits > 0 {
-            self.hits.fetch_add(hits, Relaxed);
-        }
-    }
-
-    /// (checks, hits) counters.
-    pub fn counters(&self) -> (u64, u64) {
-        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    /// Its lookup counters.
+    pub fn lookups(&self) -> &Counters {
+        &self.lookups
     }
 
     /// The refusal of a change to the filter: the library's reason when
@@ -192,26 +181,13 @@ impl Listed {
         add: bool,
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         let mut list = self.write();
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            let r = match add {
-                true => list.whitelist_add(item),
-                false => list.whitelist_remove(item),
-            };
-            match r {
-                Ok(b) => out.push(Ok(b)),
-                Err(bloomgate_list::Error::InvalidItem { reason, .. }) => out.push(Err(reason)),
-                Err(e) => {
-                    reopen_after_failure(&mut list);
-                    return Err(e.into());
-                }
-            }
-        }
-        if let Err(e) = list.save_whitelist() {
-            reopen_after_failure(&mut list);
-            return Err(e.into());
-        }
-        Ok(out)
+        let edited = list.whitelist_edit(items, add);
+        edited
+            .and_then(|out| list.save_whitelist().map(|()| out))
+            .map_err(|e| {
+                reopen_after_failure(&mut list);
+                e.into()
+            })
     }
 
     /// Information about the filter, from the library's description.
@@ -315,15 +291,7 @@ impl LocalStore {
 
     /// All filters served through [`List`], sorted by name.
     pub fn listed_all(&self) -> Vec<Arc<Listed>> {
-        let mut v: Vec<Arc<Listed>> = self
-            .listed
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.listed)
     }
 
     /// Bytes of all filters served through [`List`].
@@ -404,7 +372,7 @@ impl LocalStore {
         if let Some(src) = source {
             let same = std::fs::canonicalize(src).ok() == std::fs::canonicalize(&base).ok();
             if !same {
-                super::reload::write_atomic_from(&base, src).map_err(|e| {
+                super::write_atomic_from(&base, src).map_err(|e| {
                     StoreError::io(format_args!("cannot copy {} into place", src.display()), e)
                 })?;
             }

@@ -38,7 +38,8 @@
 //! # Concurrency
 //!
 //! Lookups are lock-free: a filter's layers and whitelist are published
-//! through [`arc_swap::ArcSwap`]s and the bit arrays are atomic. Adds, growth
+//! together as the library's list ([`bloomgate_list::BloomList`], through
+//! an [`arc_swap::ArcSwap`]) and the bit arrays are atomic. Adds, growth
 //! and whitelist edits of one filter are serialized by a mutex (adds are
 //! bounded by the log's fsync anyway). Snapshots, deletes, reloads and
 //! creations are serialized with each other by the store's snapshot lock, so
@@ -141,19 +142,19 @@ use bloomgate_blacklist::FilterSpec;
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::atomic::{sync_parent, write_atomic};
 use bloomgate_engine::{Access, Filter, Params};
-use bloomgate_url::{entry_key, query_keys, KeyError};
+use bloomgate_url::{entry_key, KeyError};
 
 use crate::journal::{self, Lineage};
 use crate::metrics::Metrics;
 use crate::wal::{self, AckRx, Wal};
 use crate::Limits;
 
-use super::{AddOutcome, Damaged, Info, SnapshotReport, StoreError};
+use super::{sorted_by_name, AddOutcome, Damaged, Info, SnapshotReport, StoreError};
 
 use growth::add_key;
 pub use listed::Listed;
 pub use named::{LookupScratch, Named};
-use replay::{apply_replay, replay_key};
+use replay::apply_replay;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct FileId {
@@ -252,7 +253,8 @@ impl LocalStore {
             match load_layers(&path) {
                 Ok((layers, wl)) => {
                     let id = file_id(&path);
-                    filters.insert(name.clone(), Arc::new(Named::new(name, layers, wl, id)));
+                    let named = Named::new(name.clone(), &path, layers, wl, id);
+                    filters.insert(name, Arc::new(named));
                 }
                 Err(e) => damaged.push(Damaged {
                     name,
@@ -268,7 +270,7 @@ impl LocalStore {
         for n in filters.values() {
             let jpath = journal::path(dir, &n.name);
             let c = journal::load(&jpath, &metrics)?;
-            let current = n.state.load().lineage();
+            let current = n.layers().lineage();
             let mut lineage = c.lineage;
             if !lineage.iter().any(|l| l.seed == current.seed) {
                 // First time served, or NAME.bgf was replaced while the
@@ -289,13 +291,13 @@ impl LocalStore {
             let mut inserted = 0u64;
             // A forgetting filter's journal holds no adds (snapshots skip
             // them, see `journal_segments`); older ones are not re-inserted.
-            let adds = if n.state.load().policy().forgets() {
+            let adds = if n.layers().policy().forgets() {
                 &[][..]
             } else {
                 &c.adds[..]
             };
             for (seed, key) in adds {
-                if let Ok(true) = replay_key(&n.state, &lineage, *seed, key, &limits) {
+                if let Ok(true) = n.replay_add(&lineage, *seed, key, &limits) {
                     inserted += 1;
                 }
             }
@@ -473,15 +475,7 @@ impl LocalStore {
 
     /// The damaged filters, sorted by name.
     pub fn damaged_all(&self) -> Vec<Damaged> {
-        let mut v: Vec<Damaged> = self
-            .damaged
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.damaged)
     }
 
     /// Refuses with [`StoreError::Damaged`] if `name` is damaged.
@@ -528,15 +522,7 @@ impl LocalStore {
 
     /// All filters, sorted by name.
     pub fn all(&self) -> Vec<Arc<Named>> {
-        let mut v: Vec<Arc<Named>> = self
-            .filters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.filters)
     }
 
     /// Bytes in the current log segment.
@@ -587,7 +573,7 @@ impl LocalStore {
     /// a delete, a snapshot: reservations that did not become filters are
     /// returned, grown layers counted exactly).
     pub(crate) fn recount_memory(&self) {
-        let bloom: u64 = self.all().iter().map(|n| n.state.load().bytes()).sum();
+        let bloom: u64 = self.all().iter().map(|n| n.layers().bytes()).sum();
         self.limits.memory.set_used(
             bloom
                 .saturating_add(self.cuckoo.bytes())
@@ -735,6 +721,7 @@ impl LocalStore {
     fn install(&self, name: &str, base: &Path, layers: Layers) -> Result<Arc<Named>, StoreError> {
         let named = Arc::new(Named::new(
             name.into(),
+            base,
             layers,
             Whitelist::default(),
             file_id(base),
@@ -796,7 +783,7 @@ impl LocalStore {
                     out.push(AddOutcome::TooLong);
                     continue;
                 }
-                let st = named.state.load();
+                let st = named.layers();
                 let key = match entry_key(st.kind, st.mode, entry) {
                     Ok(k) => k,
                     Err(e) => {
@@ -831,8 +818,10 @@ impl LocalStore {
         }
     }
 
-    /// Adds or removes whitelist entries and writes the whitelist file.
-    /// Returns, per item, whether it was a hit (add) or was present (remove).
+    /// Adds or removes whitelist entries and writes the whitelist file: the
+    /// library's edits ([`bloomgate_list::List::whitelist_edit`]) on a copy
+    /// of the filter's list, published once written. Returns, per item,
+    /// whether it was a hit (add) or was present (remove).
     pub fn whitelist(
         &self,
         named: &Named,
@@ -840,32 +829,15 @@ impl LocalStore {
         add: bool,
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         let _w = lock(&named.write);
-        let st = named.state.load();
-        let mut wl: Whitelist = (**named.whitelist.load()).clone();
-        let mut out = Vec::with_capacity(items.len());
-        let mut scratch = Vec::new();
-        for item in items {
-            let key = match entry_key(st.kind, st.mode, item) {
-                Ok(k) => k.into_owned(),
-                Err(e) => {
-                    out.push(Err(e));
-                    continue;
-                }
-            };
-            if add {
-                let was_hit = st.contains(&key)
-                    || query_keys(st.kind, st.mode, item, &mut scratch)
-                        .map(|_| scratch.iter().any(|k| st.contains(k)))
-                        .unwrap_or(false);
-                wl.insert(key);
-                out.push(Ok(was_hit));
-            } else {
-                out.push(Ok(wl.remove(&key)));
-            }
-        }
-        wl.save(&Whitelist::path_for(&self.base(&named.name)))
-            .map_err(bloomgate_blacklist::Error::from)?;
-        named.whitelist.store(Arc::new(wl));
+        let mut list = (**named.list.load()).clone();
+        let edited = list.list_mut().whitelist_edit(items, add);
+        let out = edited
+            .and_then(|out| list.list().save_whitelist().map(|()| out))
+            .map_err(|e| match e {
+                bloomgate_list::Error::File(e) => StoreError::from(e),
+                e => StoreError::List(e),
+            })?;
+        named.list.store(Arc::new(list));
         Ok(out)
     }
 
@@ -883,6 +855,14 @@ fn with_path(path: &Path, fault: String) -> String {
     } else {
         format!("{}: {fault}", path.display())
     }
+}
+
+/// Copies `src` over `base` atomically ([`bloomgate_engine::atomic`]): a
+/// reloaded file put in place, whatever its layout.
+fn write_atomic_from(base: &Path, src: &Path) -> std::io::Result<()> {
+    let mut from = std::fs::File::open(src)?;
+    bloomgate_engine::atomic::replace_with(base, |f| std::io::copy(&mut from, f).map(|_| ()))?;
+    Ok(())
 }
 
 fn remove_files(base: &Path) {

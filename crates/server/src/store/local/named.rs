@@ -1,34 +1,47 @@
-//! One served filter ([`Named`]): its layers and whitelist, published
-//! lock-free for lookups; batched lookups (the library's verdict) with
-//! prefetch; lookup counters; [`Info`].
+//! One served Bloom filter ([`Named`]): the write-ahead log's and the
+//! fill policy's state around the library's list.
+//!
+//! What lookups read is a [`BloomList`] — the library's `List` over the
+//! filter's layers and whitelist — published through an [`ArcSwap`], so a
+//! lookup is one atomic load and [`BloomList::check_each`]: the verdict
+//! `bloomgate check` gives, computed where every list's is. Everything
+//! else here is what the server adds to a list: adds logged and
+//! acknowledged ([`LocalStore::add`]), growth and generations published as
+//! a new list over the new layers ([`Named::publish`]), whitelist edits
+//! made by the list on a copy and published once written
+//! ([`LocalStore::whitelist`]), the lineage of its journal, the
+//! snapshot's dirty flag, the lookup [`Counters`], and [`Info`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 pub use bloomgate_blacklist::layers::Layers;
-use std::convert::Infallible;
 
 use bloomgate_blacklist::{VerdictRef, Whitelist};
-use bloomgate_list::check::{check_many, CheckScratch};
+use bloomgate_list::check::CheckScratch;
+use bloomgate_list::BloomList;
 use bloomgate_url::{KeyError, KeyKind};
 
 use crate::journal::Lineage;
 
 use super::*;
-use crate::store::LayerInfo;
+use crate::store::{Counters, LayerInfo};
 
 /// One served filter.
 pub struct Named {
     pub(super) name: String,
-    pub(super) state: ArcSwap<Layers>,
-    pub(super) whitelist: ArcSwap<Whitelist>,
+    /// Its layers and whitelist as the library's list: what lookups read,
+    /// replaced whole (under `write`) after growth, a reload or a
+    /// whitelist edit.
+    pub(super) list: ArcSwap<BloomList>,
     pub(super) write: Mutex<()>,
     pub(super) dirty: AtomicBool,
     pub(super) deleted: AtomicBool,
-    pub(super) checks: AtomicU64,
-    pub(super) hits: AtomicU64,
+    lookups: Counters,
     pub(super) fill_cache: Mutex<Option<(Instant, f64)>>,
     pub(super) loaded: Mutex<Option<FileId>>,
     /// Layer-0 seeds (and key rules) whose log records belong to this
@@ -44,24 +57,36 @@ pub struct Named {
 /// [`bloomgate_list::check`]).
 pub type LookupScratch = CheckScratch;
 
+/// The layers of a filter's list as it was loaded ([`Named::layers`]): the
+/// state stays as it was while this is held.
+pub struct LayersGuard(arc_swap::Guard<Arc<BloomList>>);
+
+impl Deref for LayersGuard {
+    type Target = Layers;
+
+    fn deref(&self) -> &Layers {
+        self.0.layers()
+    }
+}
+
 impl Named {
+    /// The filter `name` of `layers` and `whitelist`, whose first layer's
+    /// file is `base`.
     pub(super) fn new(
         name: String,
-        layers: impl Into<Arc<Layers>>,
+        base: &Path,
+        layers: Layers,
         whitelist: Whitelist,
         loaded: Option<FileId>,
     ) -> Named {
-        let layers: Arc<Layers> = layers.into();
         Named {
             lineage: Mutex::new(vec![layers.lineage()]),
             name,
-            state: ArcSwap::new(layers),
-            whitelist: ArcSwap::from_pointee(whitelist),
+            list: ArcSwap::from_pointee(BloomList::new(base, layers, whitelist)),
             write: Mutex::new(()),
             dirty: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
-            checks: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
+            lookups: Counters::default(),
             fill_cache: Mutex::new(None),
             loaded: Mutex::new(loaded),
             marker: Mutex::new(None),
@@ -74,18 +99,26 @@ impl Named {
     }
 
     /// The current layers.
-    pub fn layers(&self) -> arc_swap::Guard<Arc<Layers>> {
-        self.state.load()
+    pub fn layers(&self) -> LayersGuard {
+        LayersGuard(self.list.load())
+    }
+
+    /// Publishes `layers` (grown, or a new generation) in place of the
+    /// current ones, with the same whitelist. Called under the filter's
+    /// write lock (or before it is served), so no whitelist edit is lost.
+    pub(super) fn publish(&self, layers: Layers) {
+        let next = self.list.load().with_layers(layers);
+        self.list.store(Arc::new(next));
     }
 
     /// Answers many queries by the library's verdict
-    /// ([`bloomgate_list::check::check_many`]: the queries' keys by the
-    /// filter's key rules, their membership over all layers with the
-    /// engine's pipelined batch lookup, the whitelist rule), as the CLI's
-    /// `check` answers them: `each` gets one result per query, in order.
-    /// Not counted: the caller reports its lookups with [`Named::count`]
-    /// (once per batch, so that concurrent readers do not contend on the
-    /// counters' cache line for every query).
+    /// ([`BloomList::check_each`]: the queries' keys by the filter's key
+    /// rules, their membership over all layers with the engine's pipelined
+    /// batch lookup, the whitelist rule), as the CLI's `check` answers
+    /// them: `each` gets one result per query, in order. Not counted: the
+    /// caller reports its lookups to [`Named::lookups`] (once per batch, so
+    /// that concurrent readers do not contend on the counters' cache line
+    /// for every query).
     #[inline]
     pub fn check_many(
         &self,
@@ -93,28 +126,15 @@ impl Named {
         scratch: &mut LookupScratch,
         each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
     ) {
-        let st = self.state.load();
-        let wl = self.whitelist.load();
-        let looked_up = check_many::<Infallible>(
-            st.kind,
-            st.mode,
-            &wl,
-            queries,
-            scratch,
-            |keys, found, spare| {
-                st.contains_batch(keys, found, spare);
-                Ok(())
-            },
-            each,
-        );
-        let Ok(()) = looked_up;
+        self.list.load().check_each(queries, scratch, each);
     }
 
     /// Starts loading the memory a [`Named::check_many`] of a raw `query` will
     /// read, in every layer (a hint; nothing for other key kinds).
     #[inline]
     pub fn prefetch(&self, query: &[u8]) {
-        let st = self.state.load();
+        let list = self.list.load();
+        let st = list.layers();
         if st.kind == KeyKind::Raw {
             for f in &st.layers {
                 f.prefetch(&f.prepare(query));
@@ -131,23 +151,18 @@ impl Named {
         )
     }
 
-    /// Adds to the filter's lookup counters (see [`Named::counters`]).
-    #[inline]
-    pub fn count(&self, checks: u64, hits: u64) {
-        if checks > 0 {
-            self.checks.fetch_add(checks, Relaxed);
-        }
-        if hits > 0 {
-            self.hits.fetch_add(hits, Relaxed);
-        }
+    /// Its lookup counters.
+    pub fn lookups(&self) -> &Counters {
+        &self.lookups
     }
 
     /// Information about the filter. `fill` computes the fill ratio (a full
     /// scan, cached for 30 s); without it the cached value or 0 is reported.
     pub fn info(&self, fill: bool) -> Info {
-        let st = self.state.load();
+        let list = self.list.load();
+        let st = list.layers();
         let l0 = st.layers[0].params();
-        let fill_ratio = self.fill_ratio(&st, fill);
+        let fill_ratio = self.fill_ratio(st, fill);
         let mut not_fp = 1.0;
         for f in &st.layers {
             not_fp *= 1.0 - f.predicted_fp();
@@ -174,7 +189,7 @@ impl Named {
             expansion,
             policy: st.policy().to_string(),
             size_bytes: st.bytes(),
-            whitelist_entries: self.whitelist.load().len(),
+            whitelist_entries: list.whitelist().len(),
             unsnapshotted_changes: self.dirty.load(Relaxed),
             layer_info: st
                 .layers
@@ -209,10 +224,5 @@ impl Named {
         let v = ones as f64 / bits.max(1) as f64;
         *cache = Some((Instant::now(), v));
         v
-    }
-
-    /// (checks, hits) counters.
-    pub fn counters(&self) -> (u64, u64) {
-        (self.checks.load(Relaxed), self.hits.load(Relaxed))
     }
 }

@@ -5,13 +5,14 @@ use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use bloomgate_blacklist::layers::layer_path;
 use bloomgate_engine::{Access, Filter};
+use bloomgate_list::BloomList;
 
 use crate::journal;
 use crate::wal::{self, Record};
 
+use super::replay::replay_into;
 use super::*;
 
 impl LocalStore {
@@ -50,7 +51,7 @@ impl LocalStore {
             }
         }
         if let Some(n) = self.get(name) {
-            let policy = n.state.load().policy();
+            let policy = n.layers().policy();
             if policy.forgets() {
                 return Err(StoreError::Invalid(format!(
                     "'{name}' is {policy}: its state is the server's own (dedup or cache), not a rebuilt list, and is never reloaded from a file"
@@ -89,7 +90,7 @@ impl LocalStore {
                 }
             }
         }
-        let (layers, wl) = load_layers(&base)?;
+        let (mut layers, wl) = load_layers(&base)?;
         let id = file_id(&base);
         let current = self.get(name);
         // Hold off adds until the new layers are published: every add made
@@ -97,7 +98,6 @@ impl LocalStore {
         // so it is in one of the segments it returns.
         let _w = current.as_ref().map(|n| lock(&n.write));
         let new_lin = layers.lineage();
-        let state = ArcSwap::from_pointee(layers);
         let jpath = journal::path(&self.dir, name);
         let jerr = |e: std::io::Error| StoreError::io(jpath.display(), e);
         let mut inserted = 0u64;
@@ -119,7 +119,7 @@ impl LocalStore {
             }
             let mut failure = None;
             for (seed, key) in &c.adds {
-                match replay_key(&state, &lineage, *seed, key, &self.limits) {
+                match replay_into(&mut layers, &lineage, *seed, key, &self.limits) {
                     Ok(true) => inserted += 1,
                     Ok(false) => {}
                     Err(e) => failure = Some(e),
@@ -132,7 +132,7 @@ impl LocalStore {
                     } = rec
                     {
                         if n == name && lineage.iter().any(|l| l.seed == seed) {
-                            match replay_key(&state, &lineage, seed, &key, &self.limits) {
+                            match replay_into(&mut layers, &lineage, seed, &key, &self.limits) {
                                 Ok(true) => inserted += 1,
                                 Ok(false) => {}
                                 Err(e) => failure = Some(e),
@@ -157,11 +157,11 @@ impl LocalStore {
         if inserted > 0 {
             self.metrics.journal_replayed.fetch_add(inserted, Relaxed);
         }
-        let layers = state.into_inner();
         match &current {
             Some(named) => {
-                named.state.store(layers);
-                named.whitelist.store(Arc::new(wl));
+                named
+                    .list
+                    .store(Arc::new(BloomList::new(&base, layers, wl)));
                 named.dirty.store(inserted > 0, Relaxed);
                 *lock(&named.fill_cache) = None;
                 *lock(&named.loaded) = id;
@@ -169,7 +169,7 @@ impl LocalStore {
                 Ok(named.clone())
             }
             None => {
-                let named = Arc::new(Named::new(name.into(), layers, wl, id));
+                let named = Arc::new(Named::new(name.into(), &base, layers, wl, id));
                 named.dirty.store(inserted > 0, Relaxed);
                 *lock(&named.lineage) = lineage;
                 self.change_filters(|m| m.insert(name.into(), named.clone()));
@@ -244,14 +244,4 @@ impl LocalStore {
             report.join("; ")
         }
     }
-}
-
-/// Copies `src` over `base` atomically ([`bloomgate_engine::atomic`]).
-pub(super) fn write_atomic_from(
-    base: &std::path::Path,
-    src: &std::path::Path,
-) -> std::io::Result<()> {
-    let mut from = std::fs::File::open(src)?;
-    bloomgate_engine::atomic::replace_with(base, |f| std::io::copy(&mut from, f).map(|_| ()))?;
-    Ok(())
 }

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use bloomgate_blacklist::datadir::{self, Replayed};
 pub use bloomgate_blacklist::layers::Layers;
 
@@ -17,29 +16,25 @@ use super::growth::{grow_limits, in_memory_layer};
 use super::*;
 
 /// Re-inserts an acknowledged add (from a journal or the log) made under
-/// `seed` into `state` ([`datadir::replay_key`]: converted to the state's key
+/// `seed` into `st` ([`datadir::replay_key`]: converted to the layers' key
 /// rules if they changed; never refused for lack of room). Returns whether
-/// it was new.
+/// it was new, and the grown layers to publish in place of `st` if it grew.
 pub(super) fn replay_key(
-    state: &ArcSwap<Layers>,
+    st: &Layers,
     lineage: &[Lineage],
     seed: u64,
     key: &[u8],
     limits: &Limits,
-) -> Result<bool, StoreError> {
-    let st = state.load_full();
+) -> Result<(bool, Option<Layers>), StoreError> {
     let (r, grown) = datadir::replay_key(
-        &st,
+        st,
         lineage,
         seed,
         key,
         grow_limits(limits),
         &mut in_memory_layer,
     )?;
-    if let Some(g) = grown {
-        state.store(Arc::new(g));
-    }
-    Ok(match r {
+    let new = match r {
         Replayed::New => true,
         Replayed::Present => false,
         Replayed::Unconvertible(e) => {
@@ -51,7 +46,42 @@ pub(super) fn replay_key(
             );
             false
         }
-    })
+    };
+    Ok((new, grown))
+}
+
+/// [`replay_key`] into `layers`, grown in place (a reloaded file's layers
+/// before they are served).
+pub(super) fn replay_into(
+    layers: &mut Layers,
+    lineage: &[Lineage],
+    seed: u64,
+    key: &[u8],
+    limits: &Limits,
+) -> Result<bool, StoreError> {
+    let (new, grown) = replay_key(layers, lineage, seed, key, limits)?;
+    if let Some(g) = grown {
+        *layers = g;
+    }
+    Ok(new)
+}
+
+impl Named {
+    /// [`replay_key`] into the filter's published layers (at startup,
+    /// before it is served).
+    pub(super) fn replay_add(
+        &self,
+        lineage: &[Lineage],
+        seed: u64,
+        key: &[u8],
+        limits: &Limits,
+    ) -> Result<bool, StoreError> {
+        let (new, grown) = replay_key(&self.layers(), lineage, seed, key, limits)?;
+        if let Some(g) = grown {
+            self.publish(g);
+        }
+        Ok(new)
+    }
 }
 
 pub(super) fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
@@ -61,7 +91,7 @@ pub(super) fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
                 let lineage = lock(&n.lineage);
                 if lineage.iter().any(|l| l.seed == seed) {
                     let limits = Limits::default();
-                    if let Ok(true) = replay_key(&n.state, &lineage, seed, &key, &limits) {
+                    if let Ok(true) = n.replay_add(&lineage, seed, &key, &limits) {
                         n.dirty.store(true, Relaxed);
                     }
                 }
@@ -75,7 +105,7 @@ pub(super) fn apply_replay(filters: &HashMap<String, Arc<Named>>, rec: Record) {
             data,
         } => {
             if let Some(n) = filters.get(&name) {
-                let st = n.state.load();
+                let st = n.layers();
                 if st.seed() == seed {
                     if let Some(f) = st.layers.get(layer as usize) {
                         if f.or_bytes_at(offset, &data).is_ok() {

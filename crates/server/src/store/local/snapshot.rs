@@ -118,7 +118,7 @@ impl LocalStore {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .map(|(k, n)| {
-                let seeds = if n.state.load().policy().forgets() {
+                let seeds = if n.layers().policy().forgets() {
                     Vec::new()
                 } else {
                     lock(&n.lineage).iter().map(|l| l.seed).collect()
@@ -240,17 +240,17 @@ impl LocalStore {
 
     pub(super) fn save_named(&self, n: &Named) -> Result<(), StoreError> {
         let base = self.base(&n.name);
-        if n.state.load().policy().forgets() {
+        if n.layers().policy().forgets() {
             // Generations live in files the `.meta` names, and the saved
             // chain remembers which ([`Layers::save`]); adds wait meanwhile.
             let _w = lock(&n.write);
-            let mut st = (*n.state.load_full()).clone();
+            let mut st = n.layers().clone();
             st.save(&base)?;
-            n.state.store(Arc::new(st));
+            n.publish(st);
             *lock(&n.loaded) = file_id(&base);
             return Ok(());
         }
-        let st = n.state.load_full();
+        let st = n.layers();
         for (i, f) in st.layers.iter().enumerate().skip(1) {
             f.save(layer_path(&base, i))?;
         }

@@ -9,7 +9,6 @@
 //! are queued with those of every other connection (`coalesce`) and sent
 //! as a few pipelines; the blocking calls wait for their queued answer.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bloomgate_blacklist::Verdict;
@@ -17,7 +16,7 @@ use bloomgate_redis::{layout, RedisFilter};
 use bloomgate_url::KeyError;
 
 use super::{lock, ready, store_err, worker_gone, Health, REVALIDATE_EVERY};
-use crate::store::{Info, LayerInfo, StoreError};
+use crate::store::{Counters, Info, LayerInfo, StoreError};
 use crate::Limits;
 
 mod coalesce;
@@ -34,8 +33,7 @@ pub struct RedisNamed {
     /// When the handle was last checked against the metadata.
     checked: Mutex<std::time::Instant>,
     health: Arc<Health>,
-    checks: AtomicU64,
-    hits: AtomicU64,
+    lookups: Counters,
     /// The queues of its lookups and adds (see `coalesce`).
     batches: coalesce::Coalescer,
 }
@@ -79,8 +77,7 @@ impl RedisNamed {
                 filter,
                 checked: Mutex::new(std::time::Instant::now()),
                 health,
-                checks: AtomicU64::new(0),
-                hits: AtomicU64::new(0),
+                lookups: Counters::default(),
                 batches,
             }
         })
@@ -165,15 +162,9 @@ impl RedisNamed {
         Ok(())
     }
 
-    /// Adds to the lookup counters.
-    pub fn count(&self, checks: u64, hits: u64) {
-        self.checks.fetch_add(checks, Relaxed);
-        self.hits.fetch_add(hits, Relaxed);
-    }
-
-    /// (checks, hits).
-    pub fn counters(&self) -> (u64, u64) {
-        (self.checks.load(Relaxed), self.hits.load(Relaxed))
+    /// Its lookup counters.
+    pub fn lookups(&self) -> &Counters {
+        &self.lookups
     }
 
     /// Information (the item count and whitelist size read from Redis now).

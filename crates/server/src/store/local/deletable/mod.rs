@@ -124,7 +124,7 @@ use crate::metrics::Metrics;
 use crate::wal::Wal;
 use crate::Limits;
 
-use super::super::{Damaged, StoreError};
+use super::super::{sorted_by_name, Damaged, StoreError};
 
 pub(crate) mod chain;
 pub(crate) mod dump;
@@ -333,9 +333,7 @@ impl Deletables {
 
     /// All filters, sorted by name.
     pub fn all(&self) -> Vec<Arc<CfNamed>> {
-        let mut v: Vec<Arc<CfNamed>> = read(&self.map).values().cloned().collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+        sorted_by_name(&self.map)
     }
 
     /// Creates a filter and writes its file. The caller has checked the
