@@ -101,6 +101,11 @@ pub struct OpenOptions {
     /// ([`Ribbon::open_in_memory`]): for a server that answers from a filter
     /// of many gigabytes. Other layouts ignore it.
     pub in_memory: bool,
+    /// Opened by the server of the file's data directory, which holds the
+    /// directory's lock itself: an update takes no lock of its own (for a
+    /// static list served through `List`, whose adds the server makes
+    /// through it).
+    pub served: bool,
 }
 
 /// What an add did to one key ([`List::add_keys`]).
@@ -723,7 +728,7 @@ fn is_static(path: &str) -> bool {
 /// whitelist and its delta of added keys; for an update (adds into the
 /// delta) its data directory locked, as for any file.
 fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    let lock = match options.lock || options.update {
+    let lock = match (options.lock || options.update) && !options.served {
         true => lock_dir(path)?,
         false => None,
     };

@@ -61,6 +61,7 @@ fn open(
         lock: false,
         // A list in Redis takes changes in any case.
         update: update && !redis,
+        served: false,
     };
     py.detach(|| List::open(address, &options))
         .map_err(list_err)
