@@ -440,7 +440,13 @@ fn open_or_create(path: &Path, key_kind: u8, match_mode: u8) -> Result<File, Del
     }
     // A new file: the header written and synced under a temporary name,
     // then linked into place (which fails if another writer was first).
-    let tmp = bloomgate_engine::atomic::temp_path(path);
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(
+        ".tmp-{}-{:x}",
+        std::process::id(),
+        bloomgate_engine::random_seed() as u32
+    ));
+    let tmp = PathBuf::from(tmp);
     let made = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(&encode_header(key_kind, match_mode))?;

@@ -64,7 +64,7 @@ use std::path::{Path, PathBuf};
 use bloomgate_blacklist::delta::{delta_path, DeltaKeys, DeltaWriter};
 use bloomgate_blacklist::layers::{unix_now, Added, FillPolicy, Layers, Purpose, DEFAULT_EXPANSION};
 use bloomgate_engine::hash::hash_item;
-use bloomgate_engine::{math, Layout, Params, Ribbon};
+use bloomgate_engine::{Layout, Params, Ribbon};
 
 use crate::{Claim, Error};
 
@@ -276,7 +276,7 @@ impl Delta {
             return Err(bloomgate_blacklist::Error::from(e).into());
         }
         self.records += to_record.len() as u64;
-        let keys: Vec<&[u8]> = keys.iter().map(AsRef::as_ref).collect();
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
         let mut in_base = Vec::new();
         ribbon.contains_many(&keys, &mut in_base);
         let outside: Vec<&[u8]> = keys
@@ -287,9 +287,10 @@ impl Delta {
             .collect();
         let mut added = Vec::with_capacity(outside.len());
         if !outside.is_empty() {
-            let inserted = self
-                .layers_for(outside.len() as u64)
-                .and_then(|l| Ok(l.add_batch(&outside, unix_now(), &mut added)?));
+            let inserted = self.layers_for(outside.len() as u64).and_then(|l| {
+                l.add_batch(&outside, unix_now(), &mut added)
+                    .map_err(Error::from)
+            });
             if let Err(e) = inserted {
                 self.broken = Some(format!(
                     "keys added to the delta file could not be put in memory ({e}); open the list again"
@@ -310,15 +311,9 @@ impl Delta {
         Ok(())
     }
 
-    /// The delta's items (keys the solution lacked), bytes of bits.
+    /// Bytes of the delta's bits (in memory).
     pub(crate) fn bytes(&self) -> u64 {
         self.layers.as_ref().map_or(0, Layers::bytes)
-    }
-
-    /// The union's predicted rate per lookup: `1 − (1 − FP_base)(1 −
-    /// FP_delta)`.
-    pub(crate) fn union_fp(&self) -> f64 {
-        math::compound_fp([self.base_fp, self.predicted_fp()])
     }
 
     fn predicted_fp(&self) -> f64 {

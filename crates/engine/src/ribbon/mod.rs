@@ -6,8 +6,11 @@
 //! RocksDB's `Standard128Ribbon`): each key is one equation, a 128-bit
 //! coefficient row at a start slot whose solution bits must XOR to the
 //! key's fingerprint. It cannot take keys after it is built — adding one
-//! means solving again — so it suits a blacklist rebuilt from its source.
-//! The sizing and the false-positive math are in `math/ribbon.rs`.
+//! means solving again — so it suits a blacklist rebuilt from its source;
+//! keys added between builds go into a small Bloom delta beside the file
+//! (`bloomgate_list`), for which a build keeps a share of the rate
+//! ([`RibbonSpec::reserve`]). The sizing and the false-positive math are
+//! in `math/ribbon.rs`.
 //!
 //! # Keys, shards and rows
 //!
