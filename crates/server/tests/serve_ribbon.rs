@@ -392,6 +392,58 @@ fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
     assert!(resp_hits(&s, "rib", &members).iter().all(|h| *h));
 }
 
+#[test]
+fn damaged_delta_answers_errors_and_is_served_again_once_restored() {
+    let dir = Dir::new();
+    let members = urls("m", 3000);
+    let added = urls("a", 200);
+    let file = dir.path("rib.bgf");
+    build(&file, "url", &members);
+    let input = dir.path("added.txt");
+    write_lines(&input, &added);
+    ok(&bg(&["add", p(&file), p(&input)]));
+    std::fs::remove_file(&input).unwrap();
+    let delta = dir.path("rib.bgf.delta");
+    let good = std::fs::read(&delta).unwrap();
+    let mut flipped = good.clone();
+    let at = good.len() / 2;
+    flipped[at] ^= 0x08;
+    std::fs::write(&delta, &flipped).unwrap();
+    // Its added keys cannot all be read: errors, never "absent".
+    let s = Server::start(dir.0.path(), &[]);
+    let mut c = s.resp();
+    for args in [
+        vec!["BF.EXISTS", "rib", &added[0]],
+        vec!["BF.MEXISTS", "rib", &added[0], &members[0]],
+        vec!["BF.ADD", "rib", &added[1]],
+    ] {
+        match c.cmd(&args) {
+            V::Err(e) => assert!(e.starts_with("DAMAGED "), "{args:?}: {e}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/rib/check",
+        Some(&json!([added[0]]).to_string()),
+        None,
+    );
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(std::fs::read(&delta).unwrap(), flipped);
+    // Restored and SIGHUP: every added key answers again.
+    std::fs::write(&delta, &good).unwrap();
+    sighup(&s);
+    let t = Instant::now();
+    while !matches!(
+        c.cmd(&["BF.EXISTS", "rib", &added[0]]),
+        V::Int(1) | V::Bool(true)
+    ) {
+        assert!(t.elapsed() < Duration::from_secs(60), "SIGHUP repair not seen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
+}
+
 fn sighup(s: &Server) {
     let pid = s.child.id().to_string();
     assert!(std::process::Command::new("kill")
