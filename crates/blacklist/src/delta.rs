@@ -121,7 +121,7 @@ pub enum DeltaError {
     KeyTooLong(usize),
 }
 
-fn io(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DeltaError + '_ {
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> DeltaError + 'a {
     move |source| DeltaError::Io {
         path: path.to_path_buf(),
         op,
@@ -203,7 +203,10 @@ impl DeltaKeys {
             ));
         }
         if buf[..8] != DELTA_MAGIC {
-            return Err(damaged(0, "not a bloomgate delta file (wrong magic)".into()));
+            return Err(damaged(
+                0,
+                "not a bloomgate delta file (wrong magic)".into(),
+            ));
         }
         let sum = u64::from_le_bytes(buf[24..32].try_into().expect("8 bytes"));
         if sum != xxh3_64(&buf[..24]) {
@@ -232,7 +235,10 @@ impl DeltaKeys {
             let len: [u8; 4] = buf[at..at + 4].try_into().expect("4 bytes");
             let n = u32::from_le_bytes(len) as usize;
             if n > MAX_DELTA_KEY {
-                return Err(damaged(at, format!("a record's length {n} is past the limit {MAX_DELTA_KEY}")));
+                return Err(damaged(
+                    at,
+                    format!("a record's length {n} is past the limit {MAX_DELTA_KEY}"),
+                ));
             }
             if rest < n + RECORD_OVERHEAD {
                 return Err(damaged(
@@ -241,7 +247,8 @@ impl DeltaKeys {
                 ));
             }
             let key = &buf[at + 4..at + 4 + n];
-            let check = u32::from_le_bytes(buf[at + 4 + n..at + 8 + n].try_into().expect("4 bytes"));
+            let check =
+                u32::from_le_bytes(buf[at + 4 + n..at + 8 + n].try_into().expect("4 bytes"));
             if check != record_check(&len, key) {
                 return Err(damaged(at, "a record's checksum does not match".into()));
             }
@@ -529,7 +536,8 @@ mod tests {
         let path = delta_path(&dir.path().join("r.bgf"));
         assert!(DeltaKeys::read(&path).unwrap().is_none());
         let mut w = DeltaWriter::new(&path, 1, 2);
-        w.append(&[&b"a.example/"[..], b"", b"b.example/x"]).unwrap();
+        w.append(&[&b"a.example/"[..], b"", b"b.example/x"])
+            .unwrap();
         let first = DeltaKeys::read(&path).unwrap().unwrap();
         assert_eq!((first.len(), first.key_kind, first.match_mode), (3, 1, 2));
         // A second writer (another process) appends whole batches too.
@@ -549,7 +557,10 @@ mod tests {
         // appends to the new file.
         assert_eq!(trim(&path, first.bytes()).unwrap(), 2);
         w.append(&[b"e"]).unwrap();
-        assert_eq!(keys(&path), vec![b"c".to_vec(), b"d".to_vec(), b"e".to_vec()]);
+        assert_eq!(
+            keys(&path),
+            vec![b"c".to_vec(), b"d".to_vec(), b"e".to_vec()]
+        );
         let all = DeltaKeys::read(&path).unwrap().unwrap().bytes();
         assert_eq!(trim(&path, all).unwrap(), 0);
         assert!(!path.exists());
@@ -580,10 +591,7 @@ mod tests {
                 let mut b = good.clone();
                 b[at] ^= bit;
                 assert!(
-                    matches!(
-                        DeltaKeys::decode(&path, b),
-                        Err(DeltaError::Damaged { .. })
-                    ),
+                    matches!(DeltaKeys::decode(&path, b), Err(DeltaError::Damaged { .. })),
                     "flip at {at}"
                 );
             }

@@ -60,7 +60,10 @@ fn ribbon_add_goes_to_the_delta_and_check_info_answer_the_union() {
     let (out, err) = ok(&["add", "--print-new", s(&f), s(&adds)]);
     assert_eq!(out.lines().count(), 500, "{out}");
     assert!(out.lines().all(|l| l.starts_with("http://a")), "{out}");
-    assert!(err.contains("500 new items") && err.contains("1 invalid"), "{err}");
+    assert!(
+        err.contains("500 new items") && err.contains("1 invalid"),
+        "{err}"
+    );
     // The solution is untouched; the keys are in FILE.delta.
     assert_eq!(std::fs::read(&f).unwrap(), before);
     assert!(d.path("r.bgf.delta").exists());
@@ -78,7 +81,10 @@ fn ribbon_add_goes_to_the_delta_and_check_info_answer_the_union() {
     let size = std::fs::metadata(d.path("r.bgf.delta")).unwrap().len();
     let (out, _) = ok(&["add", "--print-new", s(&f), s(&added)]);
     assert!(out.is_empty(), "{out}");
-    assert_eq!(std::fs::metadata(d.path("r.bgf.delta")).unwrap().len(), size);
+    assert_eq!(
+        std::fs::metadata(d.path("r.bgf.delta")).unwrap().len(),
+        size
+    );
 }
 
 #[test]
@@ -107,7 +113,10 @@ fn fold_equals_a_build_with_the_added_entries() {
     ok(&["add", s(&g), s(&new)]);
     let other = d.path("other.bgf");
     build(&other, &[&list], &["--fold", s(&g)]);
-    assert_eq!(std::fs::read(&other).unwrap(), std::fs::read(&whole).unwrap());
+    assert_eq!(
+        std::fs::read(&other).unwrap(),
+        std::fs::read(&whole).unwrap()
+    );
     assert!(d.path("g.bgf.delta").exists());
     // A rebuild that does not fold keeps the delta beside the new file,
     // and says so.
@@ -126,7 +135,10 @@ fn ribbon_without_room_refuses_adds_and_bad_shares_are_usage_errors() {
     let adds = d.lines("adds.txt", &urls("a", 0..10));
     let (code, _, err) = run(&["add", s(&f), s(&adds)]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("ribbon") && err.contains("--delta-share"), "{err}");
+    assert!(
+        err.contains("ribbon") && err.contains("--delta-share"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&f).unwrap(), before);
     assert!(!d.path("r.bgf.delta").exists());
     assert_eq!(info(&f)["delta"]["takes_adds"], false);
@@ -134,15 +146,32 @@ fn ribbon_without_room_refuses_adds_and_bad_shares_are_usage_errors() {
     let q = d.path("q.bgf");
     build(&q, &[&list], &["--delta-share", "1/4"]);
     let v = info(&q);
-    assert!((v["target_fp"].as_f64().unwrap() - 1e-3).abs() < 1e-12, "{v}");
+    assert!(
+        (v["target_fp"].as_f64().unwrap() - 1e-3).abs() < 1e-12,
+        "{v}"
+    );
     assert!(v["predicted_fp"].as_f64().unwrap() < 0.8e-3, "{v}");
     for bad in ["0.6", "-1", "x", "1/0"] {
         let (code, _, err) = run(&[
-            "build", "--layout", "ribbon", "--delta-share", bad, "-o", "/nonexistent/x.bgf", s(&list),
+            "build",
+            "--layout",
+            "ribbon",
+            "--delta-share",
+            bad,
+            "-o",
+            "/nonexistent/x.bgf",
+            s(&list),
         ]);
         assert_eq!(code, 2, "{bad}: {err}");
     }
-    let (code, _, err) = run(&["build", "--fold", s(&f), "-o", s(&d.path("b.bgf")), s(&list)]);
+    let (code, _, err) = run(&[
+        "build",
+        "--fold",
+        s(&f),
+        "-o",
+        s(&d.path("b.bgf")),
+        s(&list),
+    ]);
     assert_eq!(code, 2, "{err}");
 }
 

@@ -62,7 +62,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::delta::{delta_path, DeltaKeys, DeltaWriter};
-use bloomgate_blacklist::layers::{unix_now, Added, FillPolicy, Layers, Purpose, DEFAULT_EXPANSION};
+use bloomgate_blacklist::layers::{
+    unix_now, Added, FillPolicy, Layers, Purpose, DEFAULT_EXPANSION,
+};
 use bloomgate_engine::hash::hash_item;
 use bloomgate_engine::{Layout, Params, Ribbon};
 

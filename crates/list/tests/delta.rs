@@ -72,7 +72,10 @@ fn adds_go_into_the_delta_durably_and_new_means_absent_from_both() {
     let added = urls("a", 0..300);
     // Read-only: refused, nothing written.
     let mut ro = List::open(s(&f)).unwrap();
-    assert!(matches!(ro.add(added[0].as_bytes()), Err(Error::ReadOnly(_))));
+    assert!(matches!(
+        ro.add(added[0].as_bytes()),
+        Err(Error::ReadOnly(_))
+    ));
     assert!(!delta_path(&f).exists());
     assert_eq!(hits(&ro, &added), 0);
     drop(ro);
@@ -100,9 +103,15 @@ fn adds_go_into_the_delta_durably_and_new_means_absent_from_both() {
     assert_eq!(v["delta"]["items"], 300, "{v}");
     assert_eq!(v["items"], 5300, "{v}");
     let union = v["predicted_fp"].as_f64().unwrap();
-    assert!(union <= 1e-3 && union > v["base_predicted_fp"].as_f64().unwrap(), "{v}");
+    assert!(
+        union <= 1e-3 && union > v["base_predicted_fp"].as_f64().unwrap(),
+        "{v}"
+    );
     let lines = list.info().unwrap().lines.join("\n");
-    assert!(lines.contains("delta           301 added key(s)"), "{lines}");
+    assert!(
+        lines.contains("delta           301 added key(s)"),
+        "{lines}"
+    );
     let size = std::fs::metadata(delta_path(&f)).unwrap().len();
     drop(list);
     // Every later open finds them; adding them again is no news and the
@@ -134,7 +143,13 @@ fn a_file_without_room_refuses_adds_and_writes_nothing() {
 #[test]
 fn a_damaged_or_cut_delta_is_an_error_never_absent() {
     let dir = tempfile::tempdir().unwrap();
-    let f = ribbon_file(dir.path(), "r.bgf", &urls("m", 0..3000), 1e-2, RIBBON_DELTA_SHARE);
+    let f = ribbon_file(
+        dir.path(),
+        "r.bgf",
+        &urls("m", 0..3000),
+        1e-2,
+        RIBBON_DELTA_SHARE,
+    );
     let added = urls("a", 0..50);
     let mut list = List::open_with(s(&f), &update()).unwrap();
     for e in &added {

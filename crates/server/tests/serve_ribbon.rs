@@ -343,7 +343,12 @@ fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
         assert_eq!(st, 200, "{v}");
         assert_eq!(v["added"], part.len(), "{v}");
     }
-    let (st, v) = s.http("POST", "/v1/filters/rib/add", Some(&json!(["not a url"]).to_string()), None);
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/rib/add",
+        Some(&json!(["not a url"]).to_string()),
+        None,
+    );
     assert_eq!(st, 200, "{v}");
     assert!(v["results"][0]["error"].is_string(), "{v}");
     assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
@@ -357,7 +362,13 @@ fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
     let body = json!([added[0]]).to_string();
     let (st, v) = s.http("POST", "/v1/filters/rib/remove", Some(&body), None);
     assert!((400..500).contains(&st), "{st} {v}");
-    assert!(v["error"]["message"].as_str().unwrap_or_default().contains("ribbon"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ribbon"),
+        "{v}"
+    );
     // Killed without warning: every acknowledged add is back after a
     // restart, and `bloomgate check` on the file sees them too.
     drop(c);
@@ -372,8 +383,19 @@ fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
     let input = dir.path("members.txt");
     write_lines(&input, &members);
     ok(&bg(&[
-        "build", "--layout", "ribbon", "--fp", "1e-2", "--keys", "url", "--fold", p(&file),
-        "--force", "-o", p(&file), p(&input),
+        "build",
+        "--layout",
+        "ribbon",
+        "--fp",
+        "1e-2",
+        "--keys",
+        "url",
+        "--fold",
+        p(&file),
+        "--force",
+        "-o",
+        p(&file),
+        p(&input),
     ]));
     std::fs::remove_file(&input).unwrap();
     assert!(!dir.path("rib.bgf.delta").exists());
@@ -385,7 +407,10 @@ fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
             assert_eq!(v["details"]["base_items"], 3600, "{v}");
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(60), "SIGHUP reload not seen: {v}");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "SIGHUP reload not seen: {v}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
@@ -438,7 +463,10 @@ fn damaged_delta_answers_errors_and_is_served_again_once_restored() {
         c.cmd(&["BF.EXISTS", "rib", &added[0]]),
         V::Int(1) | V::Bool(true)
     ) {
-        assert!(t.elapsed() < Duration::from_secs(60), "SIGHUP repair not seen");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "SIGHUP repair not seen"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));

@@ -250,7 +250,10 @@ pub fn build(a: BuildArgs) -> Result<i32> {
             match (here, kept) {
                 (false, _) => String::new(),
                 (true, 0) => "; it is removed".into(),
-                (true, n) => format!("; {} key(s) added during the build stay in it", thousands(n)),
+                (true, n) => format!(
+                    "; {} key(s) added during the build stay in it",
+                    thousands(n)
+                ),
             }
         );
     }
@@ -303,7 +306,11 @@ fn read_folds(files: &[String], (kind, mode): (KeyKind, MatchMode)) -> Result<Ve
             continue;
         };
         keys.check_rules(&delta, kind.as_u8(), mode.as_u8())
-            .map_err(|e| UsageError(format!("--fold {f}: {e} (this build makes {kind} keys with {mode} matching)")))?;
+            .map_err(|e| {
+                UsageError(format!(
+                    "--fold {f}: {e} (this build makes {kind} keys with {mode} matching)"
+                ))
+            })?;
         if out.iter().any(|o| same_path(&o.delta, &delta)) {
             continue;
         }

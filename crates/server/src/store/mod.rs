@@ -323,7 +323,9 @@ impl Store {
     ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
-            (Store::Local(s), Filter::Listed(n)) => s.add_listed(n, entries, out).map(|()| Ack::done()),
+            (Store::Local(s), Filter::Listed(n)) => {
+                s.add_listed(n, entries, out).map(|()| Ack::done())
+            }
             (_, Filter::Listed(n)) => Err(n.refusal()),
             (Store::Redis(s), Filter::Redis(n)) => s.add(n, entries, out).map(|()| Ack::done()),
             _ => Err(StoreError::NotFound(filter.name().into())),
