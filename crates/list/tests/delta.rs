@@ -61,7 +61,7 @@ fn hits(list: &List, queries: &[String]) -> usize {
         &mut out,
     )
     .unwrap();
-    out.iter().filter(|v| v.as_ref().unwrap().hit).count()
+    out.iter().filter(|v| v.as_ref().unwrap().hit()).count()
 }
 
 #[test]
