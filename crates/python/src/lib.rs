@@ -62,6 +62,7 @@ fn open(
         // A list in Redis takes changes in any case.
         update: update && !redis,
         served: false,
+        in_memory: false,
     };
     py.detach(|| List::open(address, &options))
         .map_err(list_err)
