@@ -39,6 +39,7 @@
 
 pub mod cf_file;
 pub mod datadir;
+pub mod delta;
 pub mod journal;
 pub mod layers;
 pub mod repair;
@@ -112,6 +113,10 @@ pub enum Error {
     /// tail (see [`log`]).
     #[error(transparent)]
     DamagedLog(#[from] wal::DamagedFile),
+    /// The delta file of a static list (its added keys) failed: damaged,
+    /// of other key rules, unreadable (see [`delta`]).
+    #[error(transparent)]
+    Delta(#[from] delta::DeltaError),
     /// A file of the data directory failed.
     #[error("{path}: {source}")]
     Io {

@@ -2,8 +2,9 @@
 //! from files and standard input, the same bytes for any `--memory` and
 //! thread count, check (batched, and within a `--memory` smaller than the
 //! file), info and `--verify`, host keys and the whitelist, what a static
-//! filter refuses (add, union, remove), damaged files, and a failed build
-//! that leaves nothing behind.
+//! filter refuses (add without room, union, remove), damaged files, and a
+//! failed build that leaves nothing behind. Adds into the delta:
+//! `ribbon_delta.rs`.
 
 use std::io::Write;
 use std::path::Path;
@@ -141,7 +142,9 @@ fn ribbon_refuses_add_union_remove() {
     let d = Dir::new();
     let list = d.lines("list.txt", &urls(0..100));
     let f = d.path("r.bgf");
-    build(&f, &list, &[]);
+    // Built without room for adds (a default build takes them into a
+    // delta: `ribbon_delta.rs`).
+    build(&f, &list, &["--delta-share", "0"]);
     let before = std::fs::read(&f).unwrap();
     // `add` and `union` refuse the file as an argument they cannot take
     // (exit 2, nothing done); `remove` as it refuses any layout that cannot

@@ -17,6 +17,7 @@ use bloomgate_engine::{AnyFilter, Ribbon};
 use bloomgate_redis::RedisFilter;
 use bloomgate_url::{KeyKind, MatchMode};
 
+use crate::delta::DeltaInfo;
 use crate::units::{bytes, thousands};
 use crate::{Error, OpenOptions};
 
@@ -237,16 +238,19 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
     }
 }
 
-/// Describes a static ribbon filter file: from its header and directory.
+/// Describes a static ribbon filter file: from its header and directory,
+/// and its delta of added keys (the union's rate is what a lookup meets).
 pub(crate) fn ribbon(
     path: &str,
     f: &Ribbon,
+    d: &DeltaInfo,
     (kind, mode): (KeyKind, MatchMode),
     whitelist: usize,
     o: &OpenOptions,
 ) -> Info {
     let h = f.header();
-    let predicted = f.predicted_fp();
+    let base_fp = f.predicted_fp();
+    let predicted = math::compound_fp([base_fp, d.predicted_fp]);
     let q = |p| bloomgate_blacklist::spec::per_query_rate(kind, mode, p);
     let result_bits = h.columns as f64 + h.upper as f64 / 4_294_967_296.0;
     let bound = -h.target_fp.log2();
@@ -260,7 +264,8 @@ pub(crate) fn ribbon(
         "seed": format!("{:#018x}", h.seed),
         "key_kind": kind.to_string(),
         "match_mode": mode.to_string(),
-        "items": h.items,
+        "items": h.items + d.items,
+        "base_items": h.items,
         "planned_items": h.planned_items,
         "target_fp": h.target_fp,
         "target_fp_per_query": q(h.target_fp),
@@ -271,12 +276,26 @@ pub(crate) fn ribbon(
         "retried_shards": f.retried_shards(),
         "predicted_fp": predicted,
         "predicted_fp_per_query": q(predicted),
+        "base_predicted_fp": base_fp,
+        "delta": {
+            "path": d.path,
+            "file_exists": d.exists,
+            "added_keys": d.records,
+            "file_bytes": d.file_bytes,
+            "items": d.items,
+            "bits": d.bits,
+            "bytes": d.bits / 8,
+            "layers": d.layers,
+            "predicted_fp": d.predicted_fp,
+            "budget_fp": d.budget,
+            "takes_adds": d.takes_adds,
+        },
         "data_checksum": format!("{:#018x}", h.data_checksum),
         "whitelist_items": whitelist,
         "static": true,
         "verified": o.verify,
     });
-    let lines = vec![
+    let mut lines = vec![
         format!("file            {path}"),
         format!("format          version {}", h.version),
         format!(
@@ -297,17 +316,41 @@ pub(crate) fn ribbon(
             thousands(h.planned_items)
         ),
         format!(
-            "false positives {:.3e} per query predicted (target {:.3e} per query; {predicted:.3e} per lookup)",
+            "false positives {:.3e} per query predicted (target {:.3e} per query; {predicted:.3e} per lookup: solution {base_fp:.3e} + delta {:.3e})",
             q(predicted),
-            q(h.target_fp)
-        ),
-        format!("whitelist       {whitelist} items"),
-        format!(
-            "checksum        {:#018x}{}",
-            h.data_checksum,
-            if o.verify { " verified" } else { "" }
+            q(h.target_fp),
+            d.predicted_fp
         ),
     ];
+    lines.push(if d.records > 0 || d.exists {
+        format!(
+            "delta           {} added key(s) in {} ({}), {} outside the solution in a blocked delta of {} layer(s), {}; room {:.3e} per lookup{}",
+            thousands(d.records),
+            d.path,
+            bytes(d.file_bytes),
+            thousands(d.items),
+            d.layers,
+            bytes(d.bits / 8),
+            d.budget,
+            if d.takes_adds { "" } else { " (takes no adds: rebuild it)" }
+        )
+    } else if d.takes_adds {
+        format!(
+            "delta           none; adds go to {} (room {:.3e} per lookup)",
+            d.path, d.budget
+        )
+    } else {
+        format!(
+            "delta           none; takes no adds (its solution leaves {:.3e} of the target per lookup)",
+            d.budget
+        )
+    });
+    lines.push(format!("whitelist       {whitelist} items"));
+    lines.push(format!(
+        "checksum        {:#018x}{}",
+        h.data_checksum,
+        if o.verify { " verified" } else { "" }
+    ));
     Info {
         json: v,
         lines,

@@ -26,8 +26,10 @@
 //! served as a whole (rather than one `.bgf` in it, which the Bloom arm
 //! already answers with the live adds replayed) would be one more variant,
 //! as the static ribbon layout is (`Store::Static`: lookups, whitelist,
-//! info and verify like any file; adds, removes and in-place updates
-//! refused, since it is solved once from all its entries).
+//! info and verify like any file; removes refused, since it is solved once
+//! from all its entries; adds taken into a small Bloom delta beside it,
+//! durable in the file of added keys `NAME.bgf.delta` and folded in by the
+//! next build: the `delta` module).
 //!
 //! # The verdict, computed once
 //!
@@ -56,6 +58,7 @@
 
 mod bloom;
 pub mod check;
+mod delta;
 mod error;
 pub mod info;
 pub mod stamp;
@@ -73,6 +76,7 @@ use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
 pub use bloom::BloomList;
 pub use check::{CheckScratch, Verdict};
+pub use delta::{DELTA_FIRST_ITEMS, MIN_DELTA_SHARE};
 pub use error::Error;
 pub use info::Info;
 pub use stamp::{Change, Stamp};
@@ -104,6 +108,11 @@ pub struct OpenOptions {
     /// ([`Ribbon::open_in_memory`]): for a server that answers from a filter
     /// of many gigabytes. Other layouts ignore it.
     pub in_memory: bool,
+    /// Opened by the server of the file's data directory, which holds the
+    /// directory's lock itself: an update takes no lock of its own (for a
+    /// static list served through `List`, whose adds the server makes
+    /// through it).
+    pub served: bool,
 }
 
 /// What an add did to one key ([`List::add_keys`]).
@@ -140,13 +149,15 @@ struct Table {
     whitelist: Whitelist,
 }
 
-/// A static ribbon filter file with its key rules and whitelist.
+/// A static ribbon filter file with its key rules, whitelist and delta of
+/// added keys.
 #[derive(Debug)]
 struct Static {
     filter: Ribbon,
     kind: KeyKind,
     mode: MatchMode,
     whitelist: Whitelist,
+    delta: delta::Delta,
 }
 
 /// The shapes of a list (see the crate documentation).
@@ -318,7 +329,11 @@ impl List {
                 found.extend(keys.iter().map(|k| t.filter.contains(k)));
             }
             Store::Redis(r) => *found = r.contains_keys(keys)?,
-            Store::Static(t) => t.filter.contains_many(keys, found),
+            Store::Static(t) => {
+                t.filter.contains_many(keys, found);
+                let mut scratch = Vec::new();
+                t.delta.or_into(keys, found, spare, &mut scratch)?;
+            }
         }
         Ok(())
     }
@@ -404,7 +419,7 @@ impl List {
     /// Fails unless the list was opened for changes.
     fn writable(&self) -> Result<(), Error> {
         match &self.store {
-            Store::Bloom(_) | Store::Table(_) if !self.options.update => {
+            Store::Bloom(_) | Store::Table(_) | Store::Static(_) if !self.options.update => {
                 Err(Error::ReadOnly(self.address.clone()))
             }
             _ => Ok(()),
@@ -425,13 +440,17 @@ impl List {
     /// counting or cuckoo table stores one more copy of a key already
     /// present (a multiset, as RedisBloom's `CF.ADD`), so that a later
     /// remove takes back exactly one; a full cuckoo table is
-    /// [`Error::Full`].
+    /// [`Error::Full`]. A static ribbon list takes the key into its delta
+    /// (durable when this returns; see [`List::add_keys`]).
     pub fn add_key(&mut self, key: &[u8]) -> Result<bool, Error> {
-        self.refuse_static("add to it")?;
         self.writable()?;
         match &mut self.store {
             Store::Bloom(b) => Ok(b.update_keys(&[key], false)? == 1),
-            Store::Static(_) => Ok(false),
+            Store::Static(t) => {
+                let mut claim = [Claim::NotAdded];
+                t.delta.add_keys(&t.filter, &[key], &mut claim)?;
+                Ok(claim[0] == Claim::New)
+            }
             Store::Table(t) => match &t.filter {
                 AnyFilter::Counting(f) => Ok(f.insert(key)),
                 AnyFilter::Cuckoo(f) => f.insert(key).map_err(|e| Error::Full { kicks: e.kicks }),
@@ -459,7 +478,11 @@ impl List {
     /// caller can say exactly what happened to each. A Bloom file takes
     /// the keys as one batch (the same answers and bits as
     /// [`List::add_key`] key by key), a counting or cuckoo table key by
-    /// key; the first failure ends the adds.
+    /// key; the first failure ends the adds. A static ribbon list appends
+    /// the batch to its file of added keys with one synced write, then
+    /// puts the keys the solution lacks into its delta: a key is new when
+    /// neither held it; a failure before the write was synced leaves every
+    /// key [`Claim::NotAdded`].
     pub fn add_keys<T: AsRef<[u8]>>(&mut self, keys: &[T]) -> Claims {
         let mut claims = Claims {
             outcomes: vec![Claim::NotAdded; keys.len()],
@@ -480,6 +503,13 @@ impl List {
                 };
             }
             claims.error = report.error.map(Error::from);
+            return claims;
+        }
+        if let Store::Static(t) = &mut self.store {
+            claims.error = t
+                .delta
+                .add_keys(&t.filter, keys, &mut claims.outcomes)
+                .err();
             return claims;
         }
         if let Store::Bloom(b) = &mut self.store {
@@ -687,6 +717,7 @@ impl List {
             Store::Static(t) => Ok(info::ribbon(
                 &self.address,
                 &t.filter,
+                &t.delta.info(),
                 (t.kind, t.mode),
                 t.whitelist.len(),
                 &self.options,
@@ -694,22 +725,19 @@ impl List {
         }
     }
 
-    /// Fails with [`Error::Unsupported`] for a static list, which cannot
-    /// `what` (it is solved once from all its entries).
-    fn refuse_static(&self, what: &str) -> Result<(), Error> {
+    /// Whether the list can take adds at all, whatever it was opened for:
+    /// [`Error::Unsupported`] for a static list whose rate leaves its delta
+    /// no room (a front end that serves a list says so for an add). Opened
+    /// read-only, a list that can is still refused its changes
+    /// ([`Error::ReadOnly`]).
+    pub fn changeable(&self) -> Result<(), Error> {
         match &self.store {
-            Store::Static(_) => Err(static_refusal(&self.address, what)),
+            Store::Static(t) => t.delta.room().map_err(|problem| Error::Unsupported {
+                address: self.address.clone(),
+                problem: format!("a ribbon filter takes no adds: {problem}"),
+            }),
             _ => Ok(()),
         }
-    }
-
-    /// Whether the layout can take adds at all, whatever the list was
-    /// opened for: [`Error::Unsupported`] naming the layout for a static
-    /// list (a front end that serves a list says so for an add, a remove
-    /// or a create over it). Opened read-only, a list that can is still
-    /// refused its changes ([`Error::ReadOnly`]).
-    pub fn changeable(&self) -> Result<(), Error> {
-        self.refuse_static("add to it or remove from it")
     }
 
     /// The bytes of the list's filter data (its mapped file for a file).
@@ -718,18 +746,8 @@ impl List {
             Store::Bloom(b) => b.layers().bytes(),
             Store::Table(t) => t.filter.data_bytes(),
             Store::Redis(_) => 0,
-            Store::Static(t) => t.filter.file_len(),
+            Store::Static(t) => t.filter.file_len() + t.delta.bytes(),
         }
-    }
-}
-
-/// The refusal of a change to a static list.
-fn static_refusal(address: &str, what: &str) -> Error {
-    Error::Unsupported {
-        address: address.to_string(),
-        problem: format!(
-            "a ribbon filter is static: it is solved once from all its entries and nothing can {what}; rebuild it from its source with `bloomgate build --layout ribbon`"
-        ),
     }
 }
 
@@ -739,12 +757,10 @@ fn is_static(path: &str) -> bool {
 }
 
 /// Opens a static ribbon filter file (mapped read-only) with its
-/// whitelist; opening it for changes is refused.
+/// whitelist and its delta of added keys; for an update (adds into the
+/// delta) its data directory locked, as for any file.
 fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    if options.update {
-        return Err(static_refusal(path, "add to it or remove from it"));
-    }
-    let lock = match options.lock {
+    let lock = match (options.lock || options.update) && !options.served {
         true => lock_dir(path)?,
         false => None,
     };
@@ -759,11 +775,18 @@ fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
     if options.verify {
         filter.verify()?;
     }
+    let delta = delta::Delta::open(
+        Path::new(path),
+        &filter,
+        (kind.as_u8(), mode.as_u8()),
+        options.update,
+    )?;
     let list = Static {
         filter,
         kind,
         mode,
         whitelist,
+        delta,
     };
     Ok((path.to_string(), Store::Static(Box::new(list)), lock))
 }

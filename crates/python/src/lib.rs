@@ -61,6 +61,8 @@ fn open(
         lock: false,
         // A list in Redis takes changes in any case.
         update: update && !redis,
+        served: false,
+        in_memory: false,
     };
     py.detach(|| List::open(address, &options))
         .map_err(list_err)
@@ -309,6 +311,8 @@ fn build_ribbon(
     let mut spec = RibbonSpec::new(rate, new.seed);
     spec.key_kind = new.kind.as_u8();
     spec.match_mode = new.mode.as_u8();
+    // Room for adds (a delta beside the file), as the CLI's build keeps.
+    spec.reserve = bloomgate_engine::math::RIBBON_DELTA_SHARE;
     let mut hashes: Vec<u64> = Vec::new();
     let hash = |py: Python<'_>, p: &Packed, hashes: &mut Vec<u64>| -> PyResult<()> {
         let seen = hashes.len();

@@ -101,6 +101,24 @@ def test_ribbon_list_built_from_entries(tmp_path):
     assert not os.path.exists(str(tmp_path / "bad.bgf"))
 
 
+def test_ribbon_list_takes_adds_into_its_delta(tmp_path):
+    path = str(tmp_path / "r.bgf")
+    entries = urls(20000)
+    bloomgate.build(path, entries, fp=1e-4, keys="url", layout="ribbon", seed=3)
+    with pytest.raises(bloomgate.ReadOnly):
+        bloomgate.open(path).add("http://new.example/x")
+    lst = bloomgate.open(path, update=True)
+    assert lst.add("http://new.example/x") is True
+    assert lst.add("HTTP://NEW.example/x#frag") is False
+    assert lst.add_many(["http://new.example/y", entries[5]]) == [True, False]
+    lst.close()
+    assert os.path.exists(path + ".delta")
+    again = bloomgate.open(path)
+    assert "http://new.example/x" in again and "http://new.example/y" in again
+    info = again.info()
+    assert info["delta"]["added_keys"] == 3 and info["predicted_fp"] <= 1e-4
+
+
 def test_build_streams_a_generator_and_refuses_an_invalid_entry(tmp_path):
     path = str(tmp_path / "g.bgf")
     n = bloomgate.build(path, (f"host{i}.example" for i in range(70000)), keys="host", seed=7)

@@ -322,7 +322,9 @@ async fn add(
     let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();
-    let (items, outcomes, ack) = maybe_blocking(app.store.is_remote(), move || {
+    // A static list's add syncs its file of added keys before it returns.
+    let off_loop = app.store.is_remote() || matches!(n, Filter::Listed(_));
+    let (items, outcomes, ack) = maybe_blocking(off_loop, move || {
         let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
         let mut outcomes = Vec::with_capacity(refs.len());
         let ack = app2.store.add(&n, &refs, &mut outcomes)?;

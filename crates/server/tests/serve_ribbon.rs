@@ -2,10 +2,13 @@
 //! `bloomgate serve` and real clients: every member answered present over
 //! HTTP (single and batch) and RESP (`BF.EXISTS`, `BF.MEXISTS`) for every
 //! key kind, the same verdicts as `bloomgate check` on the same file and
-//! queries, the whitelist, `BF.INFO` and HTTP info; every change refused
-//! with an error naming the ribbon layout (never a silent no-op, never
-//! "absent"); a damaged ribbon file answered with errors, served again once
-//! restored; reload and delete.
+//! queries, the whitelist, `BF.INFO` and HTTP info; adds into its delta
+//! (`BF.ADD`, `BF.MADD`, `BF.INSERT`, HTTP add) acknowledged only once
+//! durable, so they survive `kill -9`; every other change (and every add
+//! to a file built without room for them) refused with an error naming
+//! the ribbon layout (never a silent no-op, never "absent"); a damaged
+//! ribbon file answered with errors, served again once restored; reload
+//! and delete.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,20 +32,25 @@ fn raws(tag: &str, n: usize) -> Vec<String> {
 
 /// Builds a ribbon file of `entries` (key kind `keys`) at `out`.
 fn build(out: &Path, keys: &str, entries: &[String]) {
+    build_with(out, keys, entries, &[]);
+}
+
+/// [`build`] with more arguments.
+fn build_with(out: &Path, keys: &str, entries: &[String], extra: &[&str]) {
+    build_at(out, keys, entries, "1e-2", extra);
+}
+
+/// [`build`] at rate `fp`, with more arguments.
+fn build_at(out: &Path, keys: &str, entries: &[String], fp: &str, extra: &[&str]) {
     let input = out.with_extension("txt");
     write_lines(&input, entries);
-    ok(&bg(&[
-        "build",
-        "--layout",
-        "ribbon",
-        "--fp",
-        "1e-2",
-        "--keys",
-        keys,
-        "-o",
-        p(out),
-        p(&input),
-    ]));
+    let mut args = vec![
+        "build", "--layout", "ribbon", "--fp", fp, "--keys", keys, "-o",
+    ];
+    args.push(p(out));
+    args.extend_from_slice(extra);
+    args.push(p(&input));
+    ok(&bg(&args));
     std::fs::remove_file(input).unwrap();
 }
 
@@ -226,7 +234,9 @@ fn ribbon_filter_info_and_refused_changes() {
     let dir = Dir::new();
     let members = urls("m", 2000);
     let file = dir.path("rib.bgf");
-    build(&file, "url", &members);
+    // Built without room for adds, so that every change is refused (a
+    // default build takes adds: `ribbon_adds_are_acknowledged_once_durable_and_survive_kill9`).
+    build_with(&file, "url", &members, &["--delta-share", "0"]);
     let before = std::fs::read(&file).unwrap();
     let s = Server::start(dir.0.path(), &[]);
     let stranger = "http://never-added.example/";
@@ -307,6 +317,168 @@ fn ribbon_filter_info_and_refused_changes() {
     assert_eq!(c.cmd(&["DEL", "rib"]).int(), 1);
     assert!(!file.exists());
     assert_eq!(c.cmd(&["BF.EXISTS", "rib", &members[5]]).int(), 0);
+}
+
+#[test]
+fn ribbon_adds_are_acknowledged_once_durable_and_survive_kill9() {
+    let dir = Dir::new();
+    let members = urls("m", 3000);
+    let file = dir.path("rib.bgf");
+    // At 10⁻⁶ (and a fixed seed) no added key is a false positive, so
+    // every one of them is new.
+    build_at(&file, "url", &members, "1e-6", &["--seed", "7"]);
+    let before = std::fs::read(&file).unwrap();
+    let added = urls("a", 600);
+    let mut s = Server::start(dir.0.path(), &[]);
+    let mut c = s.resp();
+    // RESP: one at a time, several, through BF.INSERT; a member is no news.
+    assert_eq!(c.cmd(&["BF.ADD", "rib", &added[0]]).int(), 1);
+    assert_eq!(c.cmd(&["BF.ADD", "rib", &added[0]]).int(), 0);
+    assert_eq!(c.cmd(&["BF.ADD", "rib", &members[3]]).int(), 0);
+    let v = c.cmd(&["BF.MADD", "rib", &added[1], &added[2], &added[1]]);
+    assert_eq!(
+        v.arr().iter().map(V::int).collect::<Vec<_>>(),
+        [1, 1, 0],
+        "{v:?}"
+    );
+    let v = c.cmd(&["BF.INSERT", "rib", "NOCREATE", "ITEMS", &added[3]]);
+    assert_eq!(v.arr()[0].int(), 1, "{v:?}");
+    // HTTP, in batches.
+    for part in added[4..].chunks(100) {
+        let body = serde_json::to_string(part).unwrap();
+        let (st, v) = s.http("POST", "/v1/filters/rib/add", Some(&body), None);
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["added"], part.len(), "{v}");
+    }
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/rib/add",
+        Some(&json!(["not a url"]).to_string()),
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert!(v["results"][0]["error"].is_string(), "{v}");
+    assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
+    assert!(resp_hits(&s, "rib", &members).iter().all(|h| *h));
+    let (st, v) = s.http("GET", "/v1/filters/rib", None, None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["details"]["delta"]["added_keys"], 601, "{v}");
+    assert_eq!(v["items"], 3600, "{v}");
+    assert!(v["predicted_fp"].as_f64().unwrap() <= 1e-6, "{v}");
+    // A remove is still refused, naming the layout.
+    let body = json!([added[0]]).to_string();
+    let (st, v) = s.http("POST", "/v1/filters/rib/remove", Some(&body), None);
+    assert!((400..500).contains(&st), "{st} {v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ribbon"),
+        "{v}"
+    );
+    // Killed without warning: every acknowledged add is back after a
+    // restart, and `bloomgate check` on the file sees them too.
+    drop(c);
+    s.kill9();
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    let s = Server::start(dir.0.path(), &[]);
+    assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
+    let verdicts = cli_verdicts(dir.0.path(), &file, &added);
+    assert!(verdicts.iter().all(|(hit, _, _)| *hit));
+    // A rebuild that folds them in, served by SIGHUP: the delta is gone
+    // and every key still answers.
+    let input = dir.path("members.txt");
+    write_lines(&input, &members);
+    ok(&bg(&[
+        "build",
+        "--layout",
+        "ribbon",
+        "--fp",
+        "1e-6",
+        "--seed",
+        "7",
+        "--keys",
+        "url",
+        "--fold",
+        p(&file),
+        "--force",
+        "-o",
+        p(&file),
+        p(&input),
+    ]));
+    std::fs::remove_file(&input).unwrap();
+    assert!(!dir.path("rib.bgf.delta").exists());
+    sighup(&s);
+    let t = Instant::now();
+    loop {
+        let (_, v) = s.http("GET", "/v1/filters/rib", None, None);
+        if v["details"]["delta"]["added_keys"] == 0 {
+            assert_eq!(v["details"]["base_items"], 3600, "{v}");
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "SIGHUP reload not seen: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
+    assert!(resp_hits(&s, "rib", &members).iter().all(|h| *h));
+}
+
+#[test]
+fn damaged_delta_answers_errors_and_is_served_again_once_restored() {
+    let dir = Dir::new();
+    let members = urls("m", 3000);
+    let added = urls("a", 200);
+    let file = dir.path("rib.bgf");
+    build(&file, "url", &members);
+    let input = dir.path("added.txt");
+    write_lines(&input, &added);
+    ok(&bg(&["add", p(&file), p(&input)]));
+    std::fs::remove_file(&input).unwrap();
+    let delta = dir.path("rib.bgf.delta");
+    let good = std::fs::read(&delta).unwrap();
+    let mut flipped = good.clone();
+    let at = good.len() / 2;
+    flipped[at] ^= 0x08;
+    std::fs::write(&delta, &flipped).unwrap();
+    // Its added keys cannot all be read: errors, never "absent".
+    let s = Server::start(dir.0.path(), &[]);
+    let mut c = s.resp();
+    for args in [
+        vec!["BF.EXISTS", "rib", &added[0]],
+        vec!["BF.MEXISTS", "rib", &added[0], &members[0]],
+        vec!["BF.ADD", "rib", &added[1]],
+    ] {
+        match c.cmd(&args) {
+            V::Err(e) => assert!(e.starts_with("DAMAGED "), "{args:?}: {e}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+    let (st, v) = s.http(
+        "POST",
+        "/v1/filters/rib/check",
+        Some(&json!([added[0]]).to_string()),
+        None,
+    );
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(std::fs::read(&delta).unwrap(), flipped);
+    // Restored and SIGHUP: every added key answers again.
+    std::fs::write(&delta, &good).unwrap();
+    sighup(&s);
+    let t = Instant::now();
+    while !matches!(
+        c.cmd(&["BF.EXISTS", "rib", &added[0]]),
+        V::Int(1) | V::Bool(true)
+    ) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "SIGHUP repair not seen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(resp_hits(&s, "rib", &added).iter().all(|h| *h));
 }
 
 fn sighup(s: &Server) {

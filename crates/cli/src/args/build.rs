@@ -62,6 +62,24 @@ pub fn parse_ratio(s: &str) -> Result<f64, String> {
     Ok(r)
 }
 
+/// Parses a share of a rate: a number from 0 to 0.5 (`0.03125`, `1/32`).
+pub fn parse_share(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let r = match t.split_once('/') {
+        Some((a, b)) => match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+            (Ok(a), Ok(b)) if b != 0.0 => a / b,
+            _ => return Err(format!("{s:?} is not a number or a fraction")),
+        },
+        None => t
+            .parse()
+            .map_err(|_| format!("{s:?} is not a number or a fraction"))?,
+    };
+    if !(0.0..=0.5).contains(&r) {
+        return Err(format!("a share of the rate from 0 to 0.5, got {s}"));
+    }
+    Ok(r)
+}
+
 /// `bloomgate dedup`.
 #[derive(Args, Debug)]
 pub struct DedupArgs {
@@ -210,6 +228,21 @@ pub struct BuildArgs {
     pub spill: Option<u64>,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// Ribbon: the share of --fp kept for the keys added after the build
+    /// (`bloomgate add`, BF.ADD), which go into a small Bloom delta beside
+    /// the file: the solution is planned for fp × (1 − share), and the
+    /// union of both stays within --fp. Default 1/32 (0.03125: +0.046 bits
+    /// per item); 0 gives the most compact file, which takes no adds; at
+    /// most 0.5.
+    #[arg(long, value_parser = parse_share)]
+    pub delta_share: Option<f64>,
+    /// Ribbon: also take the keys added to this ribbon file since its build
+    /// (its FILE.delta) as entries, so the new file holds them in its
+    /// solution. When FILE is the output (`--fold X.bgf -o X.bgf --force`)
+    /// the folded keys leave X.bgf.delta once the new file is in place
+    /// (keys added meanwhile stay). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub fold: Vec<String>,
     /// Read a squidGuard/UT1 blacklist directory (`CATEGORY/domains`,
     /// `CATEGORY/urls`) instead of input files: a `url` filter in `prefix`
     /// mode per category, `-o DIR/CATEGORY.bgf`; all in one filter when

@@ -403,6 +403,12 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     if a.layout == crate::args::BuildLayoutArg::Ribbon {
         return crate::cmd::ribbon::build(a);
     }
+    if a.delta_share.is_some() || !a.fold.is_empty() {
+        return Err(crate::cmd::UsageError(
+            "--delta-share and --fold apply to ribbon builds (--layout ribbon): a Bloom file takes adds itself".into(),
+        )
+        .into());
+    }
     let layout = match (a.layout.bloom(), a.layout.deletable()) {
         (Some(layout), _) => layout,
         (None, Some(which)) => return crate::cmd::deletable::build(a, which),
@@ -672,10 +678,12 @@ pub fn add(a: AddArgs) -> Result<i32> {
     if crate::cmd::redis::is_address(&a.filter) {
         return crate::cmd::redis::add(a);
     }
-    crate::cmd::ribbon::refuse_static(&a.filter, "adds")?;
+    if crate::cmd::ribbon::is_ribbon(&a.filter) {
+        return crate::cmd::ribbon::add(a);
+    }
     if a.print_new {
         return Err(crate::cmd::UsageError(
-            "--print-new applies to Redis filters (an add to a file has one writer)".into(),
+            "--print-new applies to Redis filters and ribbon files (an add to a Bloom file has one writer)".into(),
         )
         .into());
     }

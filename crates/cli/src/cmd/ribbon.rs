@@ -31,6 +31,21 @@
 //! once, never a byte of the file (test `ribbon_build_same_bytes_any_memory`).
 //! A failed or interrupted build removes the partition files and the
 //! output's temporary; the output appears only by its final rename.
+//!
+//! # Room for adds, and folding them in
+//!
+//! The solution is planned for `--fp × (1 − --delta-share)` (default
+//! 1/32 kept back), so that keys added later (`bloomgate add`, `BF.ADD`)
+//! have a delta whose rate and the solution's stay within `--fp`
+//! together (`bloomgate_engine::math`, "Room for adds"). `--fold FILE`
+//! reads the keys added to FILE since its build (`FILE.delta`, already
+//! normalized) into the partitions beside the inputs' keys, each counted
+//! as one key read, so the output is byte for byte the build whose inputs
+//! held those entries (test `fold_equals_a_build_with_the_added_entries`).
+//! When FILE is the output, the folded keys are taken off `FILE.delta`
+//! after the new file is renamed into place (keys added meanwhile stay):
+//! a crash between the two leaves keys that both the file and its delta
+//! hold, never a key that neither does.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -38,8 +53,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 
+use bloomgate_blacklist::delta::{delta_path, DeltaKeys};
 use bloomgate_blacklist::per_lookup_rate;
-use bloomgate_engine::math::plan_ribbon;
+use bloomgate_engine::math::{plan_ribbon, RIBBON_DELTA_SHARE};
 use bloomgate_engine::random_seed;
 use bloomgate_engine::ribbon::{key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
@@ -107,8 +123,19 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let mut spec = RibbonSpec::new(per_lookup, a.seed.unwrap_or_else(random_seed));
     spec.key_kind = kind.as_u8();
     spec.match_mode = mode.as_u8();
+    spec.reserve = a.delta_share.unwrap_or(RIBBON_DELTA_SHARE);
     // Refuse a rate the layout cannot plan before reading anything.
     spec.header(1).map_err(|e| UsageError(e.to_string()))?;
+    let folds = read_folds(&a.fold, (kind, mode))?;
+    let output_delta = delta_path(Path::new(&a.output));
+    if output_delta.exists() && !folds.iter().any(|f| same_path(&f.delta, &output_delta)) {
+        eprintln!(
+            "bloomgate: warning: {} holds keys added to {}; not folded (--fold {}), they stay beside the new file and are answered with it",
+            output_delta.display(),
+            a.output,
+            a.output
+        );
+    }
     let memory = match a.memory {
         Some(m) => m,
         None => bloomgate_engine::mem_available().map_or(4 << 30, |m| m / 10 * 6),
@@ -130,7 +157,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         planned: a.size.items,
         total: input::total_size(&a.inputs),
         progress: Progress::default(),
-        rate: per_lookup,
+        rate: spec.solution_fp(),
         next: 0,
     };
     if let Some(n) = a.size.items {
@@ -138,7 +165,7 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         room.fits(n, 0)?;
     }
     std::fs::create_dir(&tmp.0).with_context(|| format!("{}: cannot create", tmp.0.display()))?;
-    let read = partition_inputs(&a, (kind, mode), spec.seed, &tmp.0, &mut room)?;
+    let read = partition_inputs(&a, (kind, mode), spec.seed, &folds, &tmp.0, &mut room)?;
     if read.keys == 0 && !a.allow_useless {
         bail!(
             "{}: not written: no valid {kind} entry in {} lines ({} invalid): the filter would be empty (--allow-useless writes it anyway)",
@@ -209,6 +236,27 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let header = writer.finish()?;
     let secs = started.elapsed().as_secs_f64();
     let filter = bloomgate_engine::Ribbon::open(&a.output)?;
+    for f in &folds {
+        let here = same_path(&f.delta, &output_delta);
+        let kept = match here {
+            true => bloomgate_blacklist::delta::trim(&f.delta, f.keys.bytes())
+                .with_context(|| format!("{} is built; its delta was kept whole", a.output))?,
+            false => 0,
+        };
+        eprintln!(
+            "bloomgate: folded {} added key(s) of {}{}",
+            thousands(f.keys.len()),
+            f.delta.display(),
+            match (here, kept) {
+                (false, _) => String::new(),
+                (true, 0) => "; it is removed".into(),
+                (true, n) => format!(
+                    "; {} key(s) added during the build stay in it",
+                    thousands(n)
+                ),
+            }
+        );
+    }
     eprintln!(
         "built {}: {}, {} distinct keys ({} repeated), {} invalid, {} ({:.2} bits per key), {secs:.2} s ({read_secs:.1} s reading, {:.1} s solving {} in {}), {} lines/s, {}{}",
         a.output,
@@ -237,12 +285,57 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The added keys of a file named by `--fold`.
+struct Fold {
+    delta: PathBuf,
+    keys: DeltaKeys,
+}
+
+/// Reads the delta of every `--fold` file: checked whole, of the build's
+/// key rules (its keys are normalized by them). A file without a delta
+/// has nothing to fold, which is said.
+fn read_folds(files: &[String], (kind, mode): (KeyKind, MatchMode)) -> Result<Vec<Fold>> {
+    let mut out: Vec<Fold> = Vec::new();
+    for f in files {
+        let delta = delta_path(Path::new(f));
+        let Some(keys) = DeltaKeys::read(&delta)? else {
+            eprintln!(
+                "bloomgate: {f} has no added keys ({} does not exist): nothing to fold",
+                delta.display()
+            );
+            continue;
+        };
+        keys.check_rules(&delta, kind.as_u8(), mode.as_u8())
+            .map_err(|e| {
+                UsageError(format!(
+                    "--fold {f}: {e} (this build makes {kind} keys with {mode} matching)"
+                ))
+            })?;
+        if out.iter().any(|o| same_path(&o.delta, &delta)) {
+            continue;
+        }
+        out.push(Fold { delta, keys });
+    }
+    Ok(out)
+}
+
+/// Whether two paths name one file (compared as given when either does
+/// not exist).
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 /// Reads every input once: canonical keys, hashed, into the partition
-/// files. Invalid entries are reported as `build` reports them.
+/// files, then the folded keys. Invalid entries are reported as `build`
+/// reports them.
 fn partition_inputs(
     a: &BuildArgs,
     (kind, mode): (KeyKind, MatchMode),
     seed: u64,
+    folds: &[Fold],
     dir: &Path,
     room: &mut Room,
 ) -> Result<Read1> {
@@ -301,6 +394,18 @@ fn partition_inputs(
     );
     report::finish(bar);
     result?;
+    for f in folds {
+        let mut parts: Vec<Vec<u64>> = vec![Vec::new(); PARTITIONS];
+        for key in f.keys.iter() {
+            let g = key_hash(seed, key);
+            parts[partition::partition_of(g)].push(g);
+        }
+        for (p, hashes) in parts.iter().enumerate() {
+            read.keys += hashes.len() as u64;
+            parts_out.extend(p, hashes)?;
+        }
+        room.check(read.keys, parts_out.bytes)?;
+    }
     read.per_partition = parts_out.finish()?;
     if read.invalid > read.shown {
         eprintln!(
@@ -437,7 +542,150 @@ fn plan_groups(per_partition: &[u64], shard_bits: u32, memory: u64) -> Vec<std::
     groups
 }
 
-/// Refuses `what` (an add, a union) on a static ribbon file with a usage
+/// True if `path` is a ribbon filter file.
+pub fn is_ribbon(path: &str) -> bool {
+    bloomgate_engine::format::peek_layout_code(Path::new(path)).ok()
+        == Some(bloomgate_engine::format::LAYOUT_RIBBON)
+}
+
+/// What one input chunk of an add holds: its keys back to back, and each
+/// key's line (for `--print-new`).
+struct AddChunk {
+    arena: Vec<u8>,
+    ends: Vec<usize>,
+    lines: Vec<(usize, usize)>,
+    invalid: Vec<(u64, String)>,
+}
+
+/// `bloomgate add` to a ribbon file: the entries go into its delta through
+/// the library's `List` ([`bloomgate_list::List::add_keys`]): each input
+/// chunk is one synced append to `FILE.delta`, so what was added when the
+/// command stops (an error, Ctrl-C, `kill -9`) is durable; `--print-new`
+/// prints each entry that was new (neither the solution nor the delta
+/// held it).
+pub fn add(a: crate::args::AddArgs) -> Result<i32> {
+    use bloomgate_list::{Claim, OpenOptions};
+    use std::io::Write;
+    let started = Instant::now();
+    let options = OpenOptions {
+        update: true,
+        ..OpenOptions::default()
+    };
+    let mut list = crate::cmd::open_list(&a.filter, &options)?;
+    list.changeable().map_err(crate::cmd::list_error)?;
+    crate::cmd::check_kind(&a.filter, (list.kind(), list.mode()), a.keys, None)?;
+    let (kind, mode) = (list.kind(), list.mode());
+    let names = a.inputs.clone();
+    let progress = Progress::default();
+    let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
+    let (mut lines, mut new, mut present, mut invalid) = (0u64, 0u64, 0u64, 0u64);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = input::process(
+        a.inputs.clone(),
+        progress,
+        |chunk| {
+            let mut c = AddChunk {
+                arena: Vec::with_capacity(chunk.data.len()),
+                ends: Vec::new(),
+                lines: Vec::new(),
+                invalid: Vec::new(),
+            };
+            let base = chunk.data.as_ptr() as usize;
+            chunk.for_each_line(|line_no, line| match line {
+                Ok(l) => match entry_key(kind, mode, l) {
+                    Ok(k) => {
+                        c.arena.extend_from_slice(&k);
+                        c.ends.push(c.arena.len());
+                        let at = l.as_ptr() as usize - base;
+                        c.lines.push((at, at + l.len()));
+                    }
+                    Err(e) => c.invalid.push((line_no, e.to_string())),
+                },
+                Err(reason) => c.invalid.push((line_no, reason)),
+            });
+            c
+        },
+        |chunk, c| {
+            lines += (c.ends.len() + c.invalid.len()) as u64;
+            for (line, reason) in &c.invalid {
+                invalid += 1;
+                let msg = format!(
+                    "{}:{line}: invalid {kind} entry: {reason}",
+                    names[chunk.input]
+                );
+                if a.strict {
+                    bail!("{msg} (--strict: stopping at the first invalid entry)");
+                }
+                if invalid <= 10 {
+                    eprintln!("bloomgate: {msg}");
+                }
+            }
+            let mut keys = Vec::with_capacity(c.ends.len());
+            let mut start = 0;
+            for &end in &c.ends {
+                keys.push(&c.arena[start..end]);
+                start = end;
+            }
+            let claims = list.add_keys(&keys);
+            for (claim, &(from, to)) in claims.outcomes.iter().zip(&c.lines) {
+                match claim {
+                    Claim::New => {
+                        new += 1;
+                        if a.print_new {
+                            out.write_all(&chunk.data[from..to])?;
+                            out.write_all(b"\n")?;
+                        }
+                    }
+                    Claim::Present => present += 1,
+                    Claim::Unknown | Claim::NotAdded => {}
+                }
+            }
+            if chunk.paused {
+                out.flush()?;
+            }
+            match claims.error {
+                Some(e) => Err(crate::cmd::list_error(e)),
+                None => Ok(()),
+            }
+        },
+    );
+    report::finish(bar);
+    out.flush()?;
+    result.with_context(|| {
+        format!(
+            "adding to {}: {} new entries were added before the failure, and are durable",
+            a.filter,
+            thousands(new)
+        )
+    })?;
+    if invalid > 10 {
+        eprintln!(
+            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
+            thousands(invalid - 10),
+            thousands(invalid)
+        );
+    }
+    let v = list.info().map_err(crate::cmd::list_error)?.json;
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "added to {} (its delta {}): {}, {}, {} already present, {} invalid; {} keys added since the build, {} in the delta ({}), {secs:.2} s, {}",
+        a.filter,
+        v["delta"]["path"].as_str().unwrap_or(""),
+        report::count(lines, "line", "lines"),
+        report::count(new, "new item", "new items"),
+        thousands(present),
+        thousands(invalid),
+        thousands(v["delta"]["added_keys"].as_u64().unwrap_or(0)),
+        thousands(v["delta"]["items"].as_u64().unwrap_or(0)),
+        bytes(v["delta"]["bytes"].as_u64().unwrap_or(0)),
+        report::rates(kind, mode, f("predicted_fp"), f("target_fp")),
+    );
+    Ok(0)
+}
+
+/// Refuses `what` (a union) on a static ribbon file with a usage
 /// error that says why; any other file passes.
 pub fn refuse_static(path: &str, what: &str) -> Result<()> {
     let code = bloomgate_engine::format::peek_layout_code(Path::new(path)).ok();

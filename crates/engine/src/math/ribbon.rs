@@ -62,12 +62,52 @@
 //! the last term the shard's directory entry: 13.36 · 1.03 = 13.76 bits per
 //! item at `p = 10⁻⁴`, against 13.29 for the information-theoretic bound,
 //! 19.17 for the classic Bloom optimum and 22.0 for the blocked layout.
+//!
+//! # Room for adds: the delta's share of the rate
+//!
+//! A static list takes adds into a small Bloom *delta* beside it
+//! (`bloomgate_list`'s delta module), and a lookup is a hit when the
+//! solution or the delta says so. For a key never added the two answers
+//! are independent, so the union's rate is
+//!
+//! ```text
+//! FP_union = 1 − (1 − FP_base)(1 − FP_delta)  ≤  FP_base + FP_delta
+//! ```
+//!
+//! and the requested `p` holds for the union when the delta is planned for
+//! what the solution leaves, `q = p − FP_base`. A solution planned for `p`
+//! itself leaves nothing (its predicted rate is `p` to within a block's
+//! rounding, sometimes a little above it), so a build keeps a share `s` of
+//! the rate out of the solution ([`RIBBON_DELTA_SHARE`], `--delta-share`):
+//! the solution is planned for `p · (1 − s)` and the header records `p`.
+//! Its cost is `log2(1/(1 − s))` result bits per slot: 0.046 bits per item
+//! at `s = 1/32` (13.76 → 13.81 bits per item at `p = 10⁻⁴`, +0.3 %).
+//!
+//! The delta, a scaling Bloom filter whose layers take `q/2, q/4, …`
+//! (compound rate below `q` however far it grows), pays for a small `q`
+//! per added key: about `1.65 · log2(2/(s·p))` bits each in the blocked
+//! layout, `1.65 · log2(2/s)` = 9.9 more than a blocked filter at `p` for
+//! `s = 1/32`. With `N` keys solved and `D` added between builds the total
+//! `N · log2(1/(1 − s)) + D · 1.65 · log2(2/(s·p))` is least near
+//! `s ≈ √(1.65 · D/N)`: `s = 1/32` is right for deltas of ~0.06 % of the
+//! list and costs under 1 % of the file for deltas up to ~3 % (`1/16`
+//! would cost the 10¹⁰-key file 0.05 bits per item more to save 1.65
+//! bits per *added* key: worth it only past 2.8 % of adds). A file built
+//! with `--delta-share 0` is the most compact and takes no adds.
 
 use super::PlanError;
 
 /// Slots per item beyond one, as planned: `m = (1 + ε) · n` (see the
 /// module docs for the measured failure rates).
 pub const RIBBON_OVERHEAD: f64 = 0.03;
+
+/// The share of a static list's rate kept for its delta of adds: a build
+/// plans the solution for `p · (1 − s)` (see the module docs, "Room for
+/// adds").
+pub const RIBBON_DELTA_SHARE: f64 = 1.0 / 32.0;
+
+/// Largest `--delta-share`: half of the rate.
+pub const RIBBON_MAX_DELTA_SHARE: f64 = 0.5;
 
 /// Width of a coefficient row and of a block of slots.
 pub const RIBBON_WIDTH: u64 = 128;

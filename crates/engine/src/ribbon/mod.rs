@@ -6,8 +6,11 @@
 //! RocksDB's `Standard128Ribbon`): each key is one equation, a 128-bit
 //! coefficient row at a start slot whose solution bits must XOR to the
 //! key's fingerprint. It cannot take keys after it is built — adding one
-//! means solving again — so it suits a blacklist rebuilt from its source.
-//! The sizing and the false-positive math are in `math/ribbon.rs`.
+//! means solving again — so it suits a blacklist rebuilt from its source;
+//! keys added between builds go into a small Bloom delta beside the file
+//! (`bloomgate_list`), for which a build keeps a share of the rate
+//! ([`RibbonSpec::reserve`]). The sizing and the false-positive math are
+//! in `math/ribbon.rs`.
 //!
 //! # Keys, shards and rows
 //!
@@ -56,7 +59,9 @@ use rayon::prelude::*;
 use crate::error::{io_err, Error, FormatProblem, Result};
 use crate::format::{data_checksum, FORMAT_VERSION, HEADER_LEN};
 use crate::hash::{hash_item, reduce};
-use crate::math::{ribbon_columns, ribbon_shard_bits, ribbon_shard_fp, RIBBON_OVERHEAD};
+use crate::math::{
+    ribbon_columns, ribbon_shard_bits, ribbon_shard_fp, RIBBON_MAX_DELTA_SHARE, RIBBON_OVERHEAD,
+};
 
 pub use file::{decode_file, reseal_header, RibbonHeader, RibbonWriter, ENTRY_LEN, MAX_SHARDS};
 pub use solve::{attempt_blocks, solve_shard, SolveError, SolvedShard, GROW_FROM, MAX_ATTEMPTS};
@@ -154,6 +159,12 @@ pub struct RibbonSpec {
     /// Slots per key beyond one ([`RIBBON_OVERHEAD`]; lower only to test
     /// the retries).
     pub overhead: f64,
+    /// The share of `target_fp` kept out of the solution for a delta of
+    /// adds (`math/ribbon.rs`, "Room for adds"): the solution is planned
+    /// for `target_fp · (1 − reserve)`, the header records `target_fp`.
+    /// 0 in [`RibbonSpec::new`]; front ends that build lists set
+    /// [`crate::math::RIBBON_DELTA_SHARE`].
+    pub reserve: f64,
 }
 
 impl RibbonSpec {
@@ -165,14 +176,26 @@ impl RibbonSpec {
             key_kind: 0,
             match_mode: 0,
             overhead: RIBBON_OVERHEAD,
+            reserve: 0.0,
         }
+    }
+
+    /// The rate the solution is planned for: `target_fp · (1 − reserve)`.
+    pub fn solution_fp(&self) -> f64 {
+        self.target_fp * (1.0 - self.reserve)
     }
 
     /// The header of a file of this spec for `planned` keys read (counts
     /// and checksums left for the writer). Refuses rates the layout cannot
-    /// plan.
+    /// plan, and a reserve outside `0..=`[`RIBBON_MAX_DELTA_SHARE`].
     pub fn header(&self, planned: u64) -> Result<RibbonHeader> {
-        let (columns, upper) = ribbon_columns(self.target_fp)?;
+        if !(0.0..=RIBBON_MAX_DELTA_SHARE).contains(&self.reserve) {
+            return Err(Error::InvalidParams(format!(
+                "a delta share of {} (it must be between 0 and {RIBBON_MAX_DELTA_SHARE})",
+                self.reserve
+            )));
+        }
+        let (columns, upper) = ribbon_columns(self.solution_fp())?;
         crate::params::check_counts(planned.max(1), self.target_fp)
             .map_err(Error::InvalidParams)?;
         Ok(RibbonHeader {

@@ -55,7 +55,7 @@
 //! | `store/local/snapshot.rs` | rewriting changed filters, trimming the log into journals |
 //! | `store/local/reload.rs` | replacing a filter with a rebuilt file (HTTP reload, SIGHUP) |
 //! | `store/local/dump.rs` | `BF.SCANDUMP` / `BF.LOADCHUNK` |
-//! | `store/local/listed.rs` | files of every other layout (static ribbon), served read-only through the library's `List` ([`Listed`]) |
+//! | `store/local/listed.rs` | files of every other layout (static ribbon), served through the library's `List` ([`Listed`]): lookups, whitelist, adds into a ribbon list's delta |
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
@@ -110,8 +110,9 @@ pub enum Filter {
     /// its changes are its own ([`deletable`]).
     Deletable(Arc<deletable::CfNamed>),
     /// A file of the [`LocalStore`] of another layout (static ribbon),
-    /// served read-only through the library's `List`: lookups, whitelist
-    /// and info; every change is refused ([`StoreError::ReadOnly`]).
+    /// served through the library's `List`: lookups, whitelist, info, and
+    /// adds into its delta (durable when [`Store::add`] returns); every
+    /// other change is refused ([`StoreError::ReadOnly`]).
     Listed(Arc<Listed>),
     /// A filter of the [`RedisStore`].
     Redis(Arc<RedisNamed>),
@@ -328,6 +329,9 @@ impl Store {
     ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
+            (Store::Local(s), Filter::Listed(n)) => {
+                s.add_listed(n, entries, out).map(|()| Ack::done())
+            }
             (_, Filter::Listed(n)) => Err(n.refusal()),
             (Store::Redis(s), Filter::Redis(n)) => s.add(n, entries, out).map(|()| Ack::done()),
             _ => Err(StoreError::NotFound(filter.name().into())),
@@ -593,13 +597,13 @@ impl Filter {
         match self {
             Filter::Local(n) => n.write_busy(),
             Filter::Deletable(n) => n.write_busy(),
-            Filter::Listed(_) => false, // refused at once
+            Filter::Listed(_) => true, // synced before it returns
             Filter::Redis(_) => true,
         }
     }
 
-    /// Fails with the filter's refusal when it takes no changes (a static
-    /// ribbon filter, served read-only).
+    /// Fails with the filter's refusal when it takes no changes but adds
+    /// (a static ribbon filter: no remove).
     pub fn changeable(&self) -> Result<(), StoreError> {
         match self {
             Filter::Listed(n) => Err(n.refusal()),

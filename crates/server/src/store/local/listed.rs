@@ -15,15 +15,24 @@
 //! ([`served_by_list`]: neither a Bloom nor a deletable layout), so a
 //! layout added to `List` is served without a change to the server.
 //!
-//! # Read-only, and saying so
+//! # Adds into the delta; nothing else changes
 //!
-//! Nothing here takes an add, a remove, a create or a dump load over the
-//! name: each is refused with [`StoreError::ReadOnly`], whose text is the
-//! library's ([`List::changeable`]: a ribbon filter is static, rebuild it
-//! from its source). A refused change is never a silent no-op, and never
-//! "absent". Replacing the file and reloading (SIGHUP, or the HTTP reload
-//! with or without a source path) serves the new file; the old one keeps
-//! serving when the new one does not open and verify.
+//! A static list takes adds into its delta ([`List::add_keys`], the
+//! library's `delta` module): `BF.ADD`, `BF.MADD`, `BF.INSERT` and the HTTP
+//! add go through [`LocalStore::add_listed`], which appends the batch's
+//! keys to `NAME.bgf.delta` and syncs it before it returns, so an
+//! acknowledged add survives a `kill -9` as a Bloom filter's does through
+//! the write-ahead log (the file of added keys is this list's log: opening
+//! it again replays it). The list's write lock is held for the add, sync
+//! included, so lookups wait for it. A file whose rate leaves its delta no
+//! room refuses adds with the library's reason ([`List::changeable`]).
+//! A remove, a create or a dump load over the name is refused with
+//! [`StoreError::ReadOnly`] ([`Listed::refusal`]): a refused change is
+//! never a silent no-op, and never "absent". Replacing the file and
+//! reloading (SIGHUP, or the HTTP reload with or without a source path)
+//! serves the new file with the same delta (its keys folded into the new
+//! file cost nothing: only keys the solution lacks enter the delta); the
+//! old one keeps serving when the new one does not open and verify.
 //!
 //! # Damage
 //!
@@ -34,12 +43,12 @@
 //!
 //! # Concurrency
 //!
-//! Lookups share a read lock on the [`List`]; a whitelist edit or a reload
-//! takes it for writing for the time of an in-memory swap. The data is
-//! never written: it is read into memory of its own when it fits (a
-//! lookup beyond the caches then walks huge pages' small tables instead
-//! of the page cache's 4 KiB ones: BENCHMARKS.md, "Ten billion URLs in a
-//! ribbon file"), mapped read-only otherwise.
+//! Lookups share a read lock on the [`List`]; an add, a whitelist edit or
+//! a reload takes it for writing. The solution is never written: it is
+//! read into memory of its own when it fits (a lookup beyond the caches
+//! then walks huge pages' small tables instead of the page cache's 4 KiB
+//! ones: BENCHMARKS.md, "Ten billion URLs in a ribbon file"), mapped
+//! read-only otherwise; the file of added keys is only appended to.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,12 +58,12 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use bloomgate_blacklist::VerdictRef;
 use bloomgate_engine::format::{layout_name, peek_layout_code, DeletableKind};
 use bloomgate_engine::Layout;
-use bloomgate_list::{List, OpenOptions};
+use bloomgate_list::{Claim, List, OpenOptions};
 use bloomgate_url::KeyError;
 use serde_json::Value;
 
 use super::{file_id, lock, valid_name, with_path, FileId, LocalStore, LookupScratch};
-use crate::store::{sorted_by_name, Counters, Damaged, Info, StoreError};
+use crate::store::{sorted_by_name, AddOutcome, Counters, Damaged, Info, StoreError};
 
 /// The served names of [`Listed`] filters.
 pub(super) type ListedMap = RwLock<HashMap<String, Arc<Listed>>>;
@@ -80,8 +89,9 @@ pub struct Listed {
     lookups: Counters,
 }
 
-/// Opens the list at `path` for serving (read-only), or with `verify`
-/// only to check it (every byte compared with its checksum). A list for
+/// Opens the list at `path` for serving (for adds into a ribbon list's
+/// delta, under the server's own lock of the data directory), or with
+/// `verify` only to check it (every byte compared with its checksum). A list for
 /// serving is read into memory of its own ([`OpenOptions::in_memory`]:
 /// huge pages, the file's page cache dropped) when it fits
 /// ([`fits_in_memory`]); otherwise it is mapped, which answers the same,
@@ -90,6 +100,8 @@ fn open_list(path: &Path, verify: bool) -> Result<List, StoreError> {
     let options = OpenOptions {
         verify,
         in_memory: !verify && fits_in_memory(path),
+        update: true,
+        served: true,
         ..OpenOptions::default()
     };
     Ok(List::open_with(&path.to_string_lossy(), &options)?)
@@ -155,20 +167,18 @@ impl Listed {
         &self.lookups
     }
 
-    /// The refusal of a change to the filter: the library's reason when
-    /// the layout cannot change at all (a static ribbon filter), else that
-    /// the server serves it read-only.
+    /// The refusal of a change other than an add (a remove, a create or
+    /// a dump load over the name): a static ribbon filter is solved once
+    /// from its entries and takes adds only into its delta.
     pub fn refusal(&self) -> StoreError {
         let list = self.read();
-        StoreError::ReadOnly(match list.changeable() {
-            Err(e) => format!("filter '{}' takes no changes: {e}", self.name),
-            Ok(()) => format!(
-                "filter '{}' ({} layout) is served read-only: change its file ({}) and reload it",
-                self.name,
-                self.layout,
-                list.address()
-            ),
-        })
+        StoreError::ReadOnly(format!(
+            "filter '{}' is a static {} filter: it takes adds (into its delta of added keys) and whitelist changes, nothing else; rebuild it from its source (bloomgate build --layout {} --fold {} folds the added keys in) and reload it",
+            self.name,
+            self.layout,
+            self.layout,
+            list.address()
+        ))
     }
 
     /// Adds (`add`) or removes whitelist entries and writes the whitelist
@@ -279,6 +289,61 @@ fn damage(name: &str, path: &Path, e: &StoreError) -> Damaged {
 }
 
 impl LocalStore {
+    /// Adds entries to a filter served through [`List`] (a static ribbon
+    /// list: into its delta): one outcome per entry in `out`. Durable when
+    /// it returns `Ok` (the keys appended to its file of added keys and
+    /// synced); on an error nothing of the call was acknowledged, and the
+    /// outcomes pushed are taken back.
+    pub(crate) fn add_listed(
+        &self,
+        l: &Listed,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<(), StoreError> {
+        let mut list = l.write();
+        if let Err(e) = list.changeable() {
+            return Err(StoreError::ReadOnly(format!(
+                "filter '{}' takes no adds: {e}",
+                l.name
+            )));
+        }
+        let first = out.len();
+        let mut keys = Vec::with_capacity(entries.len());
+        let mut slots = Vec::with_capacity(entries.len());
+        for entry in entries {
+            if entry.len() > self.limits.max_item_bytes {
+                out.push(AddOutcome::TooLong);
+                continue;
+            }
+            match list.entry_key(entry) {
+                Ok(k) => {
+                    slots.push(out.len());
+                    out.push(AddOutcome::Exists);
+                    keys.push(k.into_owned());
+                }
+                Err(bloomgate_list::Error::InvalidItem { reason, .. }) => {
+                    out.push(AddOutcome::Invalid(reason))
+                }
+                Err(e) => {
+                    out.truncate(first);
+                    return Err(e.into());
+                }
+            }
+        }
+        let claims = list.add_keys(&keys);
+        if let Some(e) = claims.error {
+            out.truncate(first);
+            return Err(e.into());
+        }
+        for (&slot, claim) in slots.iter().zip(&claims.outcomes) {
+            if *claim == Claim::New {
+                out[slot] = AddOutcome::New;
+                self.metrics.items_added.fetch_add(1, Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// The filter called `name` served through [`List`], if there is one.
     #[inline]
     pub fn listed(&self, name: &str) -> Option<Arc<Listed>> {
@@ -329,6 +394,7 @@ impl LocalStore {
         let base = self.base(name);
         let _ = std::fs::remove_file(&base);
         let _ = std::fs::remove_file(bloomgate_blacklist::Whitelist::path_for(&base));
+        let _ = std::fs::remove_file(bloomgate_blacklist::delta::delta_path(&base));
         bloomgate_engine::atomic::sync_parent(&base);
         self.recount_memory();
         true
