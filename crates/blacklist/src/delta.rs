@@ -296,14 +296,7 @@ impl DeltaKeys {
     /// The keys, in the order they were added (checked by
     /// [`DeltaKeys::decode`]).
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let mut at = DELTA_HEADER_LEN;
-        std::iter::from_fn(move || {
-            let len = self.buf.get(at..at + 4)?;
-            let n = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-            let key = &self.buf[at + 4..at + 4 + n];
-            at += n + RECORD_OVERHEAD;
-            Some(key)
-        })
+        self.iter_from(0)
     }
 
     /// The keys from byte `offset` of the file on (`offset` a record
