@@ -19,7 +19,7 @@ for a in "$@"; do
   if [[ "$a" =~ ^[0-9]+$ ]]; then secs="$a"; else targets+=("$a"); fi
 done
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(resp socketmap http_json bgf_header deletable_header ribbon log journal dump cf_dump cf_file meta whitelist whitelist_file url squid)
+  targets=(resp socketmap http_json bgf_header deletable_header ribbon delta log journal dump cf_dump cf_file meta whitelist whitelist_file url squid)
 fi
 
 if ! command -v cargo-afl >/dev/null 2>&1; then

@@ -17,13 +17,14 @@
 use bloomgate_url::{KeyKind, MatchMode};
 
 /// The targets, by name.
-pub const TARGETS: [&str; 16] = [
+pub const TARGETS: [&str; 17] = [
     "resp",
     "socketmap",
     "http_json",
     "bgf_header",
     "deletable_header",
     "ribbon",
+    "delta",
     "log",
     "journal",
     "dump",
@@ -48,6 +49,7 @@ pub fn run(name: &str, data: &[u8]) {
         "dump" => dump(data),
         "deletable_header" => deletable_header(data),
         "ribbon" => ribbon(data),
+        "delta" => delta(data),
         "cf_dump" => cf_dump(data),
         "cf_file" => cf_file(data),
         "meta" => meta(data),
@@ -339,6 +341,34 @@ pub fn ribbon(data: &[u8]) {
         let back =
             RibbonHeader::decode(&h.encode(), bytes.len() as u64).expect("re-encoded header");
         assert_eq!(back, h);
+    }
+}
+
+/// A static list's delta file (`NAME.bgf.delta`, the keys added since its
+/// build: the library's `delta::DeltaKeys::decode`), as read, and with its
+/// header checksum resealed so that the records behind it are reached:
+/// refused or accepted, never a panic; what is accepted holds exactly the
+/// keys it counted, each within the key limit, filling the file.
+pub fn delta(data: &[u8]) {
+    use bloomgate_blacklist::delta::{DeltaKeys, DELTA_HEADER_LEN, MAX_DELTA_KEY};
+    let path = std::path::Path::new("fuzz.delta");
+    let mut sealed = data.to_vec();
+    if sealed.len() >= DELTA_HEADER_LEN {
+        let sum = xxhash_rust::xxh3::xxh3_64(&sealed[..24]);
+        sealed[24..32].copy_from_slice(&sum.to_le_bytes());
+    }
+    for bytes in [data, &sealed[..]] {
+        let Ok(keys) = DeltaKeys::decode(path, bytes.to_vec()) else {
+            continue;
+        };
+        assert_eq!(keys.iter().count() as u64, keys.len());
+        assert!(keys.iter().all(|k| k.len() <= MAX_DELTA_KEY));
+        let stored: usize = keys.iter().map(|k| k.len() + 8).sum();
+        assert_eq!(
+            DELTA_HEADER_LEN + stored,
+            bytes.len(),
+            "records fill the file"
+        );
     }
 }
 
