@@ -209,3 +209,25 @@ fn in_memory_open_refuses_what_open_refuses() {
     assert!(a.is_err() && b.is_err(), "{a:?} / {b:?}");
     assert_eq!(a.unwrap_err().to_string(), b.unwrap_err().to_string());
 }
+
+#[test]
+fn in_memory_copy_no_longer_reads_the_file() {
+    // Bytes overwritten in place after the open: a mapping would see them
+    // (and lose members), the copy must not.
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = hashes(50_000, 8);
+    let r = built(dir.path(), &RibbonSpec::new(1e-3, 13), &keys);
+    let path = r.path().to_path_buf();
+    drop(r);
+    let copy = Ribbon::open_in_memory(&path).unwrap();
+    let mapped = Ribbon::open(&path).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let data = HEADER_LEN as u64 + copy.header().directory_len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&vec![0u8; (len - data) as usize], data)
+        .unwrap();
+    assert!(keys.iter().all(|&g| copy.contains_hash(g)));
+    copy.verify().unwrap();
+    assert!(mapped.verify().is_err(), "the mapping sees the zeroed data");
+}
