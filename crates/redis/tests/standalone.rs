@@ -462,7 +462,15 @@ fn eviction_of_a_watched_shard_aborts_exec() {
     let dir = tempfile::tempdir().unwrap();
     let server = RedisServer::start(
         dir.path(),
-        &["--maxmemory", "8mb", "--maxmemory-policy", "allkeys-lru"],
+        // Every key sampled (not five), so that LRU evicts the oldest key.
+        &[
+            "--maxmemory",
+            "8mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+            "--maxmemory-samples",
+            "64",
+        ],
     );
     let client = redis::Client::open(format!("redis://{}", server.addr())).unwrap();
     let mut a = client.get_connection().unwrap();
@@ -479,6 +487,9 @@ fn eviction_of_a_watched_shard_aborts_exec() {
         .unwrap();
     let len: i64 = redis::cmd("STRLEN").arg("shard").query(&mut a).unwrap();
     assert_eq!(len, 1 << 20);
+    // Redis's LRU clock ticks once a second: two seconds on, the shard is
+    // older than every key written below.
+    std::thread::sleep(std::time::Duration::from_secs(2));
     // Other keys written until the shard (the least recently used) is
     // evicted: at most 40 MB against 8 MB of maxmemory.
     let mut evicted = false;
