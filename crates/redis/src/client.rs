@@ -255,10 +255,20 @@ impl Store {
 
     /// A connection to `node` from its pool, or a new one.
     pub(crate) fn take(&self, node: &Node, replica: bool) -> Result<Connection> {
+        self.take_counted(node, replica).0
+    }
+
+    /// [`Store::take`], and whether the connection was opened now.
+    pub(crate) fn take_counted(&self, node: &Node, replica: bool) -> (Result<Connection>, bool) {
         let key = (node.clone(), replica);
         if let Some(c) = self.lock_idle().get_mut(&key).and_then(Vec::pop) {
-            return Ok(c);
+            return (Ok(c), false);
         }
+        (self.open(node, replica), true)
+    }
+
+    /// A new connection to `node`.
+    fn open(&self, node: &Node, replica: bool) -> Result<Connection> {
         let err = |e| self.node_err(node, e);
         let client = redis::Client::open(self.info(node)?).map_err(err)?;
         let mut c = client

@@ -462,6 +462,36 @@ impl RedisFilter {
     /// they do, they answer by what they read (see the module
     /// documentation).
     pub fn revalidate(&mut self) -> Result<Revalidated> {
+        let (generation, changes) = self.stamps()?;
+        if generation != self.meta.generation {
+            let fresh = RedisFilter::open(&self.address)?;
+            *self = RedisFilter {
+                lanes: self.lanes,
+                ..fresh
+            };
+            tracing::info!(filter = %self.address.name, "the filter was replaced; its metadata was read again");
+            return Ok(Revalidated::Replaced);
+        }
+        if changes != self.meta.whitelist_changes {
+            self.whitelist = read_whitelist(&self.store, &self.address.name)?;
+            self.meta.whitelist_changes = changes;
+            return Ok(Revalidated::Whitelist);
+        }
+        Ok(Revalidated::Unchanged)
+    }
+
+    /// Whether [`RedisFilter::revalidate`] would find nothing to read
+    /// again (the same `HMGET`, changing nothing): a shared handle asks
+    /// this under a read lock, so that its users go on meanwhile, and takes
+    /// the write lock only when something changed.
+    pub fn is_current(&self) -> Result<bool> {
+        let (generation, changes) = self.stamps()?;
+        Ok(generation == self.meta.generation && changes == self.meta.whitelist_changes)
+    }
+
+    /// The metadata's `generation` and `whitelist_changes` now;
+    /// [`Error::NotFound`] when the filter is gone.
+    fn stamps(&self) -> Result<(u64, u64)> {
         let v = self.store.one(
             redis::cmd("HMGET")
                 .arg(layout::meta_key(&self.address.name))
@@ -492,21 +522,7 @@ impl RedisFilter {
         }
         let generation = num(fields.get(1))?.unwrap_or(0);
         let changes = num(fields.get(2))?.unwrap_or(0);
-        if generation != self.meta.generation {
-            let fresh = RedisFilter::open(&self.address)?;
-            *self = RedisFilter {
-                lanes: self.lanes,
-                ..fresh
-            };
-            tracing::info!(filter = %self.address.name, "the filter was replaced; its metadata was read again");
-            return Ok(Revalidated::Replaced);
-        }
-        if changes != self.meta.whitelist_changes {
-            self.whitelist = read_whitelist(&self.store, &self.address.name)?;
-            self.meta.whitelist_changes = changes;
-            return Ok(Revalidated::Whitelist);
-        }
-        Ok(Revalidated::Unchanged)
+        Ok((generation, changes))
     }
 
     /// The predicted false-positive rate per lookup at `items` items.

@@ -49,3 +49,12 @@ pub use client::{tcp_settings, Node, Store};
 pub use error::{Error, Result};
 pub use filter::{AddReport, Added, Info, RedisFilter, Revalidated, LANES, LANE_MIN};
 pub use transfer::{delete, pull, push, Transferred};
+
+/// Now, in µs since the Unix epoch: the time stamp of the `trace` events
+/// that say where an add batch's time went (lined up with a client's own
+/// record of its requests, such as `resp_paced`'s `RESP_PACED_TRACE`).
+pub fn epoch_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}

@@ -168,6 +168,22 @@ pub(crate) enum Outcome {
 pub(crate) struct TxRun {
     pub(crate) outcomes: Vec<(usize, Outcome)>,
     pub(crate) error: Option<Error>,
+    /// Where the call's time went (for the `trace` event of each call).
+    pub(crate) stats: TxStats,
+}
+
+/// What a call of [`run`] did beside its outcomes: round trips, aborted
+/// `EXEC`s and the waits after them, connections opened.
+#[derive(Default, Debug, Clone, Copy)]
+pub(crate) struct TxStats {
+    /// Rounds sent (each a round trip on one connection).
+    pub(crate) rounds: u32,
+    /// `EXEC`s that aborted (a watched shard changed).
+    pub(crate) aborts: u32,
+    /// Connections opened (none idle in the pool).
+    pub(crate) connects: u32,
+    /// Time spent waiting after aborts and redirections.
+    pub(crate) slept: Duration,
 }
 
 impl TxRun {
@@ -317,7 +333,9 @@ pub(crate) fn run(
             transactions = again.len(),
             "redirected; sending again after reading the slot map"
         );
-        std::thread::sleep(Duration::from_millis((25 << reroutes).min(1000)));
+        let pause = Duration::from_millis((25 << reroutes).min(1000));
+        std::thread::sleep(pause);
+        out.stats.slept += pause;
         pending = again;
     }
     out
@@ -348,13 +366,16 @@ fn drive(
             }
             c.not_before = None;
             if send_round(store, c, out) {
+                out.stats.rounds += 1;
                 sent.push(i);
             }
         }
         if sent.is_empty() {
             match wait {
                 Some(t) => {
-                    std::thread::sleep(t.saturating_duration_since(Instant::now()));
+                    let pause = t.saturating_duration_since(Instant::now());
+                    std::thread::sleep(pause);
+                    out.stats.slept += pause;
                     continue;
                 }
                 None => return,
@@ -415,7 +436,11 @@ fn send_round(store: &Store, c: &mut Chain, out: &mut TxRun) -> bool {
     }
     let conn = match c.conn.take() {
         Some(conn) => Ok(conn),
-        None => store.take(&c.node, false),
+        None => {
+            let (conn, opened) = store.take_counted(&c.node, false);
+            out.stats.connects += opened as u32;
+            conn
+        }
     };
     let sent = conn.and_then(|mut conn| {
         conn.send_packed_command(c.buf.all_bytes())
@@ -624,6 +649,7 @@ fn exec_outcomes(
             // Aborted: a watched shard was written, deleted or evicted
             // after the WATCH. Nothing ran; check and send it again.
             tx.aborts += 1;
+            out.stats.aborts += 1;
             if tx.aborts > MAX_ABORTS {
                 out.all(&tx, Outcome::NotRun);
                 out.fail(store.protocol(format!(

@@ -155,7 +155,11 @@ impl RedisFilter {
         let damaged = |shard: u64, problem: String| self.damaged(shard, problem);
         for batch in idx.chunks(PIPELINE) {
             let (txs, chains) = self.transactions(places, batch);
+            let started = std::time::Instant::now();
+            let transactions = txs.len();
             let run = txn::run(&self.store, txs, chains, &damaged);
+            let ran = started.elapsed();
+            let stats = run.stats;
             let mut error = run.error;
             let mut new = 0u64;
             for (i, o) in run.outcomes {
@@ -168,6 +172,7 @@ impl RedisFilter {
                 new += (outcome == Added::New) as u64;
                 done.push((i, outcome));
             }
+            let counted = std::time::Instant::now();
             if new > 0 {
                 // Statistics: counted even when the batch failed part way.
                 if let Err(e) = self.store.one(
@@ -180,6 +185,19 @@ impl RedisFilter {
                     error.get_or_insert(e);
                 }
             }
+            tracing::trace!(
+                at_us = crate::epoch_us(),
+                items = batch.len(),
+                transactions,
+                chains,
+                rounds = stats.rounds,
+                aborts = stats.aborts,
+                connects = stats.connects,
+                slept_us = stats.slept.as_micros() as u64,
+                txn_us = ran.as_micros() as u64,
+                count_us = counted.elapsed().as_micros() as u64,
+                "add pipeline"
+            );
             if error.is_some() {
                 return (done, error);
             }

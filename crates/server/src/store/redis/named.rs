@@ -120,6 +120,12 @@ impl RedisNamed {
     /// [`REVALIDATE_EVERY`] ago or more (one request does, the others go
     /// on meanwhile). A filter deleted elsewhere is [`StoreError::NotFound`]
     /// (checked again at each request until it is pushed again).
+    ///
+    /// The check is made under the read lock (the lookups and adds in
+    /// flight, which hold it for their round trips to Redis, go on); the
+    /// write lock is taken only when something changed. Taking it for
+    /// every check made every batch of every lane wait, once a second, for
+    /// the slowest batch in flight.
     pub(super) fn revalidate_if_due(&self, f: &RwLock<RedisFilter>) -> Result<(), StoreError> {
         {
             let Ok(mut checked) = self.checked.try_lock() else {
@@ -130,8 +136,13 @@ impl RedisNamed {
             }
             *checked = std::time::Instant::now();
         }
-        let mut w = f.write().unwrap_or_else(|p| p.into_inner());
-        match w.revalidate() {
+        let current = f.read().unwrap_or_else(|p| p.into_inner()).is_current();
+        let checked = match current {
+            Ok(true) => return Ok(()),
+            Ok(false) => f.write().unwrap_or_else(|p| p.into_inner()).revalidate(),
+            Err(e) => Err(e),
+        };
+        match checked {
             Ok(_) => Ok(()),
             Err(e @ bloomgate_redis::Error::NotFound { .. }) => {
                 // Check again at the next request.

@@ -44,6 +44,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Instant;
 
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
@@ -84,6 +85,8 @@ enum Job {
     Add {
         entries: Vec<Vec<u8>>,
         part: Part,
+        /// When it was queued (for the batch's `trace` event).
+        queued: Instant,
     },
 }
 
@@ -285,7 +288,7 @@ impl Coalescer {
             queries: queries.iter().map(|q| q.to_vec()).collect(),
             reply: tx,
         };
-        self.queue(&self.checks, CHECKERS, job);
+        self.queue(&self.checks, CHECKERS, job, usize::MAX);
         rx
     }
 
@@ -306,6 +309,7 @@ impl Coalescer {
             parts[lane].push(i);
         }
         let left = parts.iter().filter(|p| !p.is_empty()).count();
+        let queued = Instant::now();
         if left == 0 {
             let _ = tx.send(Ok(Vec::new()));
             return rx;
@@ -326,20 +330,22 @@ impl Coalescer {
                     join: join.clone(),
                     at,
                 },
+                queued,
             };
-            self.queue(&self.adds[lane], 1, job);
+            self.queue(&self.adds[lane], 1, job, lane);
         }
         rx
     }
 
-    /// Queues `job`, starting the queue's workers on first use.
-    fn queue(&self, queue: &Arc<Queue>, workers: usize, job: Job) {
+    /// Queues `job`, starting the queue's workers on first use (`lane`:
+    /// the add lane of the queue, for the workers' `trace` events).
+    fn queue(&self, queue: &Arc<Queue>, workers: usize, job: Job, lane: usize) {
         let mut s = queue.lock();
         while s.workers < workers {
             let (q, owner, max) = (queue.clone(), self.owner.clone(), self.max_item_bytes);
             let started = std::thread::Builder::new()
                 .name("bloomgate-redis-batch".into())
-                .spawn(move || work(&q, &owner, max));
+                .spawn(move || work(&q, &owner, max, lane));
             match started {
                 Ok(_) => s.workers += 1,
                 Err(e) if s.workers == 0 => {
@@ -358,7 +364,7 @@ impl Coalescer {
 }
 
 /// A worker: takes batches until the queue is closed.
-fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize) {
+fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: usize) {
     while let Some(jobs) = queue.take() {
         let Some(named) = owner.upgrade() else {
             let e = StoreError::NotFound("(a filter no longer served)".into());
@@ -372,7 +378,7 @@ fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize) {
             run_checks(&named, checks);
         }
         if !adds.is_empty() {
-            run_adds(&named, adds, max_item_bytes);
+            run_adds(&named, adds, max_item_bytes, lane);
         }
     }
 }
@@ -532,7 +538,16 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
 /// Runs a batch of adds of one lane (in the order queued), as
 /// `RedisStore::add` did for one request: entries too long or invalid get
 /// their outcome, the others are added by the crate's guarded `BITFIELD`s.
-fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
+fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usize) {
+    let taken = Instant::now();
+    let oldest = jobs
+        .iter()
+        .filter_map(|j| match j {
+            Job::Add { queued, .. } => Some(*queued),
+            Job::Check { .. } => None,
+        })
+        .min()
+        .unwrap_or(taken);
     let f = match named.read() {
         Ok(f) => f,
         Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
@@ -559,11 +574,14 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
         }
     }
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let read = taken.elapsed();
     let new = per_node(&f, &refs, |part| f.insert_keys(part));
     drop(f);
+    let ran = taken.elapsed();
+    let jobs_n = jobs.len();
     let mut slots = slots.into_iter();
     for j in jobs {
-        let Job::Add { entries, part } = j else {
+        let Job::Add { entries, part, .. } = j else {
             continue;
         };
         let mut outcomes = Vec::with_capacity(entries.len());
@@ -586,4 +604,15 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
             None => Ok(outcomes),
         });
     }
+    tracing::trace!(
+        at_us = bloomgate_redis::epoch_us(),
+        lane,
+        jobs = jobs_n,
+        items = refs.len(),
+        queued_us = taken.duration_since(oldest).as_micros() as u64,
+        read_us = read.as_micros() as u64,
+        redis_us = (ran - read).as_micros() as u64,
+        answered_us = (taken.elapsed() - ran).as_micros() as u64,
+        "add batch"
+    );
 }
