@@ -226,6 +226,11 @@ impl Store {
         self.cluster.is_some()
     }
 
+    /// The server, when this is one server (not a cluster).
+    pub(crate) fn single(&self) -> Option<&Node> {
+        self.single.as_ref()
+    }
+
     fn err(&self, e: redis::RedisError) -> Error {
         Error::from_redis(&self.server, e)
     }

@@ -49,8 +49,10 @@ use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 use redis::Value;
 
 mod add;
+mod lane;
 
 pub use add::{AddReport, Added};
+pub use lane::AddLane;
 
 use crate::address::Address;
 use crate::batch::{Batch, READ, REPLICA_OK};

@@ -47,7 +47,7 @@ mod txn;
 pub use address::{is_redis_address, Address};
 pub use client::{tcp_settings, Node, Store};
 pub use error::{Error, Result};
-pub use filter::{AddReport, Added, Info, RedisFilter, Revalidated, LANES, LANE_MIN};
+pub use filter::{AddLane, AddReport, Added, Info, RedisFilter, Revalidated, LANES, LANE_MIN};
 pub use transfer::{delete, pull, push, Transferred};
 
 /// Now, in µs since the Unix epoch: the time stamp of the `trace` events

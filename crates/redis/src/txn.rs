@@ -198,7 +198,7 @@ impl TxRun {
 
 /// A reply that says the command ran nothing because its slot is elsewhere
 /// or not served now: sent again after the slot map is read again.
-fn redirected(v: &Value) -> bool {
+pub(crate) fn redirected(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if matches!(
         e.code(),
         "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING"
@@ -657,13 +657,7 @@ fn exec_outcomes(
                 )));
                 return true;
             }
-            // Other writers of these shards abort it while their
-            // transactions land inside its WATCH window; a short random
-            // wait lets one of them finish first instead of all retrying
-            // in step.
-            let most = (tx.aborts as u64 * 200).min(10_000);
-            let wait = std::collections::hash_map::RandomState::new().hash_one(tx.aborts) % most;
-            c.not_before = Some(Instant::now() + Duration::from_micros(wait));
+            c.not_before = Some(Instant::now() + abort_wait(tx.aborts));
             c.txs.push_front(tx);
             false
         }
@@ -695,4 +689,14 @@ fn exec_outcomes(
             true
         }
     }
+}
+
+/// How long a transaction waits before it is sent again after its
+/// `aborts`th abort: random, up to 200 µs per abort so far (at most
+/// 10 ms). Other writers of its shards abort it while their transactions
+/// land inside its `WATCH` window; a short random wait lets one of them
+/// finish first instead of all retrying in step.
+pub(crate) fn abort_wait(aborts: u32) -> Duration {
+    let most = (aborts.max(1) as u64 * 200).min(10_000);
+    Duration::from_micros(std::collections::hash_map::RandomState::new().hash_one(aborts) % most)
 }

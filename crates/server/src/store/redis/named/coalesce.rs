@@ -37,6 +37,13 @@
 //! each other. (A connection waits for its queued adds before it sends a
 //! lookup, and the reverse: see `resp::conn`.)
 //!
+//! On one server, each add lane's worker keeps a connection of its own
+//! whose shards stay watched between batches ([`AddLane`]): a batch of up
+//! to 64 adds is one round trip (`MULTI`, its `BITFIELD`s, `EXEC`, and the
+//! watch for the next batch behind them), with the same guarantees as the
+//! crate's other adds. In a cluster, where a `WATCH` takes the keys of one
+//! slot, a batch goes through the crate's chains of transactions per node.
+//!
 //! The worker re-validates the handle (`RedisNamed::read`) before each
 //! batch, so a request never waits on the network on the thread that
 //! queued it: the front ends' event loops queue requests and await the
@@ -49,7 +56,7 @@ use std::time::Instant;
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
 use bloomgate_redis::layout::{self, Meta};
-use bloomgate_redis::RedisFilter;
+use bloomgate_redis::{AddLane, RedisFilter};
 use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
 use tokio::sync::oneshot;
 
@@ -365,6 +372,9 @@ impl Coalescer {
 
 /// A worker: takes batches until the queue is closed.
 fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: usize) {
+    // An add lane's connection, which keeps its shards watched between
+    // batches (one round trip per batch on one server).
+    let mut conn = AddLane::new();
     while let Some(jobs) = queue.take() {
         let Some(named) = owner.upgrade() else {
             let e = StoreError::NotFound("(a filter no longer served)".into());
@@ -378,7 +388,7 @@ fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: us
             run_checks(&named, checks);
         }
         if !adds.is_empty() {
-            run_adds(&named, adds, max_item_bytes, lane);
+            run_adds(&named, adds, max_item_bytes, (lane, &mut conn));
         }
     }
 }
@@ -538,7 +548,12 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
 /// Runs a batch of adds of one lane (in the order queued), as
 /// `RedisStore::add` did for one request: entries too long or invalid get
 /// their outcome, the others are added by the crate's guarded `BITFIELD`s.
-fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usize) {
+fn run_adds(
+    named: &RedisNamed,
+    jobs: Vec<Job>,
+    max_item_bytes: usize,
+    (lane, conn): (usize, &mut AddLane),
+) {
     let taken = Instant::now();
     let oldest = jobs
         .iter()
@@ -575,7 +590,17 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usi
     }
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let read = taken.elapsed();
-    let new = per_node(&f, &refs, |part| f.insert_keys(part));
+    let new: Vec<Result<bool, Arc<StoreError>>> = if f.store().is_cluster() {
+        per_node(&f, &refs, |part| f.insert_keys(part))
+    } else {
+        match f.insert_keys_on(conn, &refs) {
+            Ok(new) => new.into_iter().map(Ok).collect(),
+            Err(e) => {
+                let e = Arc::new(store_err(e));
+                refs.iter().map(|_| Err(e.clone())).collect()
+            }
+        }
+    };
     drop(f);
     let ran = taken.elapsed();
     let jobs_n = jobs.len();
