@@ -770,3 +770,85 @@ fn a_refused_password_is_an_authentication_error() {
         Error::NotFound { .. }
     ));
 }
+
+#[test]
+fn an_add_lane_never_writes_a_shard_removed_behind_its_watch() {
+    // An add lane keeps its shards watched between calls and sends the
+    // next call's transaction without asking again. A shard deleted after
+    // that watch (by another client: eviction signals the same) makes the
+    // transaction abort; the watch sent behind it finds the shard missing,
+    // so its items are an error naming it and the key is never recreated,
+    // while the items of other shards are added. A lane answers as one
+    // add after another, also after an idle second (its watch is set
+    // again), and keeps the item count.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("l.bgf");
+    build_file(&path, 0);
+    let addr = address(&server, "l");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    let other = RedisFilter::open(&addr).unwrap();
+    let mut lane = bloomgate_redis::AddLane::new();
+    let shard_of = |k: &str| rf.meta().place(k.as_bytes()).shard;
+    let keys: Vec<String> = (0..40).map(|i| format!("lane-{i}")).collect();
+    let report = rf.add_keys_on(&mut lane, &keys);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.count(Added::New), 40);
+    // Again through the lane, and through another handle: present.
+    let again = rf.add_keys_on(&mut lane, &keys);
+    assert!(again.error.is_none(), "{:?}", again.error);
+    assert_eq!(again.count(Added::Present), 40);
+    assert!(other
+        .add_keys(&keys)
+        .outcomes
+        .iter()
+        .all(|&o| o == Added::Present));
+    assert_eq!(rf.info().unwrap().items, 40);
+    // New keys on every shard, and the shard of the first one deleted
+    // behind the lane's watch.
+    let fresh: Vec<String> = (0..40).map(|i| format!("fresh-{i}")).collect();
+    let victim = shard_of(&fresh[0]);
+    let victim_key = layout::shard_key("l", victim);
+    let on_victim = fresh.iter().filter(|k| shard_of(k) == victim).count();
+    assert!(on_victim < fresh.len(), "every key on one shard");
+    assert_eq!(server.cli(&["DEL", &victim_key]).trim(), "(integer) 1");
+    let report = rf.add_keys_on(&mut lane, &fresh);
+    match &report.error {
+        Some(Error::Damaged { shard, problem, .. }) => {
+            assert_eq!((*shard, problem.as_str()), (victim, "missing"));
+        }
+        other => panic!("{other:?}"),
+    }
+    for (k, o) in fresh.iter().zip(&report.outcomes) {
+        let want = if shard_of(k) == victim {
+            Added::NotAdded
+        } else {
+            Added::New
+        };
+        assert_eq!(*o, want, "{k}");
+    }
+    assert_eq!(
+        server.cli(&["EXISTS", &victim_key]).trim(),
+        "(integer) 0",
+        "an add recreated the deleted shard"
+    );
+    // Every add after that is the same error; the rest are added.
+    let report = rf.add_keys_on(&mut lane, &fresh);
+    assert!(matches!(report.error, Some(Error::Damaged { .. })));
+    assert_eq!(report.count(Added::NotAdded) as usize, on_victim);
+    assert_eq!(report.count(Added::Present) as usize, fresh.len() - on_victim);
+    // The shard pushed back whole: adds through the lane after an idle
+    // second (the watch is set again) are new there, once.
+    push(&path, &addr, true, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let report = rf.add_keys_on(&mut lane, &fresh);
+    assert!(report.error.is_none(), "{:?}", report.error);
+    assert_eq!(report.count(Added::New), 40);
+    assert_eq!(rf.add_keys_on(&mut lane, &fresh).count(Added::Present), 40);
+    assert_eq!(rf.info().unwrap().items, 40);
+}
