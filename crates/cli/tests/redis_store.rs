@@ -564,6 +564,11 @@ fn cluster_shards_writers_reshard_and_failover() {
     );
     let msg = String::from_utf8_lossy(&down.stderr).into_owned();
     assert!(msg.contains("unavailable"), "{msg}");
+    // The node that failed is named, not only the seed list.
+    assert!(
+        msg.contains(&format!("127.0.0.1:{victim} (node of cluster")),
+        "{msg}"
+    );
     let down_plain = bg(&["check", &addr, p(&victim_file)]);
     assert_eq!(down_plain.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&down_plain.stdout), "");

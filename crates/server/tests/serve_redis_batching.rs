@@ -288,6 +288,11 @@ fn fifty_connections_on_a_cluster_and_a_dead_master_fails_only_its_keys() {
             V::Int(1) => hits += 1,
             V::Err(e) => {
                 assert!(e.starts_with("TRYAGAIN"), "{e}");
+                // The node that failed, not only the seed list.
+                assert!(
+                    e.contains(&format!("127.0.0.1:{victim} (node of cluster")),
+                    "{e}"
+                );
                 errors += 1;
             }
             other => panic!("an added key answered {other:?}"),
