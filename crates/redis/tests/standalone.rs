@@ -840,7 +840,10 @@ fn an_add_lane_never_writes_a_shard_removed_behind_its_watch() {
     let report = rf.add_keys_on(&mut lane, &fresh);
     assert!(matches!(report.error, Some(Error::Damaged { .. })));
     assert_eq!(report.count(Added::NotAdded) as usize, on_victim);
-    assert_eq!(report.count(Added::Present) as usize, fresh.len() - on_victim);
+    assert_eq!(
+        report.count(Added::Present) as usize,
+        fresh.len() - on_victim
+    );
     // The shard pushed back whole: adds through the lane after an idle
     // second (the watch is set again) are new there, once.
     push(&path, &addr, true, &|_| {}).unwrap();

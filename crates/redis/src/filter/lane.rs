@@ -45,7 +45,7 @@ use redis::{Connection, Value};
 use super::add::{AddReport, Added};
 use super::RedisFilter;
 use crate::batch::Batch;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::{self, ItemPlace};
 use crate::txn::{abort_wait, redirected, MAX_ABORTS, TX_ITEMS};
 
@@ -200,7 +200,15 @@ impl RedisFilter {
         let all: Vec<usize> = (0..keys.len()).collect();
         let mut rest_from = None;
         for (c, chunk) in all.chunks(TX_ITEMS).enumerate() {
-            let end = self.lane_tx(lane, &node, &places, chunk, &mut report, &mut new, (&mut rounds, &mut aborts));
+            let end = self.lane_tx(
+                lane,
+                &node,
+                &places,
+                chunk,
+                &mut report,
+                &mut new,
+                (&mut rounds, &mut aborts),
+            );
             match end {
                 TxEnd::Next => {}
                 TxEnd::Stop => break,
@@ -347,7 +355,9 @@ impl RedisFilter {
                 return TxEnd::Next;
             }
             let Some(mut conn) = lane.conn.take() else {
-                report.error.get_or_insert(self.store.protocol("an add lane lost its connection"));
+                report
+                    .error
+                    .get_or_insert(self.store.protocol("an add lane lost its connection"));
                 return TxEnd::Stop;
             };
             let watch: Vec<u64> = lane.watched.iter().map(|w| w.0).collect();
@@ -357,7 +367,8 @@ impl RedisFilter {
                 let p = &places[i];
                 let key = self.shard_key(p.shard);
                 let bits: Vec<u64> = p.redis_bits().collect();
-                lane.buf.start(2 + 4 * bits.len(), b"BITFIELD", key.as_bytes());
+                lane.buf
+                    .start(2 + 4 * bits.len(), b"BITFIELD", key.as_bytes());
                 for bit in bits {
                     lane.buf.arg(b"SET");
                     lane.buf.arg(b"u1");
@@ -471,7 +482,13 @@ impl RedisFilter {
 
     /// The outcomes of `items` from the replies to their `MULTI … EXEC`
     /// (the `EXEC`'s last), which ran.
-    fn exec_outcomes(&self, items: &[usize], replies: &[Value], report: &mut AddReport, new: &mut u64) {
+    fn exec_outcomes(
+        &self,
+        items: &[usize],
+        replies: &[Value],
+        report: &mut AddReport,
+        new: &mut u64,
+    ) {
         let exec = replies.last().expect("the EXEC's reply");
         let answers = match exec {
             Value::Array(a) if a.len() == items.len() => a,
@@ -520,7 +537,11 @@ impl RedisFilter {
             return;
         }
         let mut cmd = Batch::new();
-        cmd.start(4, b"HINCRBY", layout::meta_key(&self.address.name).as_bytes());
+        cmd.start(
+            4,
+            b"HINCRBY",
+            layout::meta_key(&self.address.name).as_bytes(),
+        );
         cmd.arg(b"items");
         cmd.arg_u64(new);
         cmd.end(0);

@@ -51,7 +51,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
@@ -78,6 +78,15 @@ pub(super) const CHECKERS: usize = 2;
 /// Add lanes per filter: add batches in flight at once, each of the
 /// entries of its shards (see the module documentation).
 pub(super) const ADDERS: usize = 4;
+
+/// How long an add lane's worker, woken by a request, waits before it
+/// takes the queue: the other adds of a client's pipeline (queued one by
+/// one as the connection parses them) then go in the same batch instead of
+/// the next one. At ~35k adds/s from pipelines of 16, without it a lane's
+/// batch held 3 adds on average (80,567 batches in 8 s), and the per-batch
+/// work (wake-ups, a round trip, Redis's `MULTI`/`EXEC`/`WATCH`) kept the
+/// server and Redis each ~70 % busy on two cores.
+const ADD_LINGER: Duration = Duration::from_micros(100);
 
 /// Items (queries or entries) per batch; a single larger request is
 /// taken alone. The crate cuts a batch into pipelines of 4,096 commands
@@ -212,14 +221,23 @@ impl Queue {
     }
 
     /// Everything queued, up to [`MAX_ITEMS`] items (at least one
-    /// request); waits while there is nothing. `None` once closed and empty.
-    fn take(&self) -> Option<Vec<Job>> {
+    /// request); waits while there is nothing, and then `linger` more, so
+    /// that the rest of a client's pipeline joins the batch. `None` once
+    /// closed and empty.
+    fn take(&self, linger: Duration) -> Option<Vec<Job>> {
         let mut s = self.lock();
+        let mut waited = false;
         while s.jobs.is_empty() {
             if s.closed {
                 return None;
             }
+            waited = true;
             s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        if waited && !linger.is_zero() {
+            drop(s);
+            std::thread::sleep(linger);
+            s = self.lock();
         }
         let mut items = 0;
         let mut out = Vec::new();
@@ -375,7 +393,12 @@ fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: us
     // An add lane's connection, which keeps its shards watched between
     // batches (one round trip per batch on one server).
     let mut conn = AddLane::new();
-    while let Some(jobs) = queue.take() {
+    let linger = if lane == usize::MAX {
+        Duration::ZERO
+    } else {
+        ADD_LINGER
+    };
+    while let Some(jobs) = queue.take(linger) {
         let Some(named) = owner.upgrade() else {
             let e = StoreError::NotFound("(a filter no longer served)".into());
             jobs.into_iter().for_each(|j| j.fail(&e));
