@@ -37,13 +37,6 @@
 //! each other. (A connection waits for its queued adds before it sends a
 //! lookup, and the reverse: see `resp::conn`.)
 //!
-//! On one server, each add lane's worker keeps a connection of its own
-//! whose shards stay watched between batches ([`AddLane`]): a batch of up
-//! to 64 adds is one round trip (`MULTI`, its `BITFIELD`s, `EXEC`, and the
-//! watch for the next batch behind them), with the same guarantees as the
-//! crate's other adds. In a cluster, where a `WATCH` takes the keys of one
-//! slot, a batch goes through the crate's chains of transactions per node.
-//!
 //! The worker re-validates the handle (`RedisNamed::read`) before each
 //! batch, so a request never waits on the network on the thread that
 //! queued it: the front ends' event loops queue requests and await the
@@ -51,12 +44,12 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
 use bloomgate_redis::layout::{self, Meta};
-use bloomgate_redis::{AddLane, RedisFilter};
+use bloomgate_redis::RedisFilter;
 use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
 use tokio::sync::oneshot;
 
@@ -78,15 +71,6 @@ pub(super) const CHECKERS: usize = 2;
 /// Add lanes per filter: add batches in flight at once, each of the
 /// entries of its shards (see the module documentation).
 pub(super) const ADDERS: usize = 4;
-
-/// How long an add lane's worker, woken by a request, waits before it
-/// takes the queue: the other adds of a client's pipeline (queued one by
-/// one as the connection parses them) then go in the same batch instead of
-/// the next one. At ~35k adds/s from pipelines of 16, without it a lane's
-/// batch held 3 adds on average (80,567 batches in 8 s), and the per-batch
-/// work (wake-ups, a round trip, Redis's `MULTI`/`EXEC`/`WATCH`) kept the
-/// server and Redis each ~70 % busy on two cores.
-const ADD_LINGER: Duration = Duration::from_micros(100);
 
 /// Items (queries or entries) per batch; a single larger request is
 /// taken alone. The crate cuts a batch into pipelines of 4,096 commands
@@ -221,23 +205,14 @@ impl Queue {
     }
 
     /// Everything queued, up to [`MAX_ITEMS`] items (at least one
-    /// request); waits while there is nothing, and then `linger` more, so
-    /// that the rest of a client's pipeline joins the batch. `None` once
-    /// closed and empty.
-    fn take(&self, linger: Duration) -> Option<Vec<Job>> {
+    /// request); waits while there is nothing. `None` once closed and empty.
+    fn take(&self) -> Option<Vec<Job>> {
         let mut s = self.lock();
-        let mut waited = false;
         while s.jobs.is_empty() {
             if s.closed {
                 return None;
             }
-            waited = true;
             s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        if waited && !linger.is_zero() {
-            drop(s);
-            std::thread::sleep(linger);
-            s = self.lock();
         }
         let mut items = 0;
         let mut out = Vec::new();
@@ -390,15 +365,7 @@ impl Coalescer {
 
 /// A worker: takes batches until the queue is closed.
 fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: usize) {
-    // An add lane's connection, which keeps its shards watched between
-    // batches (one round trip per batch on one server).
-    let mut conn = AddLane::new();
-    let linger = if lane == usize::MAX {
-        Duration::ZERO
-    } else {
-        ADD_LINGER
-    };
-    while let Some(jobs) = queue.take(linger) {
+    while let Some(jobs) = queue.take() {
         let Some(named) = owner.upgrade() else {
             let e = StoreError::NotFound("(a filter no longer served)".into());
             jobs.into_iter().for_each(|j| j.fail(&e));
@@ -411,7 +378,7 @@ fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: us
             run_checks(&named, checks);
         }
         if !adds.is_empty() {
-            run_adds(&named, adds, max_item_bytes, (lane, &mut conn));
+            run_adds(&named, adds, max_item_bytes, lane);
         }
     }
 }
@@ -571,12 +538,7 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
 /// Runs a batch of adds of one lane (in the order queued), as
 /// `RedisStore::add` did for one request: entries too long or invalid get
 /// their outcome, the others are added by the crate's guarded `BITFIELD`s.
-fn run_adds(
-    named: &RedisNamed,
-    jobs: Vec<Job>,
-    max_item_bytes: usize,
-    (lane, conn): (usize, &mut AddLane),
-) {
+fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usize) {
     let taken = Instant::now();
     let oldest = jobs
         .iter()
@@ -613,17 +575,7 @@ fn run_adds(
     }
     let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     let read = taken.elapsed();
-    let new: Vec<Result<bool, Arc<StoreError>>> = if f.store().is_cluster() {
-        per_node(&f, &refs, |part| f.insert_keys(part))
-    } else {
-        match f.insert_keys_on(conn, &refs) {
-            Ok(new) => new.into_iter().map(Ok).collect(),
-            Err(e) => {
-                let e = Arc::new(store_err(e));
-                refs.iter().map(|_| Err(e.clone())).collect()
-            }
-        }
-    };
+    let new = per_node(&f, &refs, |part| f.insert_keys(part));
     drop(f);
     let ran = taken.elapsed();
     let jobs_n = jobs.len();
