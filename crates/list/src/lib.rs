@@ -11,7 +11,10 @@
 //! arguments into those operations on a [`List`] and never asks which
 //! shape it holds. A server that keeps a Bloom filter's state itself (live
 //! adds through its log, layers grown in memory) publishes it as a
-//! [`BloomList`]: the same `List` over the layers it holds.
+//! [`BloomList`]: the same `List` over the layers it holds; its counting
+//! and cuckoo filters are each a [`TableList`], the same `List` over the
+//! chain of tables it holds (the `table` module: a file's chain of one
+//! table, a served chain grown within the server's limits).
 //!
 //! # One enum, one `match` per operation
 //!
@@ -43,9 +46,10 @@
 //! turns each query's keys and answers into one [`Verdict`]. The three
 //! steps are [`check::check_many`], which the server's filters reach
 //! through a [`List`] (its files of other layouts), a [`BloomList`] (its
-//! Bloom filters) or with their own membership step (its counting and
-//! cuckoo filters, a filter in Redis): the verdict is computed in one
-//! place for every shape and every front end.
+//! Bloom filters), a [`TableList`] (its counting and cuckoo filters) or
+//! with their own membership step (a filter in Redis, answered in parts):
+//! the verdict is computed in one place for every shape and every front
+//! end.
 //!
 //! # Never "absent" when the list cannot tell
 //!

@@ -10,11 +10,13 @@
 //! may touch whole files (create, reload, delete, snapshot, metrics with
 //! fill ratios) runs on the blocking pool.
 //!
-//! This file holds the router, the Bloom filters' handlers and the accept
-//! loop; `http/error.rs` the errors ([`ApiError`]) and access checks,
+//! This file holds the router, the filters' handlers (every kind through
+//! the store's one interface: a check, an add, a remove, a whitelist edit
+//! or an info is one call whatever the filter) and the accept loop;
+//! `http/error.rs` the errors ([`ApiError`]) and access checks,
 //! `http/gate.rs` the middleware every request passes (timing, counting,
 //! refusals before the body is read, JSON errors), `http/cuckoo.rs` the
-//! handlers of deletable filters, `http/nginx.rs` the endpoint of nginx's
+//! creation of deletable filters, `http/nginx.rs` the endpoint of nginx's
 //! `auth_request`.
 
 use std::sync::atomic::Ordering::Relaxed;

@@ -59,7 +59,7 @@
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
-//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
+//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's log, registry, files, dumps and exactly-once replay of deletes around the library's `TableList` (lookups, adds, removes) |
 
 mod counters;
 pub mod deletable;

@@ -57,8 +57,9 @@ fn normalized<'i>(c: &Chain, item: &'i [u8]) -> Result<std::borrow::Cow<'i, [u8]
 
 /// The error of a delete that the chain refused.
 fn refused(name: &str, e: bloomgate_list::Error) -> StoreError {
-    let bloomgate_list::Error::Ambiguous(e) = e else {
-        return e.into();
+    let e = match e {
+        bloomgate_list::Error::Ambiguous(e) => e,
+        other => return other.into(),
     };
     StoreError::Ambiguous(format!(
         "cannot delete this item from '{name}' safely: it matches in sub-filters {:?} \
