@@ -2,11 +2,13 @@
 //! a data directory: the registry of the served ones, their files, and
 //! exactly-once replay of their log records.
 //!
-//! The model lives in the libraries: a filter is the engine's chain of
-//! tables ([`bloomgate_engine::Chain`] over [`bloomgate_engine::Table`]:
-//! growth, the delete rule, the one limit on tables), and its file
-//! `NAME.cf` is [`bloomgate_blacklist::cf_file`]. What stays here is what
-//! a server adds: [`chain`] (its parameters, incarnation id, sequence
+//! The model lives in the libraries: a filter is the library's list over
+//! the engine's chain of tables ([`bloomgate_list::TableList`]: lookups and
+//! their verdict, the normalization of items, adds and removes; over
+//! [`bloomgate_engine::Chain`] of [`bloomgate_engine::Table`]s: growth,
+//! the delete rule, the one limit on tables), and its file `NAME.cf` is
+//! [`bloomgate_blacklist::cf_file`]. What stays here is what a server
+//! adds: [`chain`] (its parameters, incarnation id, sequence
 //! number and growth within the server's limits), [`named`] (one served
 //! filter: lookups, and changes logged and acknowledged in one hop),
 //! [`files`] (saving, and the `NAME.bgf` files the CLI builds), [`dump`]
