@@ -150,11 +150,13 @@ impl Chain {
     }
 
     /// Whether any table may hold the normalized key.
+    #[cfg(test)]
     pub(super) fn contains(&self, key: &[u8]) -> bool {
         self.tables().contains(key)
     }
 
     /// Copies of the normalized key over the tables.
+    #[cfg(test)]
     pub(super) fn count(&self, key: &[u8]) -> u64 {
         self.tables().count(key)
     }
