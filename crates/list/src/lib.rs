@@ -214,7 +214,11 @@ impl List {
     pub fn from_table(table: DeletableTable, path: &str) -> Result<List, Error> {
         let (kind, mode) = table.key_rules();
         let rules = rules_of(path, kind, mode)?;
-        let store = Store::Table(Box::new(table::Table::file(table, rules, Whitelist::default())));
+        let store = Store::Table(Box::new(table::Table::file(
+            table,
+            rules,
+            Whitelist::default(),
+        )));
         Ok(List {
             address: path.to_string(),
             store,

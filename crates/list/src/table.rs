@@ -41,12 +41,12 @@ use std::path::Path;
 use bloomgate_blacklist::{DeletablePlan, DeletableSpec, SpecError, VerdictRef, Whitelist};
 use bloomgate_engine::{
     Chain, ChainAdd, ChainError, CountingFilter, CountingParams, CuckooFilter, CuckooParams,
-    DeletableTable, Removal, Table as _,
+    DeletableTable, Removal,
 };
 use bloomgate_url::{KeyError, KeyKind, MatchMode};
 
 use crate::check::CheckScratch;
-use crate::{lock_dir, rules_of, Error, List, Opening, OpenOptions, Store};
+use crate::{lock_dir, rules_of, Error, List, OpenOptions, Opening, Store};
 
 /// A chain of counting or cuckoo tables with its key rules and whitelist:
 /// the store of every deletable list.

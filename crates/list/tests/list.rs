@@ -598,9 +598,7 @@ fn a_bloom_list_of_layers_answers_as_the_opened_file() {
 #[test]
 fn a_table_list_over_a_chain_answers_as_the_opened_file() {
     use bloomgate_blacklist::Whitelist;
-    use bloomgate_engine::{
-        Chain, ChainAdd, CuckooFilter, CuckooParams, DeletableTable, Removal,
-    };
+    use bloomgate_engine::{Chain, ChainAdd, CuckooFilter, CuckooParams, DeletableTable, Removal};
     use bloomgate_list::TableList;
 
     let dir = tempfile::tempdir().unwrap();
@@ -659,7 +657,10 @@ fn a_table_list_over_a_chain_answers_as_the_opened_file() {
     assert!(added.iter().all(|k| list.count(k) >= 1));
     // The empty raw item is an entry: added, counted, removed.
     let empty = list.entry_key(b"").unwrap().into_owned();
-    assert_eq!(list.add_key(&empty, false, false, |_, _| true), ChainAdd::Added);
+    assert_eq!(
+        list.add_key(&empty, false, false, |_, _| true),
+        ChainAdd::Added
+    );
     assert_eq!(list.count(b""), 1);
     assert!(list.list().check(b"").unwrap().unwrap().hit());
     assert_eq!(list.remove_key(b"").unwrap(), Removal::Removed);

@@ -252,14 +252,14 @@ impl Chain {
         let tables = bloomgate_engine::Chain::from_tables(c.tables, h.expansion)
             .map_err(|e| e.to_string())?;
         let spec = DeletableSpec {
-                layout: h.layout,
-                capacity: h.capacity,
-                bucket_size: h.bucket_size,
-                max_iterations: h.max_iterations,
-                expansion: h.expansion,
-                error_rate: Some(h.error_rate),
-                kind: c.kind,
-                mode: c.mode,
+            layout: h.layout,
+            capacity: h.capacity,
+            bucket_size: h.bucket_size,
+            max_iterations: h.max_iterations,
+            expansion: h.expansion,
+            error_rate: Some(h.error_rate),
+            kind: c.kind,
+            mode: c.mode,
         };
         Ok(Chain {
             id: h.id,
@@ -290,14 +290,14 @@ impl Chain {
         let error_rate = table.target_fp();
         let items = Table::items(&table);
         let spec = DeletableSpec {
-                layout,
-                capacity: table.planned(),
-                bucket_size,
-                max_iterations,
-                expansion: 0,
-                error_rate: Some(error_rate),
-                kind,
-                mode,
+            layout,
+            capacity: table.planned(),
+            bucket_size,
+            max_iterations,
+            expansion: 0,
+            error_rate: Some(error_rate),
+            kind,
+            mode,
         };
         Ok(Chain {
             id: bloomgate_engine::random_seed(),
