@@ -133,3 +133,83 @@ mod tests {
         assert_eq!(bytes(25_000_000_000), "23.3 GiB");
     }
 }
+
+/// How many invalid entries a command names before only counting them.
+pub const SHOW_INVALID: u64 = 10;
+
+/// The report of input lines that are not valid entries of the key kind,
+/// one for every command that reads entries (`build` of every layout,
+/// `add`, `remove`, `dedup`, `push`): the first [`SHOW_INVALID`] named on
+/// stderr as `FILE:LINE: invalid KIND entry: REASON`, the others counted
+/// in one last line ([`Invalid::finish`]); with `--strict` the first one is
+/// the command's error instead, in the same words.
+pub struct Invalid {
+    kind: bloomgate_url::KeyKind,
+    strict: bool,
+    show: bool,
+    count: u64,
+    shown: u64,
+}
+
+impl Invalid {
+    /// The report of a command reading entries of `kind` (`strict`: the
+    /// first invalid entry is an error).
+    pub fn new(kind: bloomgate_url::KeyKind, strict: bool) -> Invalid {
+        Invalid {
+            kind,
+            strict,
+            show: true,
+            count: 0,
+            shown: 0,
+        }
+    }
+
+    /// Counts without naming anything (a later pass over inputs that an
+    /// earlier pass reported already).
+    pub fn quiet(mut self) -> Invalid {
+        self.show = false;
+        self
+    }
+
+    /// One invalid entry at line `line` of `input`: named (the first few),
+    /// or, with `--strict`, the error that stops the command.
+    pub fn entry(&mut self, input: &str, line: u64, reason: &str) -> anyhow::Result<()> {
+        self.count += 1;
+        let msg = format!("{input}:{line}: invalid {} entry: {reason}", self.kind);
+        if self.strict {
+            anyhow::bail!("{msg} (--strict: stopping at the first invalid entry)");
+        }
+        if self.show && self.shown < SHOW_INVALID {
+            eprintln!("bloomgate: {msg}");
+            self.shown += 1;
+        }
+        Ok(())
+    }
+
+    /// The invalid entries of one chunk of `input`, `(line, reason)`, in
+    /// line order (taken out of `invalid`).
+    pub fn chunk(&mut self, input: &str, invalid: &mut Vec<(u64, String)>) -> anyhow::Result<()> {
+        invalid.sort_by_key(|(l, _)| *l);
+        for (line, reason) in invalid.drain(..) {
+            self.entry(input, line, &reason)?;
+        }
+        Ok(())
+    }
+
+    /// Invalid entries so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The last line: how many were not named (none with `--strict`,
+    /// where the first one was the error).
+    pub fn finish(&self) {
+        if self.show && !self.strict && self.count > self.shown {
+            eprintln!(
+                "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
+                thousands(self.count - self.shown),
+                thousands(self.count)
+            );
+        }
+    }
+}

@@ -270,6 +270,47 @@ impl DeletableTable {
         DeletableTable::read_from(layout, &mut &bytes[..], bytes.len() as u64)
     }
 
+    /// Opens a counting or cuckoo filter file as a table (mapped
+    /// copy-on-write, as [`AnyFilter::open`]); `None` for a Bloom filter
+    /// file, which is no table.
+    pub fn open(path: impl AsRef<Path>) -> Result<Option<DeletableTable>> {
+        Ok(match AnyFilter::open(path, Access::ReadOnly)? {
+            AnyFilter::Counting(f) => Some(DeletableTable::Counting(f)),
+            AnyFilter::Cuckoo(f) => Some(DeletableTable::Cuckoo(f)),
+            AnyFilter::Bloom(_) => None,
+        })
+    }
+
+    /// Writes the table to `path` as a filter file, atomically.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        each!(self, f => f.save(path))
+    }
+
+    /// Reads the whole data and compares it with the checksum of the file
+    /// it was opened from.
+    pub fn verify(&self) -> Result<()> {
+        each!(self, f => f.verify())
+    }
+
+    /// The kind of filter: counting or cuckoo.
+    pub fn kind(&self) -> FilterKind {
+        match self {
+            DeletableTable::Cuckoo(_) => FilterKind::Cuckoo,
+            DeletableTable::Counting(_) => FilterKind::Counting,
+        }
+    }
+
+    /// The hash seed.
+    pub fn seed(&self) -> u64 {
+        each!(self, f => f.params().seed)
+    }
+
+    /// Items over the items it is sized for (a cuckoo table: the occupied
+    /// fraction of its slots).
+    pub fn load(&self) -> f64 {
+        each!(self, f => f.load())
+    }
+
     /// Cuckoo or counting.
     pub fn layout(&self) -> DeletableKind {
         match self {

@@ -70,6 +70,10 @@ pub enum Error {
         /// Evictions tried.
         kicks: u32,
     },
+    /// A delete in a chain of tables hashed apart that cannot tell which
+    /// table's copy is the item's: nothing was deleted.
+    #[error(transparent)]
+    Ambiguous(#[from] bloomgate_engine::AmbiguousDelete),
     /// The request does not apply to this list's layout or store (an
     /// option of the caller's, such as a checksum check of a filter in
     /// Redis): a mistake in how the list was asked, not a failure.

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use bloomgate_blacklist::Blacklist;
 use bloomgate_engine::format::FORMAT_VERSION;
 use bloomgate_engine::math::{self, CUCKOO_PLANNED_LOAD};
-use bloomgate_engine::{AnyFilter, Ribbon};
+use bloomgate_engine::{DeletableTable, Ribbon, Table as _};
 use bloomgate_redis::RedisFilter;
 use bloomgate_url::{KeyKind, MatchMode};
 
@@ -408,13 +408,14 @@ fn policy_details(
 /// saturated counters, or occupied slots.
 pub(crate) fn table(
     path: &str,
-    f: &AnyFilter,
+    f: &DeletableTable,
     whitelist: usize,
     o: &OpenOptions,
 ) -> Result<Info, Error> {
-    let (kind, mode) = crate::rules_of(path, f.key_kind(), f.match_mode())?;
-    let data_bytes = f.data_bytes();
-    let planned = f.planned_items();
+    let (kind, mode) = f.key_rules();
+    let (kind, mode) = crate::rules_of(path, kind, mode)?;
+    let data_bytes = f.bytes();
+    let planned = f.planned();
     let mut v = json!({
         "path": path,
         "format_version": FORMAT_VERSION,
@@ -436,7 +437,7 @@ pub(crate) fn table(
     });
     let mut rows: Vec<(&str, String)> = Vec::new();
     match f {
-        AnyFilter::Counting(c) => {
+        DeletableTable::Counting(c) => {
             let p = c.params();
             let nonzero = c.nonzero_counters();
             let saturated = c.saturated_counters();
@@ -486,7 +487,7 @@ pub(crate) fn table(
                 ),
             ));
         }
-        AnyFilter::Cuckoo(c) => {
+        DeletableTable::Cuckoo(c) => {
             let p = c.params();
             let occupied = c.occupied_slots();
             v["buckets"] = json!(p.buckets);
@@ -524,12 +525,6 @@ pub(crate) fn table(
                     CUCKOO_PLANNED_LOAD * 100.0
                 ),
             ));
-        }
-        AnyFilter::Bloom(_) => {
-            return Err(Error::Unsupported {
-                address: path.into(),
-                problem: "not a counting or cuckoo filter".into(),
-            })
         }
     }
     let mut lines = Vec::new();

@@ -11,7 +11,10 @@
 //! arguments into those operations on a [`List`] and never asks which
 //! shape it holds. A server that keeps a Bloom filter's state itself (live
 //! adds through its log, layers grown in memory) publishes it as a
-//! [`BloomList`]: the same `List` over the layers it holds.
+//! [`BloomList`]: the same `List` over the layers it holds; its counting
+//! and cuckoo filters are each a [`TableList`], the same `List` over the
+//! chain of tables it holds (the `table` module: a file's chain of one
+//! table, a served chain grown within the server's limits).
 //!
 //! # One enum, one `match` per operation
 //!
@@ -43,9 +46,10 @@
 //! turns each query's keys and answers into one [`Verdict`]. The three
 //! steps are [`check::check_many`], which the server's filters reach
 //! through a [`List`] (its files of other layouts), a [`BloomList`] (its
-//! Bloom filters) or with their own membership step (its counting and
-//! cuckoo filters, a filter in Redis): the verdict is computed in one
-//! place for every shape and every front end.
+//! Bloom filters), a [`TableList`] (its counting and cuckoo filters) or
+//! with their own membership step (a filter in Redis, answered in parts):
+//! the verdict is computed in one place for every shape and every front
+//! end.
 //!
 //! # Never "absent" when the list cannot tell
 //!
@@ -69,8 +73,8 @@ use std::path::{Path, PathBuf};
 
 use bloomgate_blacklist::datadir::{self, DirLock};
 use bloomgate_blacklist::{Blacklist, LogMode, Opened, VerdictRef, Whitelist};
-use bloomgate_engine::format::{peek_layout_code, DeletableKind, LAYOUT_RIBBON};
-use bloomgate_engine::{Access, AnyFilter, Removal, Ribbon};
+use bloomgate_engine::format::{peek_layout_code, LAYOUT_RIBBON};
+use bloomgate_engine::{DeletableTable, Removal, Ribbon};
 use bloomgate_redis::{Added, Address, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 
@@ -80,7 +84,7 @@ pub use delta::{DELTA_FIRST_ITEMS, MIN_DELTA_SHARE};
 pub use error::Error;
 pub use info::Info;
 pub use stamp::{Change, Stamp};
-pub use table::TablePlan;
+pub use table::{TableList, TablePlan};
 
 /// How a list is opened ([`List::open_with`]).
 #[derive(Clone, Debug, Default)]
@@ -140,15 +144,6 @@ pub struct Claims {
     pub error: Option<Error>,
 }
 
-/// A counting or cuckoo filter file with its key rules and whitelist.
-#[derive(Debug)]
-struct Table {
-    filter: AnyFilter,
-    kind: KeyKind,
-    mode: MatchMode,
-    whitelist: Whitelist,
-}
-
 /// A static ribbon filter file with its key rules, whitelist and delta of
 /// added keys.
 #[derive(Debug)]
@@ -166,8 +161,9 @@ enum Store {
     /// A Bloom filter file, blocked or classic, with all its layers; in a
     /// data directory with its live adds (unless snapshot-only).
     Bloom(Box<Blacklist>),
-    /// A counting or cuckoo filter file.
-    Table(Box<Table>),
+    /// A chain of counting or cuckoo tables: a file (one table), or a
+    /// server's filter ([`TableList`]).
+    Table(Box<table::Table>),
     /// A blocked filter in Redis or Redis Cluster.
     Redis(Box<RedisFilter>),
     /// A static ribbon filter file.
@@ -198,8 +194,8 @@ impl List {
     pub fn open_with(address: &str, options: &OpenOptions) -> Result<List, Error> {
         let (shown, store, lock) = if bloomgate_redis::is_redis_address(address) {
             open_redis(address, options)?
-        } else if is_table(address) {
-            open_table(address, options)?
+        } else if table::is_table(address) {
+            table::open(address, options)?
         } else if is_static(address) {
             open_static(address, options)?
         } else {
@@ -213,19 +209,16 @@ impl List {
         })
     }
 
-    /// Wraps a counting or cuckoo filter made in memory as the list that
+    /// Wraps a counting or cuckoo table made in memory as the list that
     /// [`List::save`] writes to `path`, with an empty whitelist.
-    pub fn from_table(filter: AnyFilter, path: &str) -> Result<List, Error> {
-        let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
-        let store = match filter {
-            AnyFilter::Bloom(f) => Store::Bloom(Box::new(Blacklist::from_filter(f)?)),
-            filter => Store::Table(Box::new(Table {
-                filter,
-                kind,
-                mode,
-                whitelist: Whitelist::default(),
-            })),
-        };
+    pub fn from_table(table: DeletableTable, path: &str) -> Result<List, Error> {
+        let (kind, mode) = table.key_rules();
+        let rules = rules_of(path, kind, mode)?;
+        let store = Store::Table(Box::new(table::Table::file(
+            table,
+            rules,
+            Whitelist::default(),
+        )));
         Ok(List {
             address: path.to_string(),
             store,
@@ -266,7 +259,7 @@ impl List {
     pub fn layout(&self) -> &'static str {
         match &self.store {
             Store::Bloom(b) => b.filter().params().layout.name(),
-            Store::Table(t) => t.filter.kind().name(),
+            Store::Table(t) => t.newest().kind().name(),
             Store::Redis(r) => r.meta().params.layout.name(),
             Store::Static(_) => "ribbon",
         }
@@ -294,18 +287,23 @@ impl List {
         }
     }
 
-    /// The counting or cuckoo table behind a deletable list (for the
-    /// statistics a front end prints after changing it); `None` otherwise.
-    pub fn table(&self) -> Option<&AnyFilter> {
+    /// The (newest) counting or cuckoo table behind a deletable list (for
+    /// the statistics a front end prints after changing it); `None`
+    /// otherwise.
+    pub fn table(&self) -> Option<&DeletableTable> {
         match &self.store {
-            Store::Table(t) => Some(&t.filter),
+            Store::Table(t) => Some(t.newest()),
             Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => None,
         }
     }
 
-    /// Normalizes one entry as the list's key kind requires.
+    /// Normalizes one entry as the list's key kind requires (the empty
+    /// entry of a served table list is itself: [`TableList`]).
     pub fn entry_key<'a>(&self, entry: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, Error> {
         let (kind, mode) = self.rules();
+        if entry.is_empty() && self.takes_empty() {
+            return Ok(entry.into());
+        }
         entry_key(kind, mode, entry).map_err(|reason| Error::InvalidItem {
             item: String::from_utf8_lossy(entry).into_owned(),
             kind,
@@ -324,10 +322,7 @@ impl List {
     ) -> Result<(), Error> {
         match &self.store {
             Store::Bloom(b) => b.layers().contains_batch(keys, found, spare),
-            Store::Table(t) => {
-                found.clear();
-                found.extend(keys.iter().map(|k| t.filter.contains(k)));
-            }
+            Store::Table(t) => t.contains_many(keys, found),
             Store::Redis(r) => *found = r.contains_keys(keys)?,
             Store::Static(t) => {
                 t.filter.contains_many(keys, found);
@@ -366,16 +361,52 @@ impl List {
         s: &mut CheckScratch,
         each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
     ) -> Result<(), Error> {
-        let (kind, mode) = self.rules();
-        check::check_many(
-            kind,
-            mode,
-            self.whitelist(),
+        self.check_each_in(
             queries,
             s,
             |keys, found, spare| self.contains_many(keys, found, spare),
             each,
         )
+    }
+
+    /// [`check::check_many`] by the list's key rules and whitelist, the
+    /// membership `contains_many`'s: the one verdict of every shape (the
+    /// empty item of a list that takes it, [`TableList`], looked up as
+    /// itself).
+    fn check_each_in<E>(
+        &self,
+        queries: &[&[u8]],
+        s: &mut CheckScratch,
+        contains_many: impl FnOnce(&[&[u8]], &mut Vec<bool>, &mut Vec<bool>) -> Result<(), E>,
+        mut each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+    ) -> Result<(), E> {
+        let (kind, mode) = self.rules();
+        let wl = self.whitelist();
+        let takes_empty = self.takes_empty();
+        check::check_many(kind, mode, wl, queries, s, contains_many, |v| match v {
+            Err(KeyError::Empty) if takes_empty => {
+                each(Ok(check::verdict(wl, &[b""], &[self.holds_empty()])))
+            }
+            v => each(v),
+        })
+    }
+
+    /// Whether the store holds the empty item (asked only of a list that
+    /// takes it).
+    fn holds_empty(&self) -> bool {
+        match &self.store {
+            Store::Table(t) => t.holds_empty(),
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => false,
+        }
+    }
+
+    /// Whether the empty entry is an entry (a served raw table list's:
+    /// [`TableList`]), not an invalid one.
+    fn takes_empty(&self) -> bool {
+        match &self.store {
+            Store::Table(t) => t.takes_empty(),
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => false,
+        }
     }
 
     /// Answers one query (see [`List::check_many`]).
@@ -400,11 +431,11 @@ impl List {
         };
         match &self.store {
             Store::Bloom(b) => Ok((b.layers().bytes() > budget).then_some(&**b)),
-            Store::Table(t) if budget < t.filter.data_bytes() => Err(refuse(format!(
+            Store::Table(t) if budget < t.bytes() => Err(refuse(format!(
                 "checking in slices (--memory {}) is for Bloom filters; this {} filter's {} are memory-mapped whole: leave out --memory",
                 units::bytes(budget),
-                t.filter.kind(),
-                units::bytes(t.filter.data_bytes())
+                t.newest().kind(),
+                units::bytes(t.bytes())
             ))),
             // Mapped read-only and never written: the kernel keeps what
             // fits of it and reads the rest again, so any budget gives
@@ -451,11 +482,7 @@ impl List {
                 t.delta.add_keys(&t.filter, &[key], &mut claim)?;
                 Ok(claim[0] == Claim::New)
             }
-            Store::Table(t) => match &t.filter {
-                AnyFilter::Counting(f) => Ok(f.insert(key)),
-                AnyFilter::Cuckoo(f) => f.insert(key).map_err(|e| Error::Full { kicks: e.kicks }),
-                AnyFilter::Bloom(f) => Ok(f.insert(key)),
-            },
+            Store::Table(t) => t.add_file_key(key),
             Store::Redis(r) => {
                 let report = r.add_keys(&[key]);
                 match (report.error, report.outcomes.first()) {
@@ -564,18 +591,10 @@ impl List {
     pub fn remove_key(&mut self, key: &[u8]) -> Result<Removal, Error> {
         self.removable()?;
         self.writable()?;
-        let table = match &self.store {
-            Store::Table(t) => &t.filter,
+        match &mut self.store {
+            Store::Table(t) => t.remove_key(key),
             // Refused by `removable` above.
-            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => return Ok(Removal::NotPresent),
-        };
-        match table {
-            AnyFilter::Counting(f) => Ok(f.remove(key)),
-            AnyFilter::Cuckoo(f) => Ok(f.remove(key)),
-            AnyFilter::Bloom(f) => Err(Error::CannotRemove {
-                address: self.address.clone(),
-                layout: f.params().layout.name(),
-            }),
+            Store::Bloom(_) | Store::Redis(_) | Store::Static(_) => Ok(Removal::NotPresent),
         }
     }
 
@@ -684,7 +703,7 @@ impl List {
         self.writable()?;
         match &mut self.store {
             Store::Bloom(b) => b.commit()?,
-            Store::Table(t) => t.filter.save(&self.address)?,
+            Store::Table(t) => t.save(Path::new(&self.address))?,
             Store::Redis(_) | Store::Static(_) => {}
         }
         Ok(())
@@ -697,7 +716,7 @@ impl List {
     pub fn verify(&self) -> Result<(), Error> {
         match &self.store {
             Store::Bloom(_) => verify_layers(&self.address),
-            Store::Table(t) => Ok(t.filter.verify()?),
+            Store::Table(t) => t.verify(),
             Store::Static(t) => Ok(t.filter.verify()?),
             Store::Redis(_) => Err(Error::Unsupported {
                 address: self.address.clone(),
@@ -711,7 +730,7 @@ impl List {
         match &self.store {
             Store::Bloom(b) => Ok(info::bloom(&self.address, b, &self.options)),
             Store::Table(t) => {
-                info::table(&self.address, &t.filter, t.whitelist.len(), &self.options)
+                info::table(&self.address, t.newest(), t.whitelist.len(), &self.options)
             }
             Store::Redis(r) => info::redis(r),
             Store::Static(t) => Ok(info::ribbon(
@@ -744,7 +763,7 @@ impl List {
     pub fn data_bytes(&self) -> u64 {
         match &self.store {
             Store::Bloom(b) => b.layers().bytes(),
-            Store::Table(t) => t.filter.data_bytes(),
+            Store::Table(t) => t.bytes(),
             Store::Redis(_) => 0,
             Store::Static(t) => t.filter.file_len() + t.delta.bytes(),
         }
@@ -822,29 +841,6 @@ fn open_redis(address: &str, options: &OpenOptions) -> Result<Opening, Error> {
     Ok((shown, Store::Redis(Box::new(f)), None))
 }
 
-/// Opens a counting or cuckoo filter file (mapped copy-on-write: changes
-/// reach the file only through [`List::save`], whole).
-fn open_table(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    let lock = match options.lock || options.update {
-        true => lock_dir(path)?,
-        false => None,
-    };
-    let filter = AnyFilter::open(path, Access::ReadOnly)?;
-    let (kind, mode) = rules_of(path, filter.key_kind(), filter.match_mode())?;
-    let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))
-        .map_err(bloomgate_blacklist::Error::from)?;
-    if options.verify {
-        filter.verify()?;
-    }
-    let table = Table {
-        filter,
-        kind,
-        mode,
-        whitelist,
-    };
-    Ok((path.to_string(), Store::Table(Box::new(table)), lock))
-}
-
 /// Opens a Bloom filter file with all its layers: for an update writable
 /// (its data directory locked by the opener), otherwise read-only with a
 /// served data directory's live adds replayed (unless snapshot-only).
@@ -866,16 +862,6 @@ fn open_bloom(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
     };
     let list = Blacklist::open_read(path, log)?;
     Ok((path.to_string(), Store::Bloom(Box::new(list)), lock))
-}
-
-/// True if `path` is a counting or cuckoo filter file. Anything else,
-/// including a file that cannot be read, is opened as a Bloom filter,
-/// whose opener says why it cannot be read.
-fn is_table(path: &str) -> bool {
-    peek_layout_code(Path::new(path))
-        .ok()
-        .and_then(DeletableKind::from_code)
-        .is_some()
 }
 
 /// The data directory's lock, if `path` is in one.

@@ -589,3 +589,101 @@ fn a_bloom_list_of_layers_answers_as_the_opened_file() {
         assert_eq!(verdicts(regrown.list()), want, "{layout}");
     }
 }
+
+/// A table list over the chain a server holds answers as the file opened
+/// by `List::open` (verdicts, whitelist); it grows the chain only when the
+/// caller admits the new table; removes take one copy, and a delete that
+/// cannot tell tables hashed apart is refused with nothing changed; the
+/// empty raw item is an entry of it, and of no opened file.
+#[test]
+fn a_table_list_over_a_chain_answers_as_the_opened_file() {
+    use bloomgate_blacklist::Whitelist;
+    use bloomgate_engine::{Chain, ChainAdd, CuckooFilter, CuckooParams, DeletableTable, Removal};
+    use bloomgate_list::TableList;
+
+    let dir = tempfile::tempdir().unwrap();
+    for layout in ["counting", "cuckoo"] {
+        let path = filled_file(dir.path(), layout);
+        let opened = List::open(s(&path)).unwrap();
+        let want = verdicts(&opened);
+        let table = DeletableTable::open(&path).unwrap().unwrap();
+        let whitelist = Whitelist::load(&Whitelist::path_for(&path)).unwrap();
+        let rules = (KeyKind::Url, MatchMode::Prefix);
+        let list = TableList::new(Chain::new(table, 0), rules, whitelist);
+        assert_eq!(verdicts(list.list()), want, "{layout}");
+        let q = queries();
+        let refs: Vec<&[u8]> = q.iter().map(String::as_bytes).collect();
+        let mut each = Vec::new();
+        list.check_each(&refs, &mut CheckScratch::default(), |v| {
+            each.push(v.map(Verdict::of).map_err(|e| e.to_string()))
+        });
+        assert_eq!(each, want, "{layout}");
+        // Not a raw list: the empty item is invalid, as in the file.
+        assert!(list.entry_key(b"").is_err(), "{layout}");
+        assert!(opened.entry_key(b"").is_err(), "{layout}");
+    }
+
+    // A raw cuckoo chain that may grow: only when admitted.
+    let params = |seed| CuckooParams {
+        buckets: 2,
+        bucket_size: 2,
+        fingerprint_bits: 16,
+        max_kicks: 10,
+        seed,
+        bucket_shift: 0,
+        key_kind: 0,
+        match_mode: 0,
+        planned_items: 4,
+        target_fp: 0.01,
+    };
+    let table = |seed| DeletableTable::Cuckoo(CuckooFilter::new(params(seed)).unwrap());
+    let rules = (KeyKind::Raw, MatchMode::Exact);
+    let mut list = TableList::new(Chain::new(table(1), 2), rules, Whitelist::default());
+    let mut added = Vec::new();
+    for i in 0..100u32 {
+        let key = i.to_le_bytes();
+        match list.add_key(&key, false, false, |_, _| false) {
+            ChainAdd::Added => added.push(key),
+            ChainAdd::Full => break,
+            ChainAdd::Exists => unreachable!("not nx"),
+        }
+    }
+    assert_eq!(list.chain().len(), 1, "refused growth");
+    // Admitted: it grows (a later key finds no room in the first table).
+    let mut i = 100u32;
+    while list.chain().len() == 1 && i < 10_000 {
+        assert_eq!(
+            list.add_key(&i.to_le_bytes(), false, false, |_, _| true),
+            ChainAdd::Added
+        );
+        added.push(i.to_le_bytes());
+        i += 1;
+    }
+    assert_eq!(list.chain().len(), 2, "admitted growth");
+    assert!(added.iter().all(|k| list.count(k) >= 1));
+    // The empty raw item is an entry: added, counted, removed.
+    let empty = list.entry_key(b"").unwrap().into_owned();
+    assert_eq!(
+        list.add_key(&empty, false, false, |_, _| true),
+        ChainAdd::Added
+    );
+    assert_eq!(list.count(b""), 1);
+    assert!(list.list().check(b"").unwrap().unwrap().hit());
+    assert_eq!(list.remove_key(b"").unwrap(), Removal::Removed);
+    assert_eq!(list.count(b""), 0);
+    assert_eq!(list.list().check(b"").unwrap(), Ok(Verdict::Absent));
+    assert_eq!(list.remove_key(&added[0]).unwrap(), Removal::Removed);
+
+    // Tables hashed apart, both holding the item: refused, unchanged.
+    let (a, b) = (table(2), table(3));
+    let (a_in, b_in) = (
+        bloomgate_engine::Table::insert(&a, b"x"),
+        bloomgate_engine::Table::insert(&b, b"x"),
+    );
+    assert!(a_in.is_ok() && b_in.is_ok());
+    let chain = Chain::from_tables(vec![a, b], 0).unwrap();
+    let mut list = TableList::new(chain, rules, Whitelist::default());
+    let e = list.remove_key(b"x").unwrap_err();
+    assert!(matches!(e, bloomgate_list::Error::Ambiguous(_)), "{e}");
+    assert_eq!(list.count(b"x"), 2, "nothing was deleted");
+}

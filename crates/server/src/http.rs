@@ -10,11 +10,13 @@
 //! may touch whole files (create, reload, delete, snapshot, metrics with
 //! fill ratios) runs on the blocking pool.
 //!
-//! This file holds the router, the Bloom filters' handlers and the accept
-//! loop; `http/error.rs` the errors ([`ApiError`]) and access checks,
+//! This file holds the router, the filters' handlers (every kind through
+//! the store's one interface: a check, an add, a remove, a whitelist edit
+//! or an info is one call whatever the filter) and the accept loop;
+//! `http/error.rs` the errors ([`ApiError`]) and access checks,
 //! `http/gate.rs` the middleware every request passes (timing, counting,
 //! refusals before the body is read, JSON errors), `http/cuckoo.rs` the
-//! handlers of deletable filters, `http/nginx.rs` the endpoint of nginx's
+//! creation of deletable filters, `http/nginx.rs` the endpoint of nginx's
 //! `auth_request`.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -58,7 +60,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/filters/{name}", get(info).delete(delete))
         .route("/v1/filters/{name}/check", get(check_one).post(check_batch))
         .route("/v1/filters/{name}/add", post(add))
-        .route("/v1/filters/{name}/remove", post(cuckoo::remove))
+        .route("/v1/filters/{name}/remove", post(remove))
         .route(
             "/v1/filters/{name}/whitelist",
             post(whitelist_add).delete(whitelist_remove),
@@ -316,9 +318,6 @@ async fn add(
     body: axum::body::Bytes,
 ) -> ApiResult {
     can_write(&app, &headers)?;
-    if let Some(n) = app.store.cf_get(&name) {
-        return cuckoo::add(app, n, &body).await;
-    }
     let n = named(&app, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();
@@ -349,9 +348,48 @@ async fn add(
             Some(AddOutcome::Full) | None => {
                 json!({"item": item, "error": "filter is full (non-scaling)"})
             }
+            Some(AddOutcome::NoRoom) => json!({"item": item, "error": "filter is full"}),
         })
         .collect();
     Ok(Json(json!({"added": added, "results": results})).into_response())
+}
+
+/// `POST /v1/filters/NAME/remove`: one copy of each item from a deletable
+/// filter; any other filter refuses before the body is read (a Bloom
+/// filter with 409 `not_deletable`, saying why).
+async fn remove(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    can_write(&app, &headers)?;
+    let n = named(&app, &name).await?;
+    n.removable()?;
+    let items = parse_items(&app, &body)?;
+    let mut results = Vec::with_capacity(items.len());
+    let mut last_ack = None;
+    let mut removed = 0;
+    for item in &items {
+        let (found, ack) = match app.store.remove(&n, item.as_bytes()) {
+            Ok(r) => r,
+            // Refused for this item alone (nothing changed): said per item,
+            // as a full filter is for an add.
+            Err(e @ StoreError::Ambiguous(_)) => {
+                results.push(json!({"item": item, "removed": false, "error": e.to_string()}));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        removed += found as u64;
+        results.push(json!({"item": item, "removed": found}));
+        // The log acknowledges in order: the last ack covers all.
+        last_ack = Some(ack);
+    }
+    if let Some(ack) = last_ack {
+        ack.wait().await?;
+    }
+    Ok(Json(json!({"removed": removed, "results": results})).into_response())
 }
 
 async fn whitelist_change(

@@ -595,6 +595,27 @@ fn reserved(layout: &str) -> (tempfile::TempDir, Server, Resp) {
     (dir, s, c)
 }
 
+/// A raw filter takes the empty item as an entry, as RedisBloom's `CF.ADD`
+/// does: added, looked up (over RESP and HTTP), counted and deleted like
+/// any other item, by both layouts.
+#[test]
+fn the_empty_item_is_an_entry_of_a_raw_filter() {
+    for layout in ["CUCKOO", "COUNTING"] {
+        let (_dir, s, mut c) = reserved(layout);
+        assert_eq!(c.cmd(&["CF.EXISTS", "cf", ""]), V::Int(0), "{layout}");
+        assert_eq!(c.cmd(&["CF.ADD", "cf", ""]), V::Int(1), "{layout}");
+        assert_eq!(c.cmd(&["CF.EXISTS", "cf", ""]), V::Int(1), "{layout}");
+        assert_eq!(c.cmd(&["CF.COUNT", "cf", ""]), V::Int(1), "{layout}");
+        let (st, v) = s.http("POST", "/v1/filters/cf/check", Some(r#"["", "x"]"#), None);
+        assert_eq!(st, 200, "{layout}: {v}");
+        assert_eq!(v["results"][0]["hit"], true, "{layout}: {v}");
+        assert_eq!(v["results"][1]["hit"], false, "{layout}: {v}");
+        assert_eq!(c.cmd(&["CF.DEL", "cf", ""]), V::Int(1), "{layout}");
+        assert_eq!(c.cmd(&["CF.EXISTS", "cf", ""]), V::Int(0), "{layout}");
+        assert_eq!(c.cmd(&["CF.COUNT", "cf", ""]), V::Int(0), "{layout}");
+    }
+}
+
 fn survive_sigkill(layout: &str, pool: u64) {
     let (dir, mut s, mut c) = reserved(layout);
     let mut model = HashMap::new();

@@ -20,17 +20,12 @@ use crate::input::{self, Progress};
 use crate::keynotes::{self, Collapse};
 use crate::report::{self, bytes, thousands};
 
-/// How many invalid entries are shown before only counting.
-const SHOW_INVALID: usize = 10;
-
 /// What inserting the lines of all inputs did.
 #[derive(Default)]
 struct Stats {
     lines: u64,
     new: u64,
     invalid: u64,
-    shown: usize,
-    first_invalid: Option<String>,
     /// Host entries of a single label, and the first few of them
     /// (`file:line`).
     single_label: u64,
@@ -197,6 +192,10 @@ fn insert_inputs(
     let label = (pass.of > 1).then(|| format!("pass {}/{}", pass.index + 1, pass.of));
     let bar = report::progress_bar(input::total_size(inputs), &progress, label);
     let mut stats = Stats::default();
+    let mut invalid = report::Invalid::new(kind, strict);
+    if !report_invalid {
+        invalid = invalid.quiet();
+    }
     let names = inputs.to_vec();
     let sampling = std::sync::atomic::AtomicBool::new(report_invalid && kind != KeyKind::Raw);
     let result = input::process(
@@ -308,38 +307,13 @@ fn insert_inputs(
                         .push(format!("{}:{line}", names[chunk.input]));
                 }
             }
-            let mut invalid = out.invalid;
-            invalid.sort_by_key(|(l, _)| *l);
-            for (line, reason) in invalid {
-                stats.invalid += 1;
-                let msg = format!(
-                    "{}:{line}: invalid {kind} entry: {reason}",
-                    names[chunk.input],
-                );
-                if strict {
-                    stats.first_invalid = Some(msg);
-                    bail!("stopping at the first invalid entry (--strict)");
-                }
-                if report_invalid && stats.shown < SHOW_INVALID {
-                    eprintln!("bloomgate: {msg}");
-                    stats.shown += 1;
-                }
-            }
-            Ok(())
+            invalid.chunk(&names[chunk.input], &mut out.invalid)
         },
     );
     report::finish(bar);
-    if let Some(msg) = &stats.first_invalid {
-        bail!("{msg}");
-    }
     result?;
-    if report_invalid && stats.invalid > stats.shown as u64 {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
-            thousands(stats.invalid - stats.shown as u64),
-            thousands(stats.invalid)
-        );
-    }
+    stats.invalid = invalid.count();
+    invalid.finish();
     if report_invalid {
         let notes = [
             keynotes::bare_domain_warning(stats.bare_domains, stats.invalid),

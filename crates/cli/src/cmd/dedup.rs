@@ -52,9 +52,6 @@ use crate::input::{self, Progress};
 use crate::keynotes::{self, Collapse};
 use crate::report::{self, thousands};
 
-/// How many invalid entries are shown before only counting.
-const SHOW_INVALID: u64 = 10;
-
 /// Entries a new dedup state is sized for when `--items` is left out.
 const DEFAULT_ITEMS: u64 = 1_000_000;
 /// The rate of a new dedup state when `--fp` is left out.
@@ -367,40 +364,42 @@ impl ChunkKeys {
 }
 
 /// What a run counted.
-#[derive(Default)]
 struct Counts {
     lines: u64,
     passed: u64,
     seen: u64,
-    invalid: u64,
+    invalid: report::Invalid,
     bare_domains: u64,
     collapse: Collapse,
 }
 
 impl Counts {
-    /// Counts a chunk's invalid lines (taken out of `ck`), showing the
-    /// first [`SHOW_INVALID`] of the run; `name` is the chunk's input.
-    fn report_invalid(&mut self, ck: &mut ChunkKeys, name: &str, kind: KeyKind) {
-        ck.invalid.sort_by_key(|(l, _)| *l);
-        for (line, reason) in ck.invalid.drain(..) {
-            self.invalid += 1;
-            if self.invalid <= SHOW_INVALID {
-                eprintln!("bloomgate: {name}:{line}: invalid {kind} entry: {reason}");
-            }
+    /// Nothing counted yet, of a run reading entries of `kind`.
+    fn new(kind: KeyKind) -> Counts {
+        Counts {
+            lines: 0,
+            passed: 0,
+            seen: 0,
+            invalid: report::Invalid::new(kind, false),
+            bare_domains: 0,
+            collapse: Collapse::default(),
         }
+    }
+
+    /// Counts a chunk's invalid lines (taken out of `ck`), naming the
+    /// first few of the run ([`report::Invalid`]); `name` is the chunk's
+    /// input.
+    fn report_invalid(&mut self, ck: &mut ChunkKeys, name: &str) {
+        // Never strict: the report cannot fail.
+        let _ = self.invalid.chunk(name, &mut ck.invalid);
     }
 
     /// The notes after the summary: invalid entries not shown, and what
     /// the keys' canonical forms suggest about `--keys`.
     fn notes(&self, kind: KeyKind) {
-        if self.invalid > SHOW_INVALID {
-            eprintln!(
-                "bloomgate: ... and {} more invalid entries",
-                self.invalid - SHOW_INVALID
-            );
-        }
+        self.invalid.finish();
         let notes = [
-            keynotes::bare_domain_warning(self.bare_domains, self.invalid),
+            keynotes::bare_domain_warning(self.bare_domains, self.invalid.count()),
             self.collapse.warning(kind),
         ];
         for note in notes.into_iter().flatten() {
@@ -430,7 +429,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
     let mut layers = open_state(&a, unix_now())?;
     let kind = layers.kind;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
-    let mut counts = Counts::default();
+    let mut counts = Counts::new(kind);
     let mut added = Vec::new();
     let names = a.inputs.clone();
     let spare = std::sync::Mutex::new(Vec::<ChunkKeys>::new());
@@ -457,7 +456,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
             if !counts.collapse.wants() {
                 sampling.store(false, std::sync::atomic::Ordering::Relaxed);
             }
-            counts.report_invalid(&mut ck, &names[chunk.input], kind);
+            counts.report_invalid(&mut ck, &names[chunk.input]);
             let keys = ck.keys();
             layers.add_batch(&keys, unix_now(), &mut added)?;
             counts.lines += keys.len() as u64;
@@ -484,7 +483,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
         },
     );
     report::finish(bar);
-    counts.lines += counts.invalid;
+    counts.lines += counts.invalid.count();
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     if let Err(e) = result {
         if a.state.is_some() {
@@ -505,7 +504,7 @@ pub fn run_to(a: DedupArgs, out: impl Write) -> Result<i32> {
         crate::report::count(counts.lines, "line", "lines"),
         thousands(counts.passed),
         thousands(counts.seen),
-        thousands(counts.invalid),
+        thousands(counts.invalid.count()),
         thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
         crate::report::count(layers.items(), "entry", "entries"),
         match (layers.policy(), layers.layers.len()) {
@@ -595,7 +594,7 @@ fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32>
         .into());
     }
     let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
-    let mut counts = Counts::default();
+    let mut counts = Counts::new(kind);
     let (mut unknown, mut not_added) = (0u64, 0u64);
     // Where the adds stopped: the input and line of the chunk that failed.
     let mut stopped: Option<(String, u64)> = None;
@@ -609,7 +608,7 @@ fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32>
         |chunk, mut ck| {
             counts.bare_domains += ck.bare_domains;
             counts.collapse.take(&ck.pairs);
-            counts.report_invalid(&mut ck, &names[chunk.input], kind);
+            counts.report_invalid(&mut ck, &names[chunk.input]);
             let claims = list.add_keys(&ck.keys());
             counts.lines += ck.ends.len() as u64;
             for (&(s, e), claim) in ck.lines.iter().zip(&claims.outcomes) {
@@ -650,7 +649,7 @@ fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32>
         },
     );
     report::finish(bar);
-    counts.lines += counts.invalid;
+    counts.lines += counts.invalid.count();
     let result = result.and_then(|()| out.flush().map_err(anyhow::Error::from));
     if let Err(e) = result {
         return Err(match stopped {
@@ -673,7 +672,7 @@ fn run_shared(a: DedupArgs, given_address: &str, out: impl Write) -> Result<i32>
         crate::report::count(counts.lines, "line", "lines"),
         thousands(counts.passed),
         thousands(counts.seen),
-        thousands(counts.invalid),
+        thousands(counts.invalid.count()),
         thousands((counts.lines as f64 / secs.max(1e-9)) as u64),
         address,
     );

@@ -49,7 +49,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use bloomgate_blacklist::cf_file::CfLayout;
 use bloomgate_blacklist::DeletableSpec;
 use bloomgate_engine::format::{peek_layout_code, DeletableKind};
-use bloomgate_engine::{random_seed, AnyFilter, Removal};
+use bloomgate_engine::{random_seed, DeletableTable, Removal, Table as _};
 use bloomgate_list::{List, OpenOptions, TablePlan};
 use bloomgate_url::{entry_key, is_single_label_host, KeyKind, MatchMode};
 
@@ -59,7 +59,7 @@ use crate::input::{self, Progress};
 use crate::keynotes;
 use crate::report::{self, bytes, thousands};
 
-/// How many invalid (or absent) entries are named before only counting.
+/// How many absent entries of a remove are named before only counting.
 const SHOW: usize = 10;
 
 /// How many single-label host entries are named before only counting.
@@ -98,8 +98,6 @@ pub struct Tally {
     pub other: u64,
     /// Remove: the first few entries that were not present (`file:line`).
     pub absent_at: Vec<String>,
-    /// Invalid entries named on stderr so far.
-    shown: usize,
     single_label: u64,
     single_label_at: Vec<String>,
 }
@@ -142,7 +140,7 @@ pub fn apply(
     let names = inputs.to_vec();
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(inputs), &progress, None);
-    let mut first_invalid = None;
+    let mut invalid = report::Invalid::new(kind, strict);
     let result = input::process(
         inputs.to_vec(),
         progress,
@@ -174,19 +172,9 @@ pub fn apply(
             // Lines are counted as they are dealt with: an add that stops
             // at a full table has not read the rest of the chunk.
             t.lines += out.invalid.len() as u64;
-            out.invalid.sort_by_key(|(l, _)| *l);
-            for (line, reason) in out.invalid {
-                t.invalid += 1;
-                let msg = format!("{name}:{line}: invalid {kind} entry: {reason}");
-                if strict {
-                    first_invalid = Some(msg);
-                    bail!("stopping at the first invalid entry (--strict)");
-                }
-                if t.shown < SHOW {
-                    eprintln!("bloomgate: {msg}");
-                    t.shown += 1;
-                }
-            }
+            let reported = invalid.chunk(name, &mut out.invalid);
+            t.invalid = invalid.count();
+            reported?;
             t.single_label += out.single_label.len() as u64;
             for line in out.single_label {
                 if t.single_label_at.len() < SHOW_SINGLE_LABEL {
@@ -232,17 +220,7 @@ pub fn apply(
         },
     );
     report::finish(bar);
-    let result = match first_invalid {
-        Some(msg) => Err(anyhow!("{msg} (--strict)")),
-        None => result,
-    };
-    if t.invalid > t.shown as u64 {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
-            thousands(t.invalid - t.shown as u64),
-            thousands(t.invalid)
-        );
-    }
+    invalid.finish();
     if let Some(w) = keynotes::single_label_warning(t.single_label, &t.single_label_at) {
         eprintln!("bloomgate: {w}");
     }
@@ -351,7 +329,7 @@ fn summary(verb: &str, op: Op, path: &str, list: &List, t: &Tally, started: Inst
         ),
     };
     let load = match filter {
-        AnyFilter::Cuckoo(f) => format!(", load {:.1} %", f.load() * 100.0),
+        DeletableTable::Cuckoo(f) => format!(", load {:.1} %", f.load() * 100.0),
         _ => String::new(),
     };
     eprintln!(
@@ -360,8 +338,8 @@ fn summary(verb: &str, op: Op, path: &str, list: &List, t: &Tally, started: Inst
         thousands(t.invalid),
         thousands(filter.items()),
         filter.kind(),
-        thousands(filter.planned_items()),
-        bytes(filter.data_bytes()),
+        thousands(filter.planned()),
+        bytes(filter.bytes()),
         thousands((t.lines as f64 / secs.max(1e-9)) as u64),
         filter.predicted_fp(),
         filter.target_fp(),
@@ -377,11 +355,11 @@ fn summary(verb: &str, op: Op, path: &str, list: &List, t: &Tally, started: Inst
             }
         );
     }
-    if matches!(filter, AnyFilter::Counting(_)) && filter.items() > filter.planned_items() {
+    if matches!(filter, DeletableTable::Counting(_)) && filter.items() > filter.planned() {
         eprintln!(
             "bloomgate: warning: {} items exceed the planned {}; the predicted false-positive rate is now {:.3e} per lookup instead of {:.3e}",
             thousands(filter.items()),
-            thousands(filter.planned_items()),
+            thousands(filter.planned()),
             filter.predicted_fp(),
             filter.target_fp()
         );

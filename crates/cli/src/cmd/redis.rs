@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use bloomgate_redis::{Address, RedisFilter};
 use bloomgate_url::entry_key;
@@ -16,9 +16,6 @@ use crate::args::{AddArgs, PullArgs, PushArgs, RedisOpts};
 use crate::cmd::UsageError;
 use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
-
-/// How many invalid entries are shown before only counting.
-const SHOW_INVALID: u64 = 10;
 
 /// True if `filter` names a Redis filter rather than a file.
 pub fn is_address(filter: &str) -> bool {
@@ -165,7 +162,8 @@ pub fn add(a: AddArgs) -> Result<i32> {
     let (kind, mode) = (filter.kind(), filter.mode());
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
-    let (mut lines, mut new, mut invalid) = (0u64, 0u64, 0u64);
+    let (mut lines, mut new) = (0u64, 0u64);
+    let mut invalid = report::Invalid::new(kind, a.strict);
     let (mut unknown, mut not_added) = (0u64, 0u64);
     let mut failure: Option<bloomgate_redis::Error> = None;
     // Set at the first failure: chunks that start after it send nothing.
@@ -236,7 +234,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
             Ok(o)
         },
         |chunk, o| {
-            let o = o?;
+            let mut o = o?;
             lines += o.lines;
             new += o.new;
             unknown += o.unknown;
@@ -249,20 +247,7 @@ pub fn add(a: AddArgs) -> Result<i32> {
             if let Some(e) = o.error {
                 failure.get_or_insert(e);
             }
-            for (line, reason) in o.invalid {
-                invalid += 1;
-                let msg = format!(
-                    "{}:{line}: invalid {kind} entry: {reason}",
-                    names[chunk.input]
-                );
-                if a.strict {
-                    bail!("{msg} (--strict: stopping at the first invalid entry)");
-                }
-                if invalid <= SHOW_INVALID {
-                    eprintln!("bloomgate: {msg}");
-                }
-            }
-            Ok(())
+            invalid.chunk(&names[chunk.input], &mut o.invalid)
         },
     );
     report::finish(bar);
@@ -289,13 +274,8 @@ pub fn add(a: AddArgs) -> Result<i32> {
             counts()
         )));
     }
-    if invalid > SHOW_INVALID {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
-            thousands(invalid - SHOW_INVALID),
-            thousands(invalid)
-        );
-    }
+    invalid.finish();
+    let invalid = invalid.count();
     let items = filter.items()?;
     let planned = filter.meta().params.planned_items;
     let secs = started.elapsed().as_secs_f64();

@@ -91,7 +91,6 @@ struct Read1 {
     lines: u64,
     keys: u64,
     invalid: u64,
-    shown: u64,
     per_partition: Vec<u64>,
 }
 
@@ -347,6 +346,7 @@ fn partition_inputs(
     let progress = room.progress.clone();
     let bar = report::progress_bar(room.total, &progress, None);
     let names = a.inputs.clone();
+    let mut invalid = report::Invalid::new(kind, a.strict);
     let result = input::process(
         a.inputs.clone(),
         progress,
@@ -369,22 +369,9 @@ fn partition_inputs(
             });
             (lines, invalid, parts)
         },
-        |chunk, (lines, invalid, parts)| {
+        |chunk, (lines, mut bad, parts)| {
             read.lines += lines;
-            for (line, reason) in invalid {
-                read.invalid += 1;
-                let msg = format!(
-                    "{}:{line}: invalid {kind} entry: {reason}",
-                    names[chunk.input]
-                );
-                if a.strict {
-                    bail!("{msg} (stopping at the first invalid entry: --strict)");
-                }
-                if read.shown < 10 {
-                    eprintln!("bloomgate: {msg}");
-                    read.shown += 1;
-                }
-            }
+            invalid.chunk(&names[chunk.input], &mut bad)?;
             for (p, hashes) in parts.iter().enumerate() {
                 read.keys += hashes.len() as u64;
                 parts_out.extend(p, hashes)?;
@@ -407,13 +394,8 @@ fn partition_inputs(
         room.check(read.keys, parts_out.bytes)?;
     }
     read.per_partition = parts_out.finish()?;
-    if read.invalid > read.shown {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
-            thousands(read.invalid - read.shown),
-            thousands(read.invalid)
-        );
-    }
+    read.invalid = invalid.count();
+    invalid.finish();
     Ok(read)
 }
 
@@ -578,7 +560,8 @@ pub fn add(a: crate::args::AddArgs) -> Result<i32> {
     let names = a.inputs.clone();
     let progress = Progress::default();
     let bar = report::progress_bar(input::total_size(&a.inputs), &progress, None);
-    let (mut lines, mut new, mut present, mut invalid) = (0u64, 0u64, 0u64, 0u64);
+    let (mut lines, mut new, mut present) = (0u64, 0u64, 0u64);
+    let mut invalid = report::Invalid::new(kind, a.strict);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = input::process(
@@ -606,21 +589,9 @@ pub fn add(a: crate::args::AddArgs) -> Result<i32> {
             });
             c
         },
-        |chunk, c| {
+        |chunk, mut c| {
             lines += (c.ends.len() + c.invalid.len()) as u64;
-            for (line, reason) in &c.invalid {
-                invalid += 1;
-                let msg = format!(
-                    "{}:{line}: invalid {kind} entry: {reason}",
-                    names[chunk.input]
-                );
-                if a.strict {
-                    bail!("{msg} (--strict: stopping at the first invalid entry)");
-                }
-                if invalid <= 10 {
-                    eprintln!("bloomgate: {msg}");
-                }
-            }
+            invalid.chunk(&names[chunk.input], &mut c.invalid)?;
             let mut keys = Vec::with_capacity(c.ends.len());
             let mut start = 0;
             for &end in &c.ends {
@@ -659,13 +630,8 @@ pub fn add(a: crate::args::AddArgs) -> Result<i32> {
             thousands(new)
         )
     })?;
-    if invalid > 10 {
-        eprintln!(
-            "bloomgate: ... and {} more invalid entries ({} in all, skipped)",
-            thousands(invalid - 10),
-            thousands(invalid)
-        );
-    }
+    invalid.finish();
+    let invalid = invalid.count();
     let v = list.info().map_err(crate::cmd::list_error)?.json;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     let secs = started.elapsed().as_secs_f64();

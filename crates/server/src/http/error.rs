@@ -49,6 +49,7 @@ impl From<StoreError> for ApiError {
             StoreError::Exists(_) => (StatusCode::CONFLICT, "exists"),
             StoreError::Ambiguous(_) => (StatusCode::CONFLICT, "ambiguous_delete"),
             StoreError::ReadOnly(_) => (StatusCode::CONFLICT, "read_only"),
+            StoreError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
             StoreError::BadName(_) | StoreError::Invalid(_) => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }

@@ -1,8 +1,11 @@
 //! The store's deletable filters (cuckoo chains and counting Bloom
-//! filters: `CF.*`, and the HTTP API on them), served by the
+//! filters) as the `CF.*` commands reach them, served by the
 //! [`LocalStore`](super::LocalStore) (see `store/local/deletable/` for the
-//! registry, the files and exactly-once replay); the
-//! [`RedisStore`](super::RedisStore) does not offer them.
+//! log, the registry, the files and exactly-once replay around the
+//! library's `TableList`); the [`RedisStore`](super::RedisStore) does not
+//! offer them. HTTP reaches them as every filter
+//! ([`Store::need`](super::Store::need), [`Store::add`](super::Store::add),
+//! [`Store::remove`](super::Store::remove)).
 //!
 //! The store hands out a filter ([`CfNamed`]) and front ends call it: an
 //! add, a delete or a dump is one call on the filter, which logs and

@@ -59,7 +59,7 @@
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
-//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's registry, files, dumps and exactly-once replay of deletes |
+//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's log, registry, files, dumps and exactly-once replay of deletes around the library's `TableList` (lookups, adds, removes) |
 
 mod counters;
 pub mod deletable;
@@ -106,8 +106,9 @@ pub enum Filter {
     /// A Bloom filter of the [`LocalStore`].
     Local(Arc<Named>),
     /// A deletable (counting or cuckoo) filter of the [`LocalStore`]:
-    /// [`Store::need`] hands it out for lookups ([`Filter::check_many`]);
-    /// its changes are its own ([`deletable`]).
+    /// [`Store::need`] hands it out for lookups ([`Filter::check_many`]),
+    /// adds ([`Store::add`]: a copy each, as `CF.ADD`) and removes
+    /// ([`Store::remove`]); its `CF.*` commands call it ([`deletable`]).
     Deletable(Arc<deletable::CfNamed>),
     /// A file of the [`LocalStore`] of another layout (static ribbon),
     /// served through the library's `List`: lookups, whitelist, info, and
@@ -319,8 +320,9 @@ impl Store {
 
     /// Adds entries to `filter`: one outcome per entry is pushed to `out`
     /// (fewer if a non-scaling filter fills up, [`AddOutcome::Full`] last).
-    /// The adds are visible to lookups at once, durable once the [`Ack`]
-    /// resolves.
+    /// A deletable filter adds a copy of each (as `CF.ADD`), and refuses
+    /// the whole batch for an entry too long or invalid. The adds are
+    /// visible to lookups at once, durable once the [`Ack`] resolves.
     pub fn add(
         &self,
         filter: &Filter,
@@ -329,6 +331,7 @@ impl Store {
     ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
+            (Store::Local(s), Filter::Deletable(n)) => s.add_deletable(n, entries, out),
             (Store::Local(s), Filter::Listed(n)) => {
                 s.add_listed(n, entries, out).map(|()| Ack::done())
             }
@@ -336,6 +339,14 @@ impl Store {
             (Store::Redis(s), Filter::Redis(n)) => s.add(n, entries, out).map(|()| Ack::done()),
             _ => Err(StoreError::NotFound(filter.name().into())),
         }
+    }
+
+    /// Removes one copy of `item` from a deletable filter: whether one was
+    /// found, and the [`Ack`] that resolves once the change (with every
+    /// earlier one) is durable. Any other filter refuses
+    /// ([`Filter::removable`]).
+    pub fn remove(&self, filter: &Filter, item: &[u8]) -> Result<(bool, Ack), StoreError> {
+        filter.removable()?.delete_item(item)
     }
 
     /// Adds (`add`) or removes whitelist entries. Returns, per item, whether
@@ -610,6 +621,17 @@ impl Filter {
             _ => Ok(()),
         }
     }
+
+    /// The deletable filter, or why this one cannot remove items: a
+    /// static list with its refusal ([`Filter::changeable`]), a Bloom
+    /// filter with [`StoreError::NotDeletable`].
+    pub fn removable(&self) -> Result<&Arc<deletable::CfNamed>, StoreError> {
+        self.changeable()?;
+        match self {
+            Filter::Deletable(n) => Ok(n),
+            other => Err(StoreError::NotDeletable(other.name().into())),
+        }
+    }
 }
 
 /// A filter whose files are in the data directory but failed to load (a
@@ -692,6 +714,15 @@ pub enum StoreError {
     /// replaces it until it is repaired (see [`Damaged`]).
     #[error("filter '{}' is damaged: {}; it is not served until its file is restored or rebuilt and reloaded", .0.name, .0.fault)]
     Damaged(Box<Damaged>),
+    /// The filter cannot remove items: a Bloom filter, whose bits other
+    /// items share.
+    #[error(
+        "'{0}' is a Bloom filter, which cannot remove items: its bits are shared \
+         with other items, and clearing them would make those false negatives; a \
+         list that needs removals belongs in a cuckoo or counting filter (CF.RESERVE, or \
+         a create with \"layout\": \"cuckoo\" or \"counting\")"
+    )]
+    NotDeletable(String),
     /// The filter takes no changes (a static ribbon filter, served
     /// read-only): an add, a remove, or a create or load over its name.
     #[error("{0}")]
@@ -792,6 +823,9 @@ pub enum AddOutcome {
     TooLong,
     /// A non-scaling filter is full (processing stopped here).
     Full,
+    /// No table of a deletable filter had room and its chain may not grow:
+    /// this entry was not added (the later ones were still tried).
+    NoRoom,
 }
 
 /// The values of a map keyed by filter name (under its lock), sorted by

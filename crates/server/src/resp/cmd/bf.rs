@@ -595,6 +595,7 @@ pub(in crate::resp) fn add_replies(out: &mut Out, multi: bool, outcomes: &[AddOu
             AddOutcome::New => out.boolean(true),
             AddOutcome::Exists => out.boolean(false),
             AddOutcome::Full => out.error("ERR non scaling filter is full"),
+            AddOutcome::NoRoom => out.error("Filter is full"),
             AddOutcome::TooLong => out.error("ERR item is too long"),
             AddOutcome::Invalid(e) => out.error(&format!("ERR invalid item: {e}")),
         }

@@ -1,8 +1,9 @@
-//! A served deletable filter's state: the engine's chain of tables
-//! ([`bloomgate_engine::Chain`] of [`DeletableTable`]s) with what the
-//! server adds to it: the parameters it was created with ([`DeletableSpec`]), the
-//! incarnation id and the sequence number of its last change (exactly-once
-//! replay, see the parent module), and RedisBloom's counters.
+//! A served deletable filter's state: the library's list over the engine's
+//! chain of tables ([`TableList`]: lookups, the normalization of items,
+//! adds and removes) with what the server adds to it: the parameters it was
+//! created with ([`DeletableSpec`]), the incarnation id and the sequence
+//! number of its last change (exactly-once replay, see the parent module),
+//! and RedisBloom's counters.
 //!
 //! Growth asks the server first: a new table must fit the size limit and
 //! the memory budget ([`Limits`]), except when a replayed add needs it (an
@@ -11,7 +12,9 @@
 //! grows) are the engine's.
 
 use bloomgate_blacklist::cf_file::{CfContents, CfHeader, CfLayout, TableImage};
-use bloomgate_engine::{AmbiguousDelete, ChainAdd, DeletableTable, Removal, Table};
+use bloomgate_blacklist::Whitelist;
+use bloomgate_engine::{ChainAdd, DeletableTable, Removal, Table};
+use bloomgate_list::TableList;
 
 use serde::Serialize;
 
@@ -76,7 +79,8 @@ pub(super) struct Chain {
     pub(super) seq: u64,
     pub(super) spec: DeletableSpec,
     pub(super) error_rate: f64,
-    pub(super) tables: bloomgate_engine::Chain<DeletableTable>,
+    /// The tables, the key rules and the whitelist, as the library's list.
+    pub(super) list: TableList,
     pub(super) items: u64,
     pub(super) deletes: u64,
 }
@@ -127,7 +131,7 @@ impl Chain {
         Ok(Chain {
             id: bloomgate_engine::random_seed(),
             seq: 0,
-            tables: bloomgate_engine::Chain::new(first, spec.expansion),
+            list: list_of(bloomgate_engine::Chain::new(first, spec.expansion), &spec),
             spec,
             error_rate,
             items: 0,
@@ -135,17 +139,26 @@ impl Chain {
         })
     }
 
+    /// The engine's chain of tables.
+    pub(super) fn tables(&self) -> &bloomgate_engine::Chain<DeletableTable> {
+        self.list.chain()
+    }
+
     /// Bytes of its tables.
     pub(super) fn bytes(&self) -> u64 {
-        self.tables.bytes()
+        self.tables().bytes()
     }
 
-    pub(super) fn contains(&self, item: &[u8]) -> bool {
-        self.tables.contains(item)
+    /// Whether any table may hold the normalized key.
+    #[cfg(test)]
+    pub(super) fn contains(&self, key: &[u8]) -> bool {
+        self.tables().contains(key)
     }
 
-    pub(super) fn count(&self, item: &[u8]) -> u64 {
-        self.tables.count(item)
+    /// Copies of the normalized key over the tables.
+    #[cfg(test)]
+    pub(super) fn count(&self, key: &[u8]) -> u64 {
+        self.tables().count(key)
     }
 
     /// Adds one copy: into the newest table with room (newest first, as
@@ -153,7 +166,7 @@ impl Chain {
     /// server has room. `replay`: grows whatever the expansion, the size
     /// limit and the budget say (an acknowledged add must not be lost).
     pub(super) fn add(&mut self, item: &[u8], nx: bool, limits: &Limits, replay: bool) -> CfAdded {
-        let r = self.tables.add(item, nx, replay, |now, t| {
+        let r = self.list.add_key(item, nx, replay, |now, t| {
             if replay {
                 return true;
             }
@@ -173,9 +186,9 @@ impl Chain {
 
     /// Deletes one copy, from the table the engine's rule picks. Returns
     /// whether one was found; an error (nothing changed) if the tables
-    /// holding a match were hashed apart.
-    pub(super) fn delete(&mut self, item: &[u8]) -> Result<bool, AmbiguousDelete> {
-        if self.tables.remove(item)? != Removal::Removed {
+    /// holding a match were hashed apart ([`bloomgate_list::Error::Ambiguous`]).
+    pub(super) fn delete(&mut self, item: &[u8]) -> Result<bool, bloomgate_list::Error> {
+        if self.list.remove_key(item)? != Removal::Removed {
             return Ok(false);
         }
         self.items = self.items.saturating_sub(1);
@@ -184,7 +197,7 @@ impl Chain {
     }
 
     pub(super) fn info(&self, name: &str) -> CfInfo {
-        let t = self.tables.tables();
+        let t = self.tables().tables();
         CfInfo {
             name: name.into(),
             size_bytes: self.bytes(),
@@ -213,7 +226,7 @@ impl Chain {
     /// memory (no copy): consistent while the caller holds the chain's
     /// lock, which keeps every change out.
     pub(super) fn image(&self) -> (CfHeader, Vec<TableImage<'_>>) {
-        let body: Vec<TableImage<'_>> = self.tables.tables().iter().map(TableImage::of).collect();
+        let body: Vec<TableImage<'_>> = self.tables().tables().iter().map(TableImage::of).collect();
         let mut h = CfHeader {
             layout: self.spec.layout,
             id: self.id,
@@ -238,21 +251,22 @@ impl Chain {
         let h = c.header;
         let tables = bloomgate_engine::Chain::from_tables(c.tables, h.expansion)
             .map_err(|e| e.to_string())?;
+        let spec = DeletableSpec {
+            layout: h.layout,
+            capacity: h.capacity,
+            bucket_size: h.bucket_size,
+            max_iterations: h.max_iterations,
+            expansion: h.expansion,
+            error_rate: Some(h.error_rate),
+            kind: c.kind,
+            mode: c.mode,
+        };
         Ok(Chain {
             id: h.id,
             seq: h.seq,
-            spec: DeletableSpec {
-                layout: h.layout,
-                capacity: h.capacity,
-                bucket_size: h.bucket_size,
-                max_iterations: h.max_iterations,
-                expansion: h.expansion,
-                error_rate: Some(h.error_rate),
-                kind: c.kind,
-                mode: c.mode,
-            },
+            list: list_of(tables, &spec),
+            spec,
             error_rate: h.error_rate,
-            tables,
             items: h.items,
             deletes: h.deletes,
         })
@@ -274,23 +288,31 @@ impl Chain {
             |(b, k)| (b as u16, k.min(u32::from(u16::MAX)) as u16),
         );
         let error_rate = table.target_fp();
+        let items = Table::items(&table);
+        let spec = DeletableSpec {
+            layout,
+            capacity: table.planned(),
+            bucket_size,
+            max_iterations,
+            expansion: 0,
+            error_rate: Some(error_rate),
+            kind,
+            mode,
+        };
         Ok(Chain {
             id: bloomgate_engine::random_seed(),
             seq: 0,
-            spec: DeletableSpec {
-                layout,
-                capacity: table.planned(),
-                bucket_size,
-                max_iterations,
-                expansion: 0,
-                error_rate: Some(error_rate),
-                kind,
-                mode,
-            },
+            list: list_of(bloomgate_engine::Chain::new(table, 0), &spec),
+            spec,
             error_rate,
-            items: Table::items(&table),
+            items,
             deletes: 0,
-            tables: bloomgate_engine::Chain::new(table, 0),
         })
     }
+}
+
+/// The library's list over `tables` with the key rules of `spec` (its
+/// whitelist, if it has one, is set once read: [`TableList::set_whitelist`]).
+fn list_of(tables: bloomgate_engine::Chain<DeletableTable>, spec: &DeletableSpec) -> TableList {
+    TableList::new(tables, (spec.kind, spec.mode), Whitelist::default())
 }

@@ -101,7 +101,7 @@ impl CfNamed {
         };
         let pieces = heads
             .iter()
-            .zip(c.tables.tables())
+            .zip(c.tables().tables())
             .flat_map(|(head, t)| [head.as_slice(), t.as_bytes()]);
         let start = (iter - 1).saturating_mul(CF_DUMP_CHUNK as u64);
         let chunk = cut(pieces, start, CF_DUMP_CHUNK);

@@ -2,11 +2,13 @@
 //! a data directory: the registry of the served ones, their files, and
 //! exactly-once replay of their log records.
 //!
-//! The model lives in the libraries: a filter is the engine's chain of
-//! tables ([`bloomgate_engine::Chain`] over [`bloomgate_engine::Table`]:
-//! growth, the delete rule, the one limit on tables), and its file
-//! `NAME.cf` is [`bloomgate_blacklist::cf_file`]. What stays here is what
-//! a server adds: [`chain`] (its parameters, incarnation id, sequence
+//! The model lives in the libraries: a filter is the library's list over
+//! the engine's chain of tables ([`bloomgate_list::TableList`]: lookups and
+//! their verdict, the normalization of items, adds and removes; over
+//! [`bloomgate_engine::Chain`] of [`bloomgate_engine::Table`]s: growth,
+//! the delete rule, the one limit on tables), and its file `NAME.cf` is
+//! [`bloomgate_blacklist::cf_file`]. What stays here is what a server
+//! adds: [`chain`] (its parameters, incarnation id, sequence
 //! number and growth within the server's limits), [`named`] (one served
 //! filter: lookups, and changes logged and acknowledged in one hop),
 //! [`files`] (saving, and the `NAME.bgf` files the CLI builds), [`dump`]
@@ -124,7 +126,7 @@ use crate::metrics::Metrics;
 use crate::wal::Wal;
 use crate::Limits;
 
-use super::super::{sorted_by_name, Damaged, StoreError};
+use super::super::{sorted_by_name, Ack, AddOutcome, Damaged, StoreError};
 
 pub(crate) mod chain;
 pub(crate) mod dump;
@@ -214,11 +216,12 @@ impl Deletables {
         let cf_name = |n: &str| valid_name(n) && !bloom(n);
         for (name, path) in super::named_files(dir, "cf", cf_name)? {
             match files::load(&path) {
-                Ok((c, export)) => {
-                    let mut n = CfNamed::new(name.clone(), c, shared.clone());
+                Ok((mut c, export)) => {
                     if export.is_some() {
-                        n.whitelist = files::load_whitelist(&files::bgf_path(dir, &name));
+                        let wl = files::load_whitelist(&files::bgf_path(dir, &name));
+                        c.list.set_whitelist(wl);
                     }
+                    let mut n = CfNamed::new(name.clone(), c, shared.clone());
                     *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = export;
                     map.insert(name, Arc::new(n));
                 }
@@ -262,15 +265,15 @@ impl Deletables {
                 }
                 continue;
             }
-            let chain = match Chain::import(layout, &bytes) {
+            let mut chain = match Chain::import(layout, &bytes) {
                 Ok(c) => c,
                 Err(e) => {
                     damaged.push(fail(name, &path, e));
                     continue;
                 }
             };
+            chain.list.set_whitelist(files::load_whitelist(&path));
             let mut n = CfNamed::new(name.clone(), chain, shared.clone());
-            n.whitelist = files::load_whitelist(&path);
             // The CLI's file is named too: a crash before the first copy
             // replaces it must not make it look replaced by someone else.
             *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(vec![sum]);
@@ -434,6 +437,34 @@ impl super::LocalStore {
         let made = self.cuckoo.create(name, spec);
         self.recount_memory();
         made
+    }
+
+    /// Adds a copy of each entry to a deletable filter ([`Store::add`]):
+    /// the whole batch refused for an entry too long or not valid for the
+    /// filter's key rules; per entry [`AddOutcome::New`], or
+    /// [`AddOutcome::NoRoom`] where no table had room.
+    ///
+    /// [`Store::add`]: crate::store::Store::add
+    pub fn add_deletable(
+        &self,
+        n: &CfNamed,
+        entries: &[&[u8]],
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<Ack, StoreError> {
+        let limit = self.limits.max_item_bytes;
+        if let Some(e) = entries.iter().find(|e| e.len() > limit) {
+            return Err(StoreError::Invalid(format!(
+                "item is too long ({} bytes; the limit is {limit})",
+                e.len()
+            )));
+        }
+        let mut added = Vec::with_capacity(entries.len());
+        let ack = n.add(entries, false, false, &mut added)?;
+        out.extend(added.iter().map(|a| match a {
+            CfAdded::Added | CfAdded::Exists => AddOutcome::New,
+            CfAdded::Full => AddOutcome::NoRoom,
+        }));
+        Ok(ack)
     }
 
     /// `CF.LOADCHUNK` (see [`Deletables::loadchunk`]).

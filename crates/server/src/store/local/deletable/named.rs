@@ -10,12 +10,9 @@ use std::sync::{Arc, Mutex, RwLock, RwLockWriteGuard};
 
 use bloomgate_blacklist::cf_file;
 use bloomgate_blacklist::wal::{CuckooOp, CuckooRecord};
-use std::convert::Infallible;
-
-use bloomgate_blacklist::{VerdictRef, Whitelist};
-use bloomgate_engine::AmbiguousDelete;
-use bloomgate_list::check::{check_many, verdict, CheckScratch};
-use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
+use bloomgate_blacklist::VerdictRef;
+use bloomgate_list::check::CheckScratch;
+use bloomgate_url::KeyError;
 
 use super::chain::{CfAdded, CfInfo, Chain};
 use super::files::{bgf_path, cf_path};
@@ -41,25 +38,29 @@ pub struct CfNamed {
     /// Exported to `NAME.bgf` at each save: the hashes of the last two
     /// files written (the `.cf` header's `bgf`).
     pub(super) export: Mutex<Option<Vec<u64>>>,
-    /// `NAME.bgf.whitelist` of a filter built by the CLI (read at startup),
-    /// applied to lookups as the CLI's `check` applies it.
-    pub(super) whitelist: Whitelist,
     /// The data directory, the limits, the log and the metrics.
     pub(super) shared: Arc<Shared>,
 }
 
-/// `item` as the chain stores it: itself for raw keys, else normalized by
-/// the chain's key rules (as the CLI's `add` and `remove` do).
+/// `item` as the chain stores it, by the library's list
+/// ([`bloomgate_list::TableList::entry_key`]: raw items as they are, the
+/// empty one included; others normalized as the CLI's `add` and `remove`
+/// do).
 fn normalized<'i>(c: &Chain, item: &'i [u8]) -> Result<std::borrow::Cow<'i, [u8]>, StoreError> {
-    if c.spec.kind == KeyKind::Raw && c.spec.mode == MatchMode::Exact {
-        return Ok(item.into());
-    }
-    entry_key(c.spec.kind, c.spec.mode, item)
-        .map_err(|e| StoreError::Invalid(format!("invalid item: {e}")))
+    c.list.entry_key(item).map_err(|e| match e {
+        bloomgate_list::Error::InvalidItem { reason, .. } => {
+            StoreError::Invalid(format!("invalid item: {reason}"))
+        }
+        e => e.into(),
+    })
 }
 
 /// The error of a delete that the chain refused.
-fn ambiguous(name: &str, e: &AmbiguousDelete) -> StoreError {
+fn refused(name: &str, e: bloomgate_list::Error) -> StoreError {
+    let e = match e {
+        bloomgate_list::Error::Ambiguous(e) => e,
+        other => return other.into(),
+    };
     StoreError::Ambiguous(format!(
         "cannot delete this item from '{name}' safely: it matches in sub-filters {:?} \
          (0 = the oldest), which are hashed separately (sub-filters saved by an older \
@@ -80,7 +81,6 @@ impl CfNamed {
             logged_epoch: AtomicU64::new(0),
             dump: Mutex::new(None),
             export: Mutex::new(None),
-            whitelist: Whitelist::default(),
             shared,
         }
     }
@@ -90,54 +90,27 @@ impl CfNamed {
         &self.name
     }
 
-    /// Answers many queries by the library's verdict
-    /// ([`bloomgate_list::check::check_many`]), as the CLI's `check`
-    /// answers them for the same file: raw keys are looked up as they are;
-    /// a filter built by the CLI with other key rules canonicalizes each
-    /// query into every lookup key of its match mode, and its whitelist
-    /// applies. `each` gets one result per query, in order. The empty item,
-    /// which a raw filter served here takes as an entry (as RedisBloom's
-    /// `CF.ADD` does), is looked up too.
+    /// Answers many queries by the library's list
+    /// ([`bloomgate_list::TableList::check_each`]), as the CLI's `check`
+    /// answers them for the same file: a filter built by the CLI with key
+    /// rules canonicalizes each query into every lookup key of its match
+    /// mode, and its whitelist applies; a raw filter takes the empty item
+    /// as an entry (as RedisBloom's `CF.ADD` does). `each` gets one result
+    /// per query, in order.
     pub fn check_many(
         &self,
         queries: &[&[u8]],
         scratch: &mut CheckScratch,
-        mut each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
+        each: impl FnMut(Result<VerdictRef<'_>, KeyError>),
     ) {
-        let c = read(&self.state);
-        let (kind, mode) = (c.spec.kind, c.spec.mode);
-        let takes_empty = kind == KeyKind::Raw && mode == MatchMode::Exact;
-        let wl = &self.whitelist;
-        let looked_up = check_many::<Infallible>(
-            kind,
-            mode,
-            wl,
-            queries,
-            scratch,
-            |keys, found, _| {
-                found.clear();
-                found.extend(keys.iter().map(|k| c.contains(k)));
-                Ok(())
-            },
-            |v| match v {
-                Err(KeyError::Empty) if takes_empty => {
-                    each(Ok(verdict(wl, &[b""], &[c.contains(b"")])))
-                }
-                v => each(v),
-            },
-        );
-        let Ok(()) = looked_up;
+        read(&self.state).list.check_each(queries, scratch, each);
     }
 
     /// Matching fingerprints of `item` (an upper bound of its copies; for
     /// a counting filter its smallest counter). 0 for an item that cannot
     /// be normalized.
     pub fn count(&self, item: &[u8]) -> u64 {
-        let c = read(&self.state);
-        match entry_key(c.spec.kind, c.spec.mode, item) {
-            Ok(k) => c.count(&k),
-            Err(_) => 0,
-        }
+        read(&self.state).list.count(item)
     }
 
     /// Whether a change would wait for the chain's lock (a snapshot is
@@ -148,7 +121,7 @@ impl CfNamed {
 
     /// Sub-filters in the chain.
     pub fn filters(&self) -> usize {
-        read(&self.state).tables.len()
+        read(&self.state).tables().len()
     }
 
     /// `CF.INFO`'s figures.
@@ -219,7 +192,7 @@ impl CfNamed {
         let mut log = Vec::new();
         let key = normalized(&c, item)?;
         let item: &[u8] = &key;
-        let found = c.delete(item).map_err(|e| ambiguous(&self.name, &e))?;
+        let found = c.delete(item).map_err(|e| refused(&self.name, e))?;
         if found {
             c.seq += 1;
             wal::encode_cuckoo(&mut log, &self.name, c.id, c.seq, CuckooOp::Delete, item);
