@@ -13,7 +13,7 @@ const GOLDEN: u64 = 0xd82c_7656_fc56_a56e;
 const GOLDEN_WITH_ONES: u64 = 0x72ea_511e_ae68_e643;
 /// [`GOLDEN`]'s header with hash id 2 (XXH3-64): what a new blocked
 /// filter's header is.
-const GOLDEN_XXH3_64: u64 = 0;
+const GOLDEN_XXH3_64: u64 = 0x87f7_62da_ef75_35f0;
 
 #[test]
 fn golden_header_bytes() {

@@ -32,7 +32,7 @@ fn golden_filter_bits() {
     for (layout, hash, golden) in [
         (Layout::Blocked, HashId::Xxh3_128, 0x2bdf_e930_20b6_d8d1_u64),
         (Layout::Classic, HashId::Xxh3_128, 0xff01_e29e_b789_1f74_u64),
-        (Layout::Blocked, HashId::Xxh3_64, 0_u64),
+        (Layout::Blocked, HashId::Xxh3_64, 0xc8fc_4d76_49b6_07e8_u64),
     ] {
         let mut p = Params::from_plan(&plan(layout, 100, 0.01).unwrap(), 42);
         p.hash = hash;
