@@ -92,8 +92,8 @@ use crate::error::{Error, Result};
 use crate::hash::{reduce, HashId};
 use crate::math::{self, Layout, Plan, BLOCK_BITS};
 use crate::params::{random_seed, Params};
-pub use crate::place::Prepared;
 use crate::place::Locator;
+pub use crate::place::Prepared;
 #[cfg(test)]
 use crate::spin::MAX_STRIPES_LOG2 as MAX_REGIONS_LOG2;
 use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};

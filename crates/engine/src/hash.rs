@@ -367,7 +367,10 @@ mod tests {
         assert_eq!((HASH_XXH3_128, HASH_XXH3_64), (1, 2));
         let max_bits = MAX_XXH3_64_BLOCKS * BLOCK_BITS;
         assert_eq!(HashId::for_filter(Layout::Blocked, 512), HashId::Xxh3_64);
-        assert_eq!(HashId::for_filter(Layout::Blocked, max_bits), HashId::Xxh3_64);
+        assert_eq!(
+            HashId::for_filter(Layout::Blocked, max_bits),
+            HashId::Xxh3_64
+        );
         assert_eq!(
             HashId::for_filter(Layout::Blocked, max_bits + BLOCK_BITS),
             HashId::Xxh3_128
@@ -452,7 +455,12 @@ mod tests {
             (u64::MAX, &a100, 0x1477_3c67_2060_bcf4),
         ];
         for (seed, data, want) in cases {
-            assert_eq!(hash_item64(seed, data), want, "seed {seed:#x}, {:?}", String::from_utf8_lossy(data));
+            assert_eq!(
+                hash_item64(seed, data),
+                want,
+                "seed {seed:#x}, {:?}",
+                String::from_utf8_lossy(data)
+            );
             assert_eq!(SeededHash::new(seed).hash64(data), want);
         }
     }

@@ -80,10 +80,10 @@ pub use deletable::{AnyFilter, DeletableTable, FilterKind};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{Filter, Prepared};
 pub use format::{Access, Header};
+pub use hash::HashId;
 pub use math::{
     plan, plan_counting, plan_cuckoo, CountingPlan, CuckooPlan, Layout, Plan, PlanError,
 };
-pub use hash::HashId;
 pub use params::{random_seed, Params};
 pub use ribbon::{Ribbon, RibbonSpec};
 pub use storage::mem_available;

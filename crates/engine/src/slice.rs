@@ -477,10 +477,7 @@ impl Slice {
         match &self.stage {
             Some(stage) => self.stage(stage, |staged| {
                 for item in items {
-                    set(
-                        &self.locator.prepare(item.as_ref()),
-                        Some(&mut *staged),
-                    );
+                    set(&self.locator.prepare(item.as_ref()), Some(&mut *staged));
                 }
             }),
             None => {

@@ -57,7 +57,13 @@ fn blocked_fp_matches_prediction() {
 /// same prediction, met as closely as with XXH3-128.
 #[test]
 fn blocked_fp_with_xxh3_64_matches_prediction() {
-    check_hash(Layout::Blocked, HashId::Xxh3_64, 1_000_000, 1e-4, 10_000_000);
+    check_hash(
+        Layout::Blocked,
+        HashId::Xxh3_64,
+        1_000_000,
+        1e-4,
+        10_000_000,
+    );
     check_hash(Layout::Blocked, HashId::Xxh3_64, 200_000, 1e-2, 1_000_000);
 }
 

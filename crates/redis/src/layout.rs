@@ -423,7 +423,11 @@ impl Meta {
             0 => Some(HashId::Xxh3_128),
             id => HashId::from_code(id),
         }
-        .ok_or_else(|| format!("metadata field \"hash\" is {hash_id}, a hash function this build does not know"))?;
+        .ok_or_else(|| {
+            format!(
+                "metadata field \"hash\" is {hash_id}, a hash function this build does not know"
+            )
+        })?;
         if format != Meta::format_for(hash) {
             return Err(format!(
                 "layout version {format} with hash function id {hash_id}: a filter hashed with {hash} has layout version {}",
@@ -617,7 +621,10 @@ mod tests {
         p.match_mode = 1;
         p.target_fp = 1.0 / 3.0;
         let mut meta = Meta::new(p, 42).unwrap();
-        assert_eq!((meta.format, meta.params.hash), (FORMAT_XXH3_64, HashId::Xxh3_64));
+        assert_eq!(
+            (meta.format, meta.params.hash),
+            (FORMAT_XXH3_64, HashId::Xxh3_64)
+        );
         meta.generation = u64::MAX - 7;
         meta.whitelist_changes = 3;
         let fields: Vec<(String, String)> = meta
@@ -693,14 +700,23 @@ mod tests {
             Meta::from_fields(&f)
         };
         // Hash 0, written by early pushes, is XXH3-128.
-        assert_eq!(with(&[("hash", "0")]).unwrap().params.hash, HashId::Xxh3_128);
+        assert_eq!(
+            with(&[("hash", "0")]).unwrap().params.hash,
+            HashId::Xxh3_128
+        );
         // A version-1 filter never says XXH3-64 (builds that wrote version 1
         // could not place its items), a version-2 filter always does, and
         // an unknown hash is refused, never read as another.
         let e = with(&[("hash", "2")]).unwrap_err();
-        assert!(e.contains("layout version 1 with hash function id 2"), "{e}");
+        assert!(
+            e.contains("layout version 1 with hash function id 2"),
+            "{e}"
+        );
         let e = with(&[("format", "2")]).unwrap_err();
-        assert!(e.contains("layout version 2 with hash function id 1"), "{e}");
+        assert!(
+            e.contains("layout version 2 with hash function id 1"),
+            "{e}"
+        );
         let e = with(&[("hash", "7"), ("format", "2")]).unwrap_err();
         assert!(e.contains("\"hash\" is 7"), "{e}");
         let new = with(&[("hash", "2"), ("format", "2")]).unwrap();

@@ -211,8 +211,16 @@ fn main() {
         let looked = if shuffled { order.slices() } else { ks.clone() };
         println!(
             "paired: keys {}, {passes} passes per repetition, sbbf-rs on {}",
-            if shuffled { "shuffled" } else { "in insertion order" },
-            if sbbf_4k { "4 KiB pages (allocator)" } else { "huge pages" }
+            if shuffled {
+                "shuffled"
+            } else {
+                "in insertion order"
+            },
+            if sbbf_4k {
+                "4 KiB pages (allocator)"
+            } else {
+                "huge pages"
+            }
         );
         let mut out = Vec::with_capacity(n);
         let ours_batch = |out: &mut Vec<bool>| {
@@ -231,7 +239,8 @@ fn main() {
                 for chunk in looked.chunks(32) {
                     for (h, k) in hs.iter_mut().zip(chunk) {
                         *h = xxh3_64_with_seed(k, SEED);
-                        let idx = ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
+                        let idx =
+                            ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
                         arch::prefetch(sb_ptr.wrapping_add(idx * sbbf_rs::BUCKET_SIZE));
                     }
                     for &h in &hs[..chunk.len()] {
@@ -245,7 +254,10 @@ fn main() {
         let ours_single = || {
             let mut c = 0;
             for _ in 0..passes {
-                c = looked.iter().map(|k| filter.contains(std::hint::black_box(k)) as u64).sum();
+                c = looked
+                    .iter()
+                    .map(|k| filter.contains(std::hint::black_box(k)) as u64)
+                    .sum();
             }
             c
         };
@@ -284,7 +296,12 @@ fn main() {
                 b.push(y);
                 r.push(x / y);
             }
-            println!("| batched ({round}) | {:.2} | {:.2} | {:.3} |", median(&a), median(&b), median(&r));
+            println!(
+                "| batched ({round}) | {:.2} | {:.2} | {:.3} |",
+                median(&a),
+                median(&b),
+                median(&r)
+            );
             let (mut a, mut b, mut r) = (vec![], vec![], vec![]);
             let mut f1 = ours_single;
             let mut f2 = sbbf_single;
@@ -295,7 +312,12 @@ fn main() {
                 b.push(y);
                 r.push(x / y);
             }
-            println!("| single ({round}) | {:.2} | {:.2} | {:.3} |", median(&a), median(&b), median(&r));
+            println!(
+                "| single ({round}) | {:.2} | {:.2} | {:.3} |",
+                median(&a),
+                median(&b),
+                median(&r)
+            );
         }
         return;
     }

@@ -69,10 +69,17 @@ fn new_blocked_filters_get_hash_id_2_and_headers_name_only_known_hashes() {
     };
     let len = HEADER_LEN as u64 + h.data_len;
     let good = h.encode();
-    assert_eq!(Header::decode(&good, len).unwrap().params.hash, HashId::Xxh3_128);
+    assert_eq!(
+        Header::decode(&good, len).unwrap().params.hash,
+        HashId::Xxh3_128
+    );
     // A classic filter cannot be addressed with one 64-bit hash; an
     // unknown id is refused, never read as another hash.
-    for (id, what) in [(2u8, "id 2 (xxh3-64) for a classic"), (0, "unknown hash function id 0"), (3, "unknown hash function id 3")] {
+    for (id, what) in [
+        (2u8, "id 2 (xxh3-64) for a classic"),
+        (0, "unknown hash function id 0"),
+        (3, "unknown hash function id 3"),
+    ] {
         let mut bad = good.clone();
         bad[OFF_HASH] = id;
         let sum = header_checksum(&bad);

@@ -110,7 +110,12 @@ pub(crate) fn kernel_comparison(
         black_box(acc);
         hs.push(t.elapsed().as_nanos() as f64 / sets.misses.len() as f64);
     }
-    rep.add(&format!("hash only: {hash} of the key"), Op::MissSingle, hs, None);
+    rep.add(
+        &format!("hash only: {hash} of the key"),
+        Op::MissSingle,
+        hs,
+        None,
+    );
 }
 
 pub(crate) fn block_at(words: &[AtomicU64], w: usize) -> &arch::Block {
@@ -127,7 +132,12 @@ pub(crate) fn kernel_label(kernel: Kernel) -> &'static str {
 
 /// How many of the pre-hashed `(word, h)` pairs `kernel` finds, in a loop
 /// compiled for the kernel (as the engine's own loops are).
-pub(crate) fn count_kernel(kernel: Kernel, words: &[AtomicU64], pairs: &[(usize, u32)], k: u32) -> u64 {
+pub(crate) fn count_kernel(
+    kernel: Kernel,
+    words: &[AtomicU64],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
     arch::dispatch(
         kernel,
         #[inline(always)]

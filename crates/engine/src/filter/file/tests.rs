@@ -1,7 +1,7 @@
 use super::*;
 use crate::format::data_checksum;
-use crate::math::plan;
 use crate::hash::HashId;
+use crate::math::plan;
 use crate::math::Layout;
 
 fn params() -> Params {
@@ -50,7 +50,9 @@ fn files_of_both_hash_ids_save_open_and_answer() {
     // A file written before hash id 2 (XXH3-128) keeps its hash through an
     // open, an in-place add and a save; a new blocked file gets XXH3-64.
     let dir = tempfile::tempdir().unwrap();
-    let keys: Vec<Vec<u8>> = (0..3000).map(|i| format!("http://h{i}.example/p").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..3000)
+        .map(|i| format!("http://h{i}.example/p").into_bytes())
+        .collect();
     for hash in [HashId::Xxh3_128, HashId::Xxh3_64] {
         let path = dir.path().join(format!("{hash}.bgf"));
         let mut p = Params::from_plan(&plan(Layout::Blocked, 5000, 1e-3).unwrap(), 7);
@@ -68,7 +70,10 @@ fn files_of_both_hash_ids_save_open_and_answer() {
         drop(f);
         let f = Filter::open(&path, Access::ReadOnly).unwrap();
         assert_eq!(f.params().hash, hash);
-        assert!(keys.iter().all(|k| f.contains(k)), "{hash}: a key went missing");
+        assert!(
+            keys.iter().all(|k| f.contains(k)),
+            "{hash}: a key went missing"
+        );
         f.verify().unwrap();
         // Its items are where the hash id says, not where the other hash
         // would put them: the other hash's filter misses most of them.
