@@ -1,4 +1,4 @@
-//! Shared helpers of the bloomgate benchmarks (`src/bin/filters.rs`, `src/bin/memlimit.rs`):
+//! Shared helpers of the bloomgate benchmarks (`src/bin/filters/`, `src/bin/memlimit.rs`):
 //! synthetic URL keys, a flat key arena, cache-line-aligned buffers and timing.
 
 pub mod urls;

@@ -59,9 +59,12 @@
 //!   `(h1 + i·h2) mod m` has for small or even `m`, and the cubic term of the
 //!   enhanced variant breaks the remaining `h2 = 0` degeneracy. Predicted
 //!   FP: `math::classic_fp`.
-//! * **Blocked** — `block = reduce(hi, m/512)`, then `k` probes inside the
-//!   512-bit block derived from the low 32 bits of `lo` (see `arch`).
-//!   Predicted FP: `math::blocked_fp`.
+//! * **Blocked** — a block of 512 bits chosen by the hash's high bits, then
+//!   `k` probes inside it derived from 32 other bits (see `arch`): the
+//!   block `reduce(h, m/512)` and the probes from the low 32 bits of `h` for
+//!   XXH3-64 (hash id 2, what new filters use), `reduce(hi, m/512)` and the
+//!   low 32 bits of `lo` for XXH3-128 (hash id 1, older files); both in
+//!   `place.rs`. Predicted FP: `math::blocked_fp`.
 //!
 //! # Prepare, then probe
 //!
@@ -86,9 +89,11 @@ use rayon::prelude::*;
 
 use crate::arch::{self, Block, Kernel};
 use crate::error::{Error, Result};
-use crate::hash::{reduce, SeededHash};
+use crate::hash::{reduce, HashId};
 use crate::math::{self, Layout, Plan, BLOCK_BITS};
 use crate::params::{random_seed, Params};
+use crate::place::Locator;
+pub use crate::place::Prepared;
 #[cfg(test)]
 use crate::spin::MAX_STRIPES_LOG2 as MAX_REGIONS_LOG2;
 use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
@@ -100,20 +105,12 @@ mod owned;
 
 pub(crate) use file::{FileState, UpdateLog};
 
-/// An item's hash, resolved to the place it lives in one filter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Prepared {
-    /// Blocked: word index of the block. Classic: first double-hashing value.
-    pub(crate) a: u64,
-    /// Blocked: the 32-bit in-block hash (odd). Classic: second value.
-    pub(crate) b: u64,
-}
-
 /// What a blocked lookup reads, held in locals (see `Filter::blocked_view`).
 #[derive(Copy, Clone)]
 struct BlockedView<'a> {
     blocks: &'a [Block],
-    hasher: &'a SeededHash,
+    locator: &'a Locator,
+    id: HashId,
     k: u32,
 }
 
@@ -121,11 +118,14 @@ impl BlockedView<'_> {
     /// The block `item` lives in and its 32-bit in-block hash (odd).
     #[inline(always)]
     fn locate(&self, item: &[u8]) -> (usize, u32) {
-        let h = self.hasher.hash(item);
-        (
-            reduce(h.hi, self.blocks.len() as u64) as usize,
-            h.lo as u32 | 1,
-        )
+        self.locate_as(self.id, item)
+    }
+
+    /// [`BlockedView::locate`] under hash `id` (a constant where a loop
+    /// was compiled for one hash, see [`BlockedView::contains_batch`]).
+    #[inline(always)]
+    fn locate_as(&self, id: HashId, item: &[u8]) -> (usize, u32) {
+        self.locator.block_as(id, item, self.blocks.len() as u64)
     }
 
     #[inline(always)]
@@ -135,19 +135,34 @@ impl BlockedView<'_> {
     }
 
     /// The rolling-window pipeline of [`Filter::contains_batch`]; `out` has
-    /// one slot per item.
+    /// one slot per item. The hash id is tested once, and the loop
+    /// compiled once per hash.
     #[inline(always)]
     fn contains_batch<T: AsRef<[u8]>>(&self, kernel: Kernel, items: &[T], out: &mut [bool]) {
+        match self.id {
+            HashId::Xxh3_64 => self.contains_batch_as(HashId::Xxh3_64, kernel, items, out),
+            HashId::Xxh3_128 => self.contains_batch_as(HashId::Xxh3_128, kernel, items, out),
+        }
+    }
+
+    #[inline(always)]
+    fn contains_batch_as<T: AsRef<[u8]>>(
+        &self,
+        id: HashId,
+        kernel: Kernel,
+        items: &[T],
+        out: &mut [bool],
+    ) {
         let mut ring = [(0usize, 0u32); PIPELINE];
         for (slot, item) in ring.iter_mut().zip(items) {
-            *slot = self.locate(item.as_ref());
+            *slot = self.locate_as(id, item.as_ref());
             arch::prefetch(self.blocks.as_ptr().wrapping_add(slot.0));
         }
         for (i, answer) in out.iter_mut().enumerate() {
             let slot = &mut ring[i % PIPELINE];
             let (block, h) = *slot;
             if let Some(next) = items.get(i + PIPELINE) {
-                *slot = self.locate(next.as_ref());
+                *slot = self.locate_as(id, next.as_ref());
                 arch::prefetch(self.blocks.as_ptr().wrapping_add(slot.0));
             }
             *answer = arch::block_contains(kernel, &self.blocks[block], h, self.k);
@@ -160,8 +175,9 @@ pub struct Filter {
     pub(crate) params: Params,
     pub(crate) bits: Bits,
     pub(crate) items: AtomicU64,
-    /// XXH3-128 keyed by `params.seed`, its secret seeded once.
-    hasher: SeededHash,
+    /// Where items live: the hash `params.hash` keyed by `params.seed`,
+    /// its secret seeded once.
+    locator: Locator,
     regions: Regions,
     kernel: Kernel,
     pub(crate) file: Option<FileState>,
@@ -282,7 +298,7 @@ impl Filter {
     ) -> Filter {
         let blocks = params.bits / BLOCK_BITS;
         Filter {
-            hasher: SeededHash::new(params.seed),
+            locator: Locator::new(&params),
             params,
             bits,
             items: AtomicU64::new(items),
@@ -328,19 +344,7 @@ impl Filter {
     /// Hashes `item` and resolves where it lives.
     #[inline]
     pub fn prepare(&self, item: &[u8]) -> Prepared {
-        match self.params.layout {
-            Layout::Blocked => {
-                let (block, h) = self.blocked_view().locate(item);
-                Prepared {
-                    a: block as u64 * 8,
-                    b: h as u64,
-                }
-            }
-            Layout::Classic => {
-                let h = self.hasher.hash(item);
-                Prepared { a: h.hi, b: h.lo }
-            }
-        }
+        self.locator.prepare(item)
     }
 
     /// Starts loading the memory a lookup of `p` will touch: the block, or
@@ -554,7 +558,8 @@ impl Filter {
     fn blocked_view(&self) -> BlockedView<'_> {
         BlockedView {
             blocks: self.bits.blocks(),
-            hasher: &self.hasher,
+            locator: &self.locator,
+            id: self.params.hash,
             k: self.params.k,
         }
     }
@@ -624,6 +629,12 @@ impl Filter {
         }
         if a.seed != b.seed {
             diffs.push("different hash seeds (build both with the same --seed)".into());
+        }
+        if a.hash != b.hash {
+            diffs.push(format!(
+                "hash {} vs {} (a file built before hash id 2 existed: rebuild it, or build the other with the same hash)",
+                a.hash, b.hash
+            ));
         }
         if a.key_kind != b.key_kind || a.match_mode != b.match_mode {
             diffs.push("different key kinds or match modes".into());

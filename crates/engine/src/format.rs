@@ -40,7 +40,7 @@ use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::error::{io_err, Error, FormatProblem, Result};
-use crate::hash::HASH_XXH3_128;
+use crate::hash::HashId;
 use crate::math::{Layout, BLOCK_BITS, MAX_K};
 use crate::params::Params;
 pub use crate::params::{check_counts, check_items};
@@ -114,10 +114,8 @@ pub(crate) const OFF_HEADER_SUM: usize = 120;
 pub struct Header {
     /// Format version.
     pub version: u32,
-    /// Filter parameters.
+    /// Filter parameters (the hash id, offset 17, is `params.hash`).
     pub params: Params,
-    /// Hash function id (1 = XXH3-128 seeded).
-    pub hash_id: u8,
     /// Flags (bit 0: dirty).
     pub flags: u32,
     /// Items inserted.
@@ -154,7 +152,7 @@ impl Header {
         b[OFF_VERSION..][..4].copy_from_slice(&self.version.to_le_bytes());
         b[OFF_HEADER_LEN..][..4].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
         b[OFF_LAYOUT] = p.layout.code();
-        b[OFF_HASH] = self.hash_id;
+        b[OFF_HASH] = p.hash.code();
         b[OFF_KEY_KIND] = p.key_kind;
         b[OFF_MATCH_MODE] = p.match_mode;
         b[OFF_K..][..4].copy_from_slice(&p.k.to_le_bytes());
@@ -195,9 +193,8 @@ impl Header {
         let layout = Layout::from_code(bytes[OFF_LAYOUT])
             .ok_or_else(|| bad(format!("unknown layout code {}", bytes[OFF_LAYOUT])))?;
         let hash_id = bytes[OFF_HASH];
-        if hash_id != HASH_XXH3_128 {
-            return Err(bad(format!("unknown hash function id {hash_id}")));
-        }
+        let hash = HashId::from_code(hash_id)
+            .ok_or_else(|| bad(format!("unknown hash function id {hash_id}")))?;
         let k = u32_at(OFF_K);
         if k == 0 || k > MAX_K {
             return Err(bad(format!("k = {k}")));
@@ -205,6 +202,11 @@ impl Header {
         let bits = u64_at(OFF_BITS);
         if bits == 0 || bits % BLOCK_BITS != 0 || bits >= 1 << 63 {
             return Err(bad(format!("bit count {bits}")));
+        }
+        if !hash.allows(layout, bits) {
+            return Err(bad(format!(
+                "hash function id {hash_id} ({hash}) for a {layout} filter of {bits} bits"
+            )));
         }
         let data_len = u64_at(OFF_DATA_LEN);
         if data_len != bits / 8 {
@@ -243,12 +245,12 @@ impl Header {
                 bits,
                 k,
                 seed: u64_at(OFF_SEED),
+                hash,
                 key_kind: bytes[OFF_KEY_KIND],
                 match_mode: bytes[OFF_MATCH_MODE],
                 planned_items: u64_at(OFF_PLANNED),
                 target_fp: f64::from_le_bytes(bytes[OFF_TARGET_FP..][..8].try_into().expect("8")),
             },
-            hash_id,
             flags: u32_at(OFF_FLAGS),
             items: u64_at(OFF_ITEMS),
             data_len,

@@ -8,9 +8,11 @@
 //! * [`Layout::Classic`]: the textbook filter, 19.17 bits per item at 10⁻⁴
 //!   (20 when rounded to whole bits, as the planner does), `k` cache misses.
 //!
-//! Items are hashed once with seeded XXH3-128 ([`hash`]); all positions are
-//! derived from that hash with 64-bit arithmetic and multiply-shift range
-//! reduction, so filters beyond 2³² bits work. Insertion is lock-free
+//! Items are hashed once with seeded XXH3 ([`hash`]: XXH3-64 for blocked
+//! filters built today, XXH3-128 for classic ones and older files, as the
+//! file's hash id says); all positions are derived from that hash by one
+//! function ([`place::Locator`]) with 64-bit arithmetic and multiply-shift
+//! range reduction, so filters beyond 2³² bits work. Insertion is lock-free
 //! (atomic OR) and may run on every core at once. Filters are stored in a
 //! memory-mappable file format ([`format`](mod@format), `docs/file-format.md`).
 //!
@@ -64,6 +66,7 @@ pub mod format;
 pub mod hash;
 pub mod math;
 mod params;
+pub mod place;
 pub mod ribbon;
 pub mod slice;
 mod spin;
@@ -77,6 +80,7 @@ pub use deletable::{AnyFilter, DeletableTable, FilterKind};
 pub use error::{Error, FormatProblem, Result};
 pub use filter::{Filter, Prepared};
 pub use format::{Access, Header};
+pub use hash::HashId;
 pub use math::{
     plan, plan_counting, plan_cuckoo, CountingPlan, CuckooPlan, Layout, Plan, PlanError,
 };

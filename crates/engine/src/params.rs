@@ -7,6 +7,7 @@
 //! so that neither has to import the other for it.
 
 use crate::error::{Error, Result};
+use crate::hash::HashId;
 use crate::math::{Layout, Plan, BLOCK_BITS, MAX_K};
 
 /// Everything that determines where an item's bits are, plus descriptive metadata.
@@ -20,6 +21,9 @@ pub struct Params {
     pub k: u32,
     /// Hash seed. Two filters can only be combined if their seeds are equal.
     pub seed: u64,
+    /// Hash function (the header's hash id): with the layout, the seed and
+    /// the size, where every item's bits are (`place.rs`).
+    pub hash: HashId,
     /// How keys are normalized before hashing (interpreted by `bloomgate-url`; 0 = raw bytes).
     pub key_kind: u8,
     /// How queries are matched (interpreted by `bloomgate-url`; 0 = exact).
@@ -31,13 +35,16 @@ pub struct Params {
 }
 
 impl Params {
-    /// Parameters from a sizing plan, with the given seed and raw keys.
+    /// Parameters from a sizing plan, with the given seed and raw keys, and
+    /// the hash a new filter of the plan's layout and size is built with
+    /// ([`HashId::for_filter`]).
     pub fn from_plan(plan: &Plan, seed: u64) -> Params {
         Params {
             layout: plan.layout,
             bits: plan.bits,
             k: plan.k,
             seed,
+            hash: HashId::for_filter(plan.layout, plan.bits),
             key_kind: 0,
             match_mode: 0,
             planned_items: plan.items,
@@ -63,6 +70,12 @@ impl Params {
             return Err(Error::InvalidParams(format!(
                 "k must be in 1..={MAX_K}, got {}",
                 self.k
+            )));
+        }
+        if !self.hash.allows(self.layout, self.bits) {
+            return Err(Error::InvalidParams(format!(
+                "hash {} cannot address a {} filter of {} bits (it is for blocked filters of at most 2^32 blocks)",
+                self.hash, self.layout, self.bits
             )));
         }
         check_counts(self.planned_items, self.target_fp).map_err(Error::InvalidParams)?;

@@ -10,11 +10,12 @@
 //! in-memory build of the same items with the same parameters produces,
 //! whatever the number of slices (test `slices_are_bit_identical`).
 //!
-//! Positions come from [`position_of`] and [`for_each_position`], the same
-//! derivation as [`Filter::prepare`](crate::Filter::prepare): the blocked
-//! layout's block from the high half of the item's hash, the in-block probes
-//! from [`arch::block_mask`]; the classic layout's `k` double-hashing
-//! positions. Slices are whole 4096-byte pages, so the file's data checksum —
+//! Positions come from [`Locator`] (through [`position_of`] for one item)
+//! and [`for_each_position`], the derivation
+//! [`Filter::prepare`](crate::Filter::prepare) uses too, for the filter's
+//! hash id: the blocked layout's block from the high bits of the item's
+//! hash, the in-block probes from [`arch::block_mask`]; the classic
+//! layout's `k` double-hashing positions. Slices are whole 4096-byte pages, so the file's data checksum —
 //! a sum of per-page hashes ([`crate::format::data_checksum`]) — is the sum
 //! of the slices' checksums ([`Slice::checksum`]).
 //!
@@ -36,9 +37,10 @@ use crate::atomic::{create_temp, sync_dir};
 use crate::error::{io_err, Error, Result};
 use crate::filter::Prepared;
 use crate::format::{Header, FORMAT_VERSION, HEADER_LEN};
-use crate::hash::{hash_item, reduce, HASH_XXH3_128};
-use crate::math::{Layout, BLOCK_BITS};
+use crate::hash::reduce;
+use crate::math::Layout;
 use crate::params::Params;
+use crate::place::Locator;
 use crate::storage::Bits;
 
 /// Blocks in flight in the prefetch rings of [`Slice::insert_batch`] and
@@ -102,17 +104,11 @@ pub fn plan_slices(params: &Params, budget_bytes: u64) -> Vec<Range<u64>> {
 }
 
 /// Where `item` lives in a filter with `params`: exactly what
-/// [`Filter::prepare`](crate::Filter::prepare) returns.
+/// [`Filter::prepare`](crate::Filter::prepare) returns. It makes a
+/// [`Locator`] for the one item; a caller placing many keeps one.
 #[inline]
 pub fn position_of(params: &Params, item: &[u8]) -> Prepared {
-    let h = hash_item(params.seed, item);
-    match params.layout {
-        Layout::Blocked => Prepared {
-            a: reduce(h.hi, params.bits / BLOCK_BITS) * 8,
-            b: (h.lo as u32 | 1) as u64,
-        },
-        Layout::Classic => Prepared { a: h.hi, b: h.lo },
-    }
+    Locator::new(params).prepare(item)
 }
 
 /// Calls `f(word, mask)` for every word a prepared item's bits are in, with
@@ -210,6 +206,8 @@ fn bad_record(index: usize) -> Error {
 /// ever, not promised to a reader.
 pub struct Slice {
     params: Params,
+    /// Where items live ([`Locator::new`] of `params`).
+    locator: Locator,
     range: Range<u64>,
     bits: Bits,
     /// `None` for slices written directly (small ones).
@@ -273,6 +271,7 @@ impl Slice {
         };
         Ok(Slice {
             params: params.clone(),
+            locator: Locator::new(params),
             range,
             bits,
             stage: None,
@@ -382,7 +381,7 @@ impl Slice {
         match &self.stage {
             Some(stage) => self.stage(stage, |staged| {
                 for item in items {
-                    let p = position_of(&self.params, item.as_ref());
+                    let p = self.locator.prepare(item.as_ref());
                     if self.range.contains(&p.a) {
                         staged.push(block_record(&p, start));
                     } else {
@@ -396,7 +395,7 @@ impl Slice {
                 let mut new = 0;
                 self.blocked_ring(
                     items.iter().map(|item| {
-                        let p = position_of(&self.params, item.as_ref());
+                        let p = self.locator.prepare(item.as_ref());
                         spill(&p);
                         ((), p)
                     }),
@@ -478,16 +477,13 @@ impl Slice {
         match &self.stage {
             Some(stage) => self.stage(stage, |staged| {
                 for item in items {
-                    set(
-                        &position_of(&self.params, item.as_ref()),
-                        Some(&mut *staged),
-                    );
+                    set(&self.locator.prepare(item.as_ref()), Some(&mut *staged));
                 }
             }),
             None => {
                 let mut ring = [Prepared { a: 0, b: 0 }; CLASSIC_PIPELINE];
                 for (i, item) in items.iter().enumerate() {
-                    let p = position_of(&self.params, item.as_ref());
+                    let p = self.locator.prepare(item.as_ref());
                     self.prefetch_classic(&p);
                     let slot = &mut ring[i % CLASSIC_PIPELINE];
                     if i >= CLASSIC_PIPELINE {
@@ -528,7 +524,7 @@ impl Slice {
         };
         let mut ring = [Prepared { a: 0, b: 0 }; CLASSIC_PIPELINE];
         for (i, item) in items.iter().enumerate() {
-            let p = position_of(&self.params, item.as_ref());
+            let p = self.locator.prepare(item.as_ref());
             self.prefetch_classic(&p);
             let slot = &mut ring[i % CLASSIC_PIPELINE];
             if i >= CLASSIC_PIPELINE {
@@ -828,7 +824,6 @@ impl SliceWriter {
         let header = Header {
             version: FORMAT_VERSION,
             params: self.params.clone(),
-            hash_id: HASH_XXH3_128,
             flags: 0,
             items: self.items,
             data_len: self.params.bits / 8,

@@ -56,6 +56,16 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
         })
         .collect();
     let bits = layers.bits();
+    // The layers' hashes, in order, each once (a filter grown since hash id
+    // 2 existed may have older layers hashed with XXH3-128).
+    let mut hashes: Vec<&str> = Vec::new();
+    for l in &layers.layers {
+        let name = l.params().hash.name();
+        if !hashes.contains(&name) {
+            hashes.push(name);
+        }
+    }
+    let hashes = hashes.join(" + ");
     let ones: u64 = per_layer.iter().map(|(o, _)| o).sum();
     let fill = ones as f64 / bits as f64;
     let estimated: f64 = per_layer.iter().map(|(_, e)| e).sum();
@@ -82,6 +92,7 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
                 "bits": lp.bits,
                 "k": lp.k,
                 "seed": format!("{:#018x}", lp.seed),
+                "hash": lp.hash.name(),
                 "items": l.items(),
                 "planned_items": lp.planned_items,
                 "target_fp": lp.target_fp,
@@ -98,7 +109,7 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
         "bytes": bits / 8,
         "k": p.k,
         "block_bits": h.block_bits(),
-        "hash": "xxh3-128",
+        "hash": hashes,
         "seed": format!("{:#018x}", p.seed),
         "key_kind": list.kind().to_string(),
         "match_mode": list.mode().to_string(),
@@ -174,7 +185,7 @@ pub(crate) fn bloom(path: &str, list: &Blacklist, o: &OpenOptions) -> Info {
         list.kind(),
         list.mode()
     ));
-    lines.push(format!("hash            xxh3-128, seed {:#018x}", p.seed));
+    lines.push(format!("hash            {hashes}, seed {:#018x}", p.seed));
     lines.push(format!(
         "items           {} inserted, ~{} estimated from fill, {} planned",
         thousands(items),
@@ -582,7 +593,7 @@ pub(crate) fn redis(filter: &RedisFilter) -> Result<Info, Error> {
         "bytes": p.bits / 8,
         "k": p.k,
         "block_bits": 512,
-        "hash": "xxh3-128",
+        "hash": p.hash.name(),
         "seed": format!("{:#018x}", p.seed),
         "key_kind": filter.kind().to_string(),
         "match_mode": filter.mode().to_string(),
@@ -629,7 +640,7 @@ pub(crate) fn redis(filter: &RedisFilter) -> Result<Info, Error> {
         filter.kind(),
         filter.mode()
     ));
-    lines.push(format!("hash            xxh3-128, seed {:#018x}", p.seed));
+    lines.push(format!("hash            {}, seed {:#018x}", p.hash, p.seed));
     lines.push(format!(
         "items           {} inserted, ~{} estimated from fill, {} planned",
         thousands(i.items),

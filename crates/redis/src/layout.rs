@@ -83,8 +83,9 @@
 //! the shard byte-identical to the file.
 
 use bloomgate_engine::math::BLOCK_BITS;
-use bloomgate_engine::slice::{for_each_position, position_of};
-use bloomgate_engine::{Layout, Params};
+use bloomgate_engine::place::Locator;
+use bloomgate_engine::slice::for_each_position;
+use bloomgate_engine::{HashId, Layout, Params};
 
 use crate::error::{Error, Result};
 
@@ -118,6 +119,12 @@ pub const STRIDE: u16 = 10_127;
 /// Version of this layout, stored in the metadata (`format`). Readers
 /// refuse versions they do not know.
 pub const FORMAT: u32 = 1;
+
+/// The layout version of a filter hashed with XXH3-64 (hash id 2): the
+/// same shards, keys and bit order as [`FORMAT`]. Builds from before hash
+/// id 2 never read the `hash` field, so a filter they could misplace
+/// items in carries a version they refuse ([`Meta::format_for`]).
+pub const FORMAT_XXH3_64: u32 = 2;
 
 /// CRC16 as Redis Cluster defines it (XMODEM: polynomial 0x1021, initial
 /// value 0, no reflection); `crc16(b"123456789") == 0x31C3`.
@@ -269,16 +276,16 @@ pub fn redis_bit(b: u64) -> u64 {
 /// The shard geometry and key rules of one filter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Meta {
-    /// The filter's parameters (layout always blocked).
+    /// The filter's parameters (layout always blocked; the hash, stored
+    /// as the `hash` field with the `.bgf` header's hash id, is
+    /// `params.hash`).
     pub params: Params,
-    /// Hash function id, as in the `.bgf` header (1 = XXH3-128).
-    pub hash_id: u8,
     /// Blocks per shard.
     pub shard_blocks: u64,
     /// Items added (the `.bgf` header's count at push, plus each add that
     /// set a new bit).
     pub items: u64,
-    /// Layout version ([`FORMAT`]).
+    /// Layout version ([`FORMAT`], or [`FORMAT_XXH3_64`] for hash id 2).
     pub format: u32,
     /// A random number written by each push (0 for filters pushed before
     /// this field existed): open handles compare it to notice that the
@@ -291,7 +298,7 @@ pub struct Meta {
 
 impl Meta {
     /// Metadata for a filter with `params`, refusing what cannot be sharded.
-    pub fn new(params: Params, hash_id: u8, items: u64) -> Result<Meta> {
+    pub fn new(params: Params, items: u64) -> Result<Meta> {
         if params.layout != Layout::Blocked {
             return Err(Error::WrongLayout(format!(
                 "a {} filter cannot be stored in Redis: an item's bits are spread over the whole bit array, so one lookup would read k shards on up to k nodes and one add could not be a single atomic command; build the filter with --layout blocked (each item's bits in one 64-byte block, hence in one shard)",
@@ -300,14 +307,21 @@ impl Meta {
         }
         params.validate()?;
         Ok(Meta {
+            format: Meta::format_for(params.hash),
             params,
-            hash_id,
             shard_blocks: SHARD_BLOCKS,
             items,
-            format: FORMAT,
             generation: 0,
             whitelist_changes: 0,
         })
+    }
+
+    /// The layout version a filter hashed with `hash` is stored with.
+    pub fn format_for(hash: HashId) -> u32 {
+        match hash {
+            HashId::Xxh3_128 => FORMAT,
+            HashId::Xxh3_64 => FORMAT_XXH3_64,
+        }
     }
 
     /// Number of blocks.
@@ -334,7 +348,13 @@ impl Meta {
 
     /// Where `key` (a normalized key, as the engine hashes it) lives.
     pub fn place(&self, key: &[u8]) -> ItemPlace {
-        let p = position_of(&self.params, key);
+        self.place_with(&Locator::new(&self.params), key)
+    }
+
+    /// [`Meta::place`] with this filter's locator made once, for callers
+    /// placing many keys.
+    pub fn place_with(&self, locator: &Locator, key: &[u8]) -> ItemPlace {
+        let p = locator.prepare(key);
         let mut mask = [0u64; 8];
         let mut block = 0;
         for_each_position(&self.params, &p, |word, m| {
@@ -357,7 +377,7 @@ impl Meta {
             ("bits", p.bits.to_string()),
             ("k", p.k.to_string()),
             ("seed", p.seed.to_string()),
-            ("hash", self.hash_id.to_string()),
+            ("hash", p.hash.code().to_string()),
             ("key_kind", p.key_kind.to_string()),
             ("match_mode", p.match_mode.to_string()),
             ("planned_items", p.planned_items.to_string()),
@@ -392,9 +412,26 @@ impl Meta {
             }
         };
         let format: u32 = num("format", get("format")?)?;
-        if format != FORMAT {
+        if format != FORMAT && format != FORMAT_XXH3_64 {
             return Err(format!(
-                "layout version {format} is not known to this build (it reads version {FORMAT})"
+                "layout version {format} is not known to this build (it reads versions {FORMAT} and {FORMAT_XXH3_64})"
+            ));
+        }
+        // Hash 0 was written by early pushes and meant XXH3-128.
+        let hash_id: u8 = num("hash", get("hash")?)?;
+        let hash = match hash_id {
+            0 => Some(HashId::Xxh3_128),
+            id => HashId::from_code(id),
+        }
+        .ok_or_else(|| {
+            format!(
+                "metadata field \"hash\" is {hash_id}, a hash function this build does not know"
+            )
+        })?;
+        if format != Meta::format_for(hash) {
+            return Err(format!(
+                "layout version {format} with hash function id {hash_id}: a filter hashed with {hash} has layout version {}",
+                Meta::format_for(hash)
             ));
         }
         let layout = match get("layout")? {
@@ -406,6 +443,7 @@ impl Meta {
             bits: num("bits", get("bits")?)?,
             k: num("k", get("k")?)?,
             seed: num("seed", get("seed")?)?,
+            hash,
             key_kind: num("key_kind", get("key_kind")?)?,
             match_mode: num("match_mode", get("match_mode")?)?,
             planned_items: num("planned_items", get("planned_items")?)?,
@@ -420,7 +458,6 @@ impl Meta {
         }
         let meta = Meta {
             params,
-            hash_id: num("hash", get("hash")?)?,
             shard_blocks,
             items: num("items", get("items")?)?,
             format,
@@ -525,7 +562,15 @@ mod tests {
         // A filter several shards long: set each item's bits at its place
         // (through Redis bit numbers, translated back as Redis would store
         // them) and compare the bytes with the engine's own filter.
-        let mut meta = Meta::new(blocked(20_000, 7), 1, 0).unwrap();
+        for hash in [HashId::Xxh3_64, HashId::Xxh3_128] {
+            let mut params = blocked(20_000, 7);
+            params.hash = hash;
+            places_agree_with_the_engine_for(params);
+        }
+    }
+
+    fn places_agree_with_the_engine_for(params: Params) {
+        let mut meta = Meta::new(params, 0).unwrap();
         meta.shard_blocks = 100;
         assert!(meta.shards() > 3);
         let filter = Filter::new(meta.params.clone()).unwrap();
@@ -558,7 +603,7 @@ mod tests {
 
     #[test]
     fn shards_cover_the_data_once() {
-        let meta = Meta::new(blocked(1_000_000, 1), 1, 0).unwrap();
+        let meta = Meta::new(blocked(1_000_000, 1), 0).unwrap();
         let mut next = 0;
         for i in 0..meta.shards() {
             let r = meta.shard_bytes(i);
@@ -575,7 +620,11 @@ mod tests {
         p.key_kind = 1;
         p.match_mode = 1;
         p.target_fp = 1.0 / 3.0;
-        let mut meta = Meta::new(p, 1, 42).unwrap();
+        let mut meta = Meta::new(p, 42).unwrap();
+        assert_eq!(
+            (meta.format, meta.params.hash),
+            (FORMAT_XXH3_64, HashId::Xxh3_64)
+        );
         meta.generation = u64::MAX - 7;
         meta.whitelist_changes = 3;
         let fields: Vec<(String, String)> = meta
@@ -594,10 +643,10 @@ mod tests {
         let old = Meta::from_fields(&without("generation")).unwrap();
         assert_eq!((old.generation, old.whitelist_changes), (0, 3));
         let mut future = fields.clone();
-        future[0].1 = "2".into();
+        future[0].1 = "3".into();
         assert!(Meta::from_fields(&future)
             .unwrap_err()
-            .contains("version 2"));
+            .contains("version 3"));
         // Numbers from the store are range-checked before any shard range
         // or loop is computed from them.
         let with = |name: &str, v: &str| -> Vec<(String, String)> {
@@ -614,13 +663,72 @@ mod tests {
         let e = Meta::from_fields(&with("items", &over)).unwrap_err();
         assert!(e.contains(&format!("item count {over}")), "{e}");
         let mut huge = with("bits", &(1u64 << 62).to_string());
-        huge.retain(|(k, _)| k != "shard_blocks");
+        huge.retain(|(k, _)| !["shard_blocks", "hash", "format"].contains(&k.as_str()));
         huge.push(("shard_blocks".into(), "1".into()));
+        // XXH3-64 addresses at most 2^32 blocks; the XXH3-128 filter of
+        // this size is refused for its shard count.
+        huge.extend([("hash".into(), "1".into()), ("format".into(), "1".into())]);
         let e = Meta::from_fields(&huge).unwrap_err();
         assert!(e.contains("shards"), "{e}");
         let classic = Params::from_plan(&plan(Layout::Classic, 1000, 1e-3).unwrap(), 1);
-        let e = Meta::new(classic, 1, 0).unwrap_err();
+        let e = Meta::new(classic, 0).unwrap_err();
         assert!(matches!(e, Error::WrongLayout(_)));
         assert!(e.to_string().contains("--layout blocked"), "{e}");
+    }
+
+    #[test]
+    fn metadata_of_both_hashes_and_of_filters_pushed_before_hash_id_2() {
+        let mut p = blocked(1000, 9);
+        p.hash = HashId::Xxh3_128;
+        let meta = Meta::new(p, 0).unwrap();
+        assert_eq!(meta.format, FORMAT);
+        let fields: Vec<(String, String)> = meta
+            .to_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert!(fields.contains(&("hash".into(), "1".into())));
+        assert!(fields.contains(&("format".into(), "1".into())));
+        assert_eq!(Meta::from_fields(&fields).unwrap(), meta);
+        let with = |pairs: &[(&str, &str)]| -> Result<Meta, String> {
+            let mut f: Vec<(String, String)> = fields
+                .iter()
+                .filter(|(k, _)| !pairs.iter().any(|(n, _)| n == k))
+                .cloned()
+                .collect();
+            f.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            Meta::from_fields(&f)
+        };
+        // Hash 0, written by early pushes, is XXH3-128.
+        assert_eq!(
+            with(&[("hash", "0")]).unwrap().params.hash,
+            HashId::Xxh3_128
+        );
+        // A version-1 filter never says XXH3-64 (builds that wrote version 1
+        // could not place its items), a version-2 filter always does, and
+        // an unknown hash is refused, never read as another.
+        let e = with(&[("hash", "2")]).unwrap_err();
+        assert!(
+            e.contains("layout version 1 with hash function id 2"),
+            "{e}"
+        );
+        let e = with(&[("format", "2")]).unwrap_err();
+        assert!(
+            e.contains("layout version 2 with hash function id 1"),
+            "{e}"
+        );
+        let e = with(&[("hash", "7"), ("format", "2")]).unwrap_err();
+        assert!(e.contains("\"hash\" is 7"), "{e}");
+        let new = with(&[("hash", "2"), ("format", "2")]).unwrap();
+        assert_eq!(new.params.hash, HashId::Xxh3_64);
+        // The two hashes place the same key differently: the metadata's
+        // hash decides, as the file's hash id does.
+        let places = (0..64u32)
+            .filter(|i| {
+                let key = format!("k{i}");
+                meta.place(key.as_bytes()) != new.place(key.as_bytes())
+            })
+            .count();
+        assert!(places > 50, "{places}");
     }
 }

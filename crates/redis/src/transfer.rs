@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use bloomgate_blacklist::layers::Layers;
 use bloomgate_blacklist::Whitelist;
 use bloomgate_engine::format::{pages_checksum_and_ones, FORMAT_VERSION, HEADER_LEN};
-use bloomgate_engine::hash::HASH_XXH3_128;
 use bloomgate_engine::{Access, Header};
 
 use crate::address::Address;
@@ -124,7 +123,7 @@ pub fn push(
             path.display()
         )));
     }
-    let mut meta = Meta::new(header.params.clone(), header.hash_id, header.items)?;
+    let mut meta = Meta::new(header.params.clone(), header.items)?;
     // Tells open handles that this is another filter than the one they read.
     meta.generation = bloomgate_engine::random_seed();
     let whitelist = Whitelist::load(&Whitelist::path_for(path))
@@ -381,11 +380,6 @@ pub fn pull(
     let header = Header {
         version: FORMAT_VERSION,
         params: meta.params.clone(),
-        hash_id: if meta.hash_id == 0 {
-            HASH_XXH3_128
-        } else {
-            meta.hash_id
-        },
         flags: 0,
         items: meta.items,
         data_len: meta.data_len(),

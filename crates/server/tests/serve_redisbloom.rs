@@ -322,7 +322,8 @@ fn debug_has_redisbloom_s_shape_and_line_format() {
             let num = |n| field(l, n).parse::<u64>().unwrap();
             assert_eq!(num("bits"), 8 * num("bytes"));
             assert!(num("bits") % 512 == 0 && num("hashes") > 0);
-            assert_eq!(num("hashwidth"), 128);
+            // New layers are hashed with XXH3-64 (hash id 2).
+            assert_eq!(num("hashwidth"), 64);
             assert_eq!(num("capacity"), capacity);
             let r: f64 = field(l, "ratio").parse().unwrap();
             assert!((r - ratio).abs() < ratio * 1e-9, "{l:?}");

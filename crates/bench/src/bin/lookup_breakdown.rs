@@ -32,13 +32,26 @@
 //!
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin lookup_breakdown -- [--gib 2] [--keys 2000000] [--reps 5]
+//!     [--hash-id 1|2]   the engine filter's hash (rows 4e, 6e, 4m; default: a new filter's)
+//!     [--paired [--shuffled] [--passes N] [--sbbf-4k]]
 //! ```
+//!
+//! `--paired` times only the engine (`contains_batch`, `contains`) against
+//! sbbf-rs (groups of 32, one at a time), repetition by repetition
+//! alternating as the `filters` harness pairs them, and can take that
+//! harness's other conditions one at a time: `--shuffled` looks the keys
+//! up in another order than they were inserted (a strided walk, as
+//! `filters`' hit set), `--passes N` walks the keys N times per timed
+//! repetition (`filters` walks its in-cache set about ten times), and
+//! `--sbbf-4k` gives sbbf-rs an allocator buffer on 4 KiB pages (what
+//! `filters` gives it below 4 MiB). It is how the two harnesses'
+//! disagreement on batched lookups was tracked down (BENCHMARKS.md).
 
 use std::time::Instant;
 
-use bloomgate_bench::{anon_huge_bytes, cpu_model, median, num_arg, AlignedBuf, Keys};
+use bloomgate_bench::{anon_huge_bytes, cpu_model, median, num_arg, sample_ids, AlignedBuf, Keys};
 use bloomgate_engine::arch::{self, Block, Kernel};
-use bloomgate_engine::{Filter, Layout, Params};
+use bloomgate_engine::{Filter, HashId, Layout, Params};
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 const SEED: u64 = 0x5EED;
@@ -155,11 +168,17 @@ fn main() {
     fill(mem64, locate64);
     // The engine's own filter over the same bits, k and seed: the same
     // blocks as `mem`, reached through the public API.
+    let bits = bytes as u64 * 8;
+    let hash = match num_arg(&args, "--hash-id") {
+        Some(id) => HashId::from_code(id as u8).expect("--hash-id: 1 or 2"),
+        None => HashId::for_filter(Layout::Blocked, bits),
+    };
     let filter = Filter::new(Params {
         layout: Layout::Blocked,
-        bits: bytes as u64 * 8,
+        bits,
         k: K,
         seed: SEED,
+        hash,
         key_kind: 0,
         match_mode: 0,
         planned_items: n as u64,
@@ -168,7 +187,12 @@ fn main() {
     .expect("filter");
     filter.insert_batch(&ks);
     let pre: Vec<(usize, u32)> = ks.iter().map(|k| locate(mem.len(), k)).collect();
-    let mut sb = AlignedBuf::zeroed_huge(bytes);
+    let sbbf_4k = args.iter().any(|a| a == "--sbbf-4k");
+    let mut sb = if sbbf_4k {
+        AlignedBuf::zeroed(bytes)
+    } else {
+        AlignedBuf::zeroed_huge(bytes)
+    };
     let buckets = bytes / sbbf_rs::BUCKET_SIZE;
     let sbbf = sbbf_rs::FilterFn::new();
     for k in &ks {
@@ -177,8 +201,126 @@ fn main() {
     }
     let sb_ptr = sb.as_ptr();
 
-    println!("## lookup breakdown: {} MiB per filter, {n} keys (mean {:.1} bytes), kernel {kernel}, {reps} reps", bytes >> 20, keys.mean_len());
+    println!("## lookup breakdown: {} MiB per filter, {n} keys (mean {:.1} bytes), kernel {kernel}, {reps} reps, engine filter hashed with {hash}", bytes >> 20, keys.mean_len());
     println!("CPU: {}", cpu_model());
+    if args.iter().any(|a| a == "--paired") {
+        let shuffled = args.iter().any(|a| a == "--shuffled");
+        let passes = num_arg(&args, "--passes").map_or(1, |p| p as usize).max(1);
+        // The `filters` harness's hit set: every inserted key, in a strided order.
+        let order = Keys::from_ids(sample_ids(n, n as u64, 99).into_iter());
+        let looked = if shuffled { order.slices() } else { ks.clone() };
+        println!(
+            "paired: keys {}, {passes} passes per repetition, sbbf-rs on {}",
+            if shuffled {
+                "shuffled"
+            } else {
+                "in insertion order"
+            },
+            if sbbf_4k {
+                "4 KiB pages (allocator)"
+            } else {
+                "huge pages"
+            }
+        );
+        let mut out = Vec::with_capacity(n);
+        let ours_batch = |out: &mut Vec<bool>| {
+            let mut c = 0;
+            for _ in 0..passes {
+                filter.contains_batch(&looked, out);
+                c = out.iter().filter(|&&b| b).count() as u64;
+            }
+            c
+        };
+        let sbbf_batch = || {
+            let mut c = 0;
+            for _ in 0..passes {
+                c = 0;
+                let mut hs = [0u64; 32];
+                for chunk in looked.chunks(32) {
+                    for (h, k) in hs.iter_mut().zip(chunk) {
+                        *h = xxh3_64_with_seed(k, SEED);
+                        let idx =
+                            ((h.rotate_left(32) as u32 as u64 * buckets as u64) >> 32) as usize;
+                        arch::prefetch(sb_ptr.wrapping_add(idx * sbbf_rs::BUCKET_SIZE));
+                    }
+                    for &h in &hs[..chunk.len()] {
+                        // SAFETY: 64-byte aligned buffer of `buckets` buckets.
+                        c += unsafe { sbbf.contains(sb_ptr, buckets, h) } as u64;
+                    }
+                }
+            }
+            c
+        };
+        let ours_single = || {
+            let mut c = 0;
+            for _ in 0..passes {
+                c = looked
+                    .iter()
+                    .map(|k| filter.contains(std::hint::black_box(k)) as u64)
+                    .sum();
+            }
+            c
+        };
+        let sbbf_single = || {
+            let mut c = 0;
+            for _ in 0..passes {
+                c = looked
+                    .iter()
+                    .map(|k| {
+                        let h = xxh3_64_with_seed(std::hint::black_box(k), SEED);
+                        // SAFETY: as above.
+                        unsafe { sbbf.contains(sb_ptr, buckets, h) as u64 }
+                    })
+                    .sum();
+            }
+            c
+        };
+        let time = |f: &mut dyn FnMut() -> u64| {
+            let t = Instant::now();
+            let c = std::hint::black_box(f());
+            assert_eq!(c, n as u64, "every key was inserted");
+            t.elapsed().as_nanos() as f64 / (n * passes) as f64
+        };
+        println!("| pair | engine ns | sbbf-rs ns | engine ÷ sbbf-rs (median of per-rep ratios) |");
+        println!("|---|---:|---:|---:|");
+        for round in 0..2 {
+            let (mut a, mut b, mut r) = (vec![], vec![], vec![]);
+            let mut f1 = || ours_batch(&mut out);
+            let mut f2 = sbbf_batch;
+            time(&mut f1);
+            time(&mut f2);
+            for _ in 0..reps {
+                let x = time(&mut f1);
+                let y = time(&mut f2);
+                a.push(x);
+                b.push(y);
+                r.push(x / y);
+            }
+            println!(
+                "| batched ({round}) | {:.2} | {:.2} | {:.3} |",
+                median(&a),
+                median(&b),
+                median(&r)
+            );
+            let (mut a, mut b, mut r) = (vec![], vec![], vec![]);
+            let mut f1 = ours_single;
+            let mut f2 = sbbf_single;
+            for _ in 0..reps {
+                let x = time(&mut f1);
+                let y = time(&mut f2);
+                a.push(x);
+                b.push(y);
+                r.push(x / y);
+            }
+            println!(
+                "| single ({round}) | {:.2} | {:.2} | {:.3} |",
+                median(&a),
+                median(&b),
+                median(&r)
+            );
+        }
+        return;
+    }
     let fb = filter.as_bytes();
     for (name, ptr, len) in [
         ("bloomgate blocks", buf.as_ptr(), buf.len()),

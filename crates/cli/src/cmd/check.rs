@@ -6,7 +6,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use bloomgate_blacklist::{verdict_ref, Blacklist, VerdictRef};
-use bloomgate_engine::slice::{self, position_of, Slice};
+use bloomgate_engine::place::Locator;
+use bloomgate_engine::slice::{self, Slice};
 use bloomgate_list::{CheckScratch, OpenOptions};
 use bloomgate_url::{query_keys, KeyError, KeyKind};
 
@@ -349,6 +350,8 @@ fn check_sliced<W: Write>(
     let live: &[Vec<u8>] = opened.replay.as_ref().map_or(&[], |r| &r.keys);
     let filter = &layers.layers[0];
     let params = filter.params().clone();
+    // Every key is placed by the engine's one derivation, for the file's hash.
+    let locator = Locator::new(&params);
     let ranges = slice::plan_slices(&params, budget);
     eprintln!(
         "bloomgate: the filter's {} exceed the memory budget of {}: checking in {} slices, one pass over the inputs each",
@@ -405,7 +408,7 @@ fn check_sliced<W: Write>(
                 };
                 let span = query_keys(kind, mode, l, &mut scratch).map(|()| {
                     let first = prepared.len();
-                    prepared.extend(scratch.iter().map(|key| position_of(&params, key)));
+                    prepared.extend(scratch.iter().map(|key| locator.prepare(key)));
                     if last && keep_keys {
                         for key in &scratch {
                             p.keys.extend_from_slice(key);

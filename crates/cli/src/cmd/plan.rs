@@ -23,6 +23,7 @@ use bloomgate_blacklist::cf_file::CfLayout;
 use bloomgate_blacklist::{DeletablePlan, DeletableSpec};
 use bloomgate_engine::format::HEADER_LEN;
 use bloomgate_engine::math::{self, Layout};
+use bloomgate_engine::HashId;
 use bloomgate_url::{max_lookups, KeyKind, MatchMode};
 
 use crate::args::{BuildLayoutArg, PlanArgs};
@@ -81,6 +82,7 @@ pub fn run(a: PlanArgs) -> Result<i32> {
                 "bytes": pl.bytes(),
                 "bits_per_item": pl.bits_per_item(),
                 "k": pl.k,
+                "hash": HashId::for_filter(pl.layout, pl.bits).name(),
                 "predicted_fp": pl.predicted_fp,
                 "predicted_fp_per_query": 1.0 - (1.0 - pl.predicted_fp).powi(lookups as i32),
             })).chain(extra.as_ref().map(|r| r.json.clone())).collect::<Vec<_>>(),
@@ -158,6 +160,12 @@ pub fn run(a: PlanArgs) -> Result<i32> {
     }
     writeln!(o)?;
     writeln!(o, "blocked: one cache miss per lookup (default); classic: smallest Bloom, k cache misses per lookup")?;
+    writeln!(
+        o,
+        "hash: blocked {}, classic {} (the file's hash id; `info` shows a file's)",
+        HashId::for_filter(Layout::Blocked, layouts[0].bits),
+        HashId::for_filter(Layout::Classic, layouts[1].bits)
+    )?;
     if ribbon.is_some() {
         writeln!(o, "ribbon: static (built once from all entries with --layout ribbon; adds go to a small delta in the 1/32 of the rate kept for them, folded in by the next build; no union), near the {:.2}-bit bound, one or two cache lines per lookup", -per_lookup.log2())?;
     }

@@ -31,7 +31,6 @@ use crate::format::{
     page_bytes, page_hash, page_ones, pages_checksum_and_ones, Access, Header, FLAG_DIRTY,
     FORMAT_VERSION, HEADER_LEN, PAGE,
 };
-use crate::hash::HASH_XXH3_128;
 use crate::params::Params;
 use crate::storage::{lookup_advice, Bits};
 
@@ -214,7 +213,6 @@ impl Filter {
         let header = Header {
             version: FORMAT_VERSION,
             params: params.clone(),
-            hash_id: HASH_XXH3_128,
             flags: FLAG_DIRTY,
             items: 0,
             data_len,
@@ -490,7 +488,6 @@ impl Filter {
             let header = Header {
                 version: FORMAT_VERSION,
                 params: self.params.clone(),
-                hash_id: HASH_XXH3_128,
                 flags: 0,
                 items,
                 data_len: data.len() as u64,

@@ -26,20 +26,21 @@
 //! cache misses, not locks), and an update must log the pages it changes.
 
 use crate::arch::{self, Kernel};
-use crate::hash::{reduce, SeededHash};
+use crate::hash::HashId;
 use crate::math::Layout;
+use crate::place::Locator;
 
 use super::{Filter, REGION_SORT_MIN_BYTES};
 
 /// Items ahead whose blocks a batch prefetches ([`set_all`]).
 const PIPELINE: usize = 32;
 
-/// The first word of `item`'s block among `blocks` and its in-block hash:
-/// what [`Filter::prepare`] computes for the blocked layout.
+/// The first word of `item`'s block among `blocks` and its in-block hash
+/// under hash `id`: what [`Filter::prepare`] computes for the blocked layout.
 #[inline(always)]
-fn locate(hasher: &SeededHash, blocks: u64, item: &[u8]) -> (usize, u32) {
-    let h = hasher.hash(item);
-    (reduce(h.hi, blocks) as usize * 8, h.lo as u32 | 1)
+fn locate(locator: &Locator, id: HashId, blocks: u64, item: &[u8]) -> (usize, u32) {
+    let (block, h) = locator.block_as(id, item, blocks);
+    (block * 8, h)
 }
 
 /// Sets the probes of `h` in the block at word `at`; whether one was new.
@@ -77,10 +78,10 @@ impl Filter {
             kernel,
             #[inline(always)]
             move |kernel| {
-                let (k, hasher) = (self.params.k, &self.hasher);
+                let (k, locator) = (self.params.k, &self.locator);
                 *self.touched.get_mut() = true;
                 let words = self.bits.words_mut();
-                let (at, h) = locate(hasher, (words.len() / 8) as u64, item);
+                let (at, h) = locate(locator, locator.id(), (words.len() / 8) as u64, item);
                 let new = set(kernel, words, at, h, k);
                 *self.items.get_mut() += new as u64;
                 new
@@ -112,11 +113,12 @@ impl Filter {
         if !self.owned_path() {
             return self.insert_batch(items);
         }
-        let (hasher, k, kernel) = (&self.hasher, self.params.k, self.kernel);
+        let (locator, k, kernel) = (&self.locator, self.params.k, self.kernel);
         let (shift, regions) = (self.regions.shift, self.regions.regions.len());
         *self.touched.get_mut() = true;
         let words = self.bits.words_mut();
         let blocks = (words.len() / 8) as u64;
+        let id = locator.id();
         let new = arch::dispatch(
             kernel,
             #[inline(always)]
@@ -126,7 +128,7 @@ impl Filter {
                     let located: Vec<(usize, u32)> = items
                         .iter()
                         .map(|item| {
-                            let (at, h) = locate(hasher, blocks, item.as_ref());
+                            let (at, h) = locate(locator, id, blocks, item.as_ref());
                             starts[((at / 8) >> shift) + 1] += 1;
                             (at, h)
                         })
@@ -149,7 +151,7 @@ impl Filter {
                         k,
                         items
                             .iter()
-                            .map(|item| locate(hasher, blocks, item.as_ref())),
+                            .map(|item| locate(locator, id, blocks, item.as_ref())),
                     )
                 }
             },

@@ -72,12 +72,23 @@ pub struct LayerInfo {
     pub bits: u64,
     /// Probes per item.
     pub k: u32,
+    /// Bits of the hash each item is placed by (64 for XXH3-64, 128 for
+    /// XXH3-128: the layer's hash id).
+    pub hash_bits: u32,
     /// Items it was planned for.
     pub capacity: u64,
     /// Items it took.
     pub items: u64,
     /// The false-positive rate it was planned for.
     pub target_fp: f64,
+}
+
+/// The width `BF.DEBUG` reports for a layer hashed with `hash`.
+pub fn hash_bits(hash: bloomgate_engine::HashId) -> u32 {
+    match hash {
+        bloomgate_engine::HashId::Xxh3_64 => 64,
+        bloomgate_engine::HashId::Xxh3_128 => 128,
+    }
 }
 
 impl Filter {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::format::data_checksum;
+use crate::hash::HashId;
 use crate::math::plan;
 use crate::math::Layout;
 
@@ -26,18 +27,64 @@ fn one_writer_per_file() {
 #[test]
 fn golden_filter_bits() {
     // Pins the hash, the probe derivation of both layouts and the bit
-    // order: the same items and seed must set the same bits forever.
-    for (layout, golden) in [
-        (Layout::Blocked, 0x2bdf_e930_20b6_d8d1_u64),
-        (Layout::Classic, 0xff01_e29e_b789_1f74_u64),
+    // order: the same items and seed must set the same bits forever, for
+    // every hash id (files of hash id 1 stay readable as they were written).
+    for (layout, hash, golden) in [
+        (Layout::Blocked, HashId::Xxh3_128, 0x2bdf_e930_20b6_d8d1_u64),
+        (Layout::Classic, HashId::Xxh3_128, 0xff01_e29e_b789_1f74_u64),
+        (Layout::Blocked, HashId::Xxh3_64, 0xc8fc_4d76_49b6_07e8_u64),
     ] {
-        let p = Params::from_plan(&plan(layout, 100, 0.01).unwrap(), 42);
+        let mut p = Params::from_plan(&plan(layout, 100, 0.01).unwrap(), 42);
+        p.hash = hash;
         let f = Filter::new(p).unwrap();
         for c in b'a'..=b'z' {
             f.insert(&[c]);
         }
         let sum = data_checksum(f.as_bytes());
-        assert_eq!(sum, golden, "{layout} bits changed: {sum:#x}");
+        assert_eq!(sum, golden, "{layout} {hash} bits changed: {sum:#x}");
+    }
+}
+
+#[test]
+fn files_of_both_hash_ids_save_open_and_answer() {
+    // A file written before hash id 2 (XXH3-128) keeps its hash through an
+    // open, an in-place add and a save; a new blocked file gets XXH3-64.
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<Vec<u8>> = (0..3000)
+        .map(|i| format!("http://h{i}.example/p").into_bytes())
+        .collect();
+    for hash in [HashId::Xxh3_128, HashId::Xxh3_64] {
+        let path = dir.path().join(format!("{hash}.bgf"));
+        let mut p = Params::from_plan(&plan(Layout::Blocked, 5000, 1e-3).unwrap(), 7);
+        p.hash = hash;
+        let f = Filter::new(p).unwrap();
+        f.insert_batch(&keys[..2000]);
+        f.save(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes[17], hash.code(), "hash id at offset 17");
+        let mut f = Filter::open(&path, Access::ReadWrite).unwrap();
+        assert_eq!(f.params().hash, hash);
+        f.begin_update().unwrap();
+        f.update_batch(&keys[2000..]).unwrap();
+        f.commit_update().unwrap();
+        drop(f);
+        let f = Filter::open(&path, Access::ReadOnly).unwrap();
+        assert_eq!(f.params().hash, hash);
+        assert!(
+            keys.iter().all(|k| f.contains(k)),
+            "{hash}: a key went missing"
+        );
+        f.verify().unwrap();
+        // Its items are where the hash id says, not where the other hash
+        // would put them: the other hash's filter misses most of them.
+        let mut other = f.params().clone();
+        other.hash = match hash {
+            HashId::Xxh3_128 => HashId::Xxh3_64,
+            HashId::Xxh3_64 => HashId::Xxh3_128,
+        };
+        let g = Filter::new(other).unwrap();
+        g.insert_batch(&keys);
+        assert_ne!(g.as_bytes(), f.as_bytes());
     }
 }
 
@@ -66,7 +113,6 @@ mod larger_than_memory {
         let header = Header {
             version: FORMAT_VERSION,
             params: params.clone(),
-            hash_id: HASH_XXH3_128,
             flags: 0,
             items: 0,
             data_len: params.bits / 8,

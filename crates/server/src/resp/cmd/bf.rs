@@ -535,8 +535,9 @@ fn info(s: &Session, key: &[u8], field: Option<&[u8]>, out: &mut Out) {
 /// From bloomgate's layers: `bytes`/`bits` are the layer's bit array
 /// (a multiple of 512 bits); `hashes` is the probes per item (in the
 /// blocked layout of Redis-created filters all fall in one 512-bit
-/// block); `hashwidth` is 128 (one XXH3-128 hash per item, where
-/// RedisBloom says 64); `capacity` is the items the layer was planned
+/// block); `hashwidth` is the bits of the layer's hash (64 for XXH3-64,
+/// what new layers use, as RedisBloom's; 128 for layers of files from
+/// before hash id 2); `capacity` is the items the layer was planned
 /// for; `size` the items it took; `ratio` the false-positive rate it was
 /// planned for (as RedisBloom's: half the requested rate for the first
 /// layer of a scaling filter), printed as C's `%g`.
@@ -548,10 +549,11 @@ fn debug(s: &Session, key: &[u8], out: &mut Out) {
     out.bulk(format!("size:{}", info.items).as_bytes());
     for l in &info.layer_info {
         let line = format!(
-            "bytes:{} bits:{} hashes:{} hashwidth:128 capacity:{} size:{} ratio:{}",
+            "bytes:{} bits:{} hashes:{} hashwidth:{} capacity:{} size:{} ratio:{}",
             l.bytes,
             l.bits,
             l.k,
+            l.hash_bits,
             l.capacity,
             l.items,
             fmt_g(l.target_fp)

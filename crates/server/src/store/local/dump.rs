@@ -25,11 +25,19 @@ struct DumpLayer {
     bits: u64,
     k: u32,
     seed: u64,
+    /// The layer's hash id (absent in dumps from before hash id 2: 1,
+    /// XXH3-128).
+    #[serde(default = "hash_id_1")]
+    hash: u8,
     key_kind: u8,
     match_mode: u8,
     planned_items: u64,
     target_fp: f64,
     items: u64,
+}
+
+fn hash_id_1() -> u8 {
+    bloomgate_engine::hash::HASH_XXH3_128
 }
 
 /// A dump header: each layer's parameters and item count, and the
@@ -44,11 +52,18 @@ pub type DumpLayers = (Vec<(Params, u64)>, Option<Meta>);
 /// `max_filter_bytes` in all are refused with RedisBloom's texts.
 pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<DumpLayers, StoreError> {
     let bad_data = || StoreError::Invalid("received bad data".into());
-    let h: DumpHeader = data
-        .strip_prefix(DUMP_MAGIC)
+    let (json, magic_1) = match data.strip_prefix(DUMP_MAGIC) {
+        Some(json) => (Some(json), true),
+        None => (data.strip_prefix(DUMP_MAGIC_2), false),
+    };
+    let h: DumpHeader = json
         .and_then(|json| serde_json::from_slice(json).ok())
         .ok_or_else(bad_data)?;
     if h.layers.is_empty() || h.layers.len() > 64 {
+        return Err(bad_data());
+    }
+    // The first magic line never comes with XXH3-64 layers (see `DUMP_MAGIC_2`).
+    if magic_1 && h.layers.iter().any(|l| l.hash != hash_id_1()) {
         return Err(bad_data());
     }
     let mut specs = Vec::new();
@@ -59,6 +74,7 @@ pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<DumpLayer
             bits: l.bits,
             k: l.k,
             seed: l.seed,
+            hash: bloomgate_engine::HashId::from_code(l.hash).ok_or_else(bad_data)?,
             key_kind: l.key_kind,
             match_mode: l.match_mode,
             planned_items: l.planned_items,
@@ -87,6 +103,12 @@ pub fn parse_dump_header(data: &[u8], max_filter_bytes: u64) -> Result<DumpLayer
 }
 
 const DUMP_MAGIC: &[u8] = b"BLOOMGATE-DUMP-1\n";
+/// The magic line of a dump with a layer hashed with XXH3-64 (hash id 2):
+/// servers from before hash id 2 ignore the layers' `hash` field, so such a
+/// dump carries a magic line they refuse instead of loading its bits under
+/// the wrong hash. Dumps of XXH3-128 layers keep the first line, which
+/// every server reads.
+const DUMP_MAGIC_2: &[u8] = b"BLOOMGATE-DUMP-2\n";
 /// Bytes per `BF.SCANDUMP` data chunk.
 pub const DUMP_CHUNK: usize = 4 << 20;
 
@@ -107,6 +129,7 @@ impl LocalStore {
                             bits: p.bits,
                             k: p.k,
                             seed: p.seed,
+                            hash: p.hash.code(),
                             key_kind: p.key_kind,
                             match_mode: p.match_mode,
                             planned_items: p.planned_items,
@@ -117,7 +140,8 @@ impl LocalStore {
                     .collect(),
                 meta: st.growth_meta(),
             };
-            let mut out = DUMP_MAGIC.to_vec();
+            let all_128 = header.layers.iter().all(|l| l.hash == hash_id_1());
+            let mut out = if all_128 { DUMP_MAGIC } else { DUMP_MAGIC_2 }.to_vec();
             out.extend_from_slice(&serde_json::to_vec(&header).unwrap_or_default());
             return (1, out);
         }

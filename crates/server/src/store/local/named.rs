@@ -200,6 +200,7 @@ impl Named {
                         bytes: f.as_bytes().len() as u64,
                         bits: p.bits,
                         k: p.k,
+                        hash_bits: crate::store::info::hash_bits(p.hash),
                         capacity: p.planned_items,
                         items: f.items(),
                         target_fp: p.target_fp,

@@ -219,6 +219,7 @@ impl RedisNamed {
                 bytes: i.data_bytes,
                 bits: p.bits,
                 k: p.k,
+                hash_bits: crate::store::info::hash_bits(p.hash),
                 capacity: p.planned_items,
                 items: i.items,
                 target_fp: p.target_fp,

@@ -1,0 +1,304 @@
+//! The two scenarios: a filter that fits in cache (1 MiB) and one in DRAM
+//! (2 GiB in `full`), each with its inserts, lookups and false-positive
+//! checks for every subject, and the settings that choose them.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bloomgate_bench::{anon_huge_bytes, sample_ids, Keys};
+use bloomgate_engine::{plan, Layout};
+
+use crate::kernels::kernel_comparison;
+use crate::measure::{expect_all, measure_lookups, LookupSets};
+use crate::ours::Ours;
+use crate::peers::{BloomFilterCrate, FastBloom, Fuse16, Sbbf};
+use crate::report::{Op, Report};
+use crate::subject::{Subject, TARGET_FP};
+
+pub(crate) struct Cfg {
+    pub(crate) reps: usize,
+    pub(crate) dram_bytes: u64,
+    pub(crate) hits: usize,
+    pub(crate) misses: usize,
+    pub(crate) thp_row: bool,
+    /// Include fastbloom and bloomfilter (in cache and at DRAM size).
+    pub(crate) with_slow_peers: bool,
+    /// Include bloomgate-classic (in cache and at DRAM size; its untimed DRAM fill is the slowest part of a full run).
+    pub(crate) with_classic: bool,
+    /// fastbloom and bloomfilter at DRAM size: random bits at the right density instead of the slow real fill
+    pub(crate) synthetic: bool,
+}
+
+pub(crate) fn bits_for(bytes: u64) -> u64 {
+    bytes * 8 / 512 * 512
+}
+
+/// Items that give bloomgate-blocked exactly TARGET_FP at `bits` (the planner's bits/item).
+pub(crate) fn items_for(bits: u64) -> u64 {
+    let p = plan(Layout::Blocked, 10_000_000, TARGET_FP).unwrap();
+    (bits as f64 / p.bits_per_item()).floor() as u64
+}
+
+pub(crate) fn in_cache(cfg: &Cfg, bytes: u64) -> Report {
+    let bits = bits_for(bytes);
+    let n = items_for(bits);
+    let mut rep = Report::new();
+    eprintln!("== in-cache: {bytes} bytes, {n} keys");
+    let ins = Keys::from_ids(0..n);
+    let ins_s = ins.slices();
+    let miss = Keys::from_ids(n..n + cfg.misses as u64);
+    eprintln!("   mean key length {:.1} bytes", ins.mean_len());
+    // Lookup hits: every inserted key, in a shuffled order.
+    // (A separate arena in that order, so reading the keys stays sequential.)
+    let order = sample_ids(n as usize, n, 99);
+    let hit_keys = Keys::from_ids(order.into_iter());
+    let hits = hit_keys.slices();
+    let target_ops = 4_000_000usize;
+    let sets = LookupSets {
+        hit_inner: (target_ops / hits.len()).max(1),
+        miss_inner: (target_ops / cfg.misses).max(1),
+        hits,
+        misses: miss.slices(),
+    };
+
+    type Make = Box<dyn Fn() -> Box<dyn Subject>>;
+    // bloomgate-blocked first (the lookups below pair every peer with it);
+    // `--no-classic` and `--no-slow-peers` leave those out here too.
+    let mut makers: Vec<(Make, bool)> = vec![(
+        Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, false))),
+        true,
+    )];
+    if cfg.with_classic {
+        makers.push((
+            Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
+            true,
+        ));
+    }
+    if cfg.with_slow_peers {
+        makers.push((Box::new(move || Box::new(FastBloom::new(bits, n))), true));
+        makers.push((
+            Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
+            true,
+        ));
+    }
+    makers.push((Box::new(move || Box::new(Sbbf::new(bits))), true));
+    // Inserts: a fresh filter per rep, subjects interleaved within each rep.
+    let mut ins_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
+    let mut ins_b_times: Vec<Vec<f64>> = vec![vec![]; makers.len()];
+    let mut built: Vec<Option<Box<dyn Subject>>> = (0..makers.len()).map(|_| None).collect();
+    // The shared (`&Filter`) insert paths of the subjects that have one.
+    let mut shared_times: Vec<[Vec<f64>; 2]> = vec![[vec![], vec![]]; makers.len()];
+    for _ in 0..cfg.reps {
+        for (i, (make, _)) in makers.iter().enumerate() {
+            if make().has_shared() {
+                for (b, times) in shared_times[i].iter_mut().enumerate() {
+                    let mut s = make();
+                    let t = Instant::now();
+                    s.insert_all_shared(black_box(&ins_s), b == 1);
+                    times.push(t.elapsed().as_nanos() as f64 / n as f64);
+                    expect_all(&s.name(), "shared inserts", s.count(&ins_s), ins_s.len());
+                }
+            }
+            let mut s = make();
+            let t = Instant::now();
+            s.insert_all(black_box(&ins_s));
+            ins_times[i].push(t.elapsed().as_nanos() as f64 / n as f64);
+            if s.has_batch() {
+                let mut s2 = make();
+                let t = Instant::now();
+                s2.insert_all_batch(black_box(&ins_s));
+                ins_b_times[i].push(t.elapsed().as_nanos() as f64 / n as f64);
+                // Alternate which copy is kept so both paths get checked.
+                built[i] = Some(if ins_b_times[i].len().is_multiple_of(2) {
+                    s2
+                } else {
+                    s
+                });
+            } else {
+                built[i] = Some(s);
+            }
+        }
+    }
+    // xorf: static, "insert" = construction time per key.
+    let mut fuse_times = vec![];
+    let mut fuse = None;
+    for _ in 0..cfg.reps {
+        let t = Instant::now();
+        let f = Fuse16::build(&ins_s);
+        fuse_times.push(t.elapsed().as_nanos() as f64 / n as f64);
+        fuse = Some(f);
+    }
+    for (i, s) in built.iter().enumerate() {
+        let s = s.as_ref().unwrap();
+        rep.add(&s.name(), Op::Insert, ins_times[i].clone(), None);
+        if s.has_batch() {
+            rep.add(&s.name(), Op::InsertBatch, ins_b_times[i].clone(), None);
+        }
+        if s.has_shared() {
+            let name = format!("{} (shared &Filter)", s.name());
+            rep.add(&name, Op::Insert, shared_times[i][0].clone(), None);
+            rep.add(&name, Op::InsertBatch, shared_times[i][1].clone(), None);
+        }
+    }
+    let fuse = fuse.unwrap();
+    rep.add(
+        &format!("{} (construction)", fuse.name()),
+        Op::Insert,
+        fuse_times,
+        None,
+    );
+
+    // Lookups: reps interleaved across subjects via pairing with blocked.
+    let blocked = built[0].take().unwrap();
+    measure_lookups(&mut rep, n, &*blocked, None, &sets, cfg.reps, true);
+    for s in built.iter().skip(1) {
+        let s = s.as_ref().unwrap();
+        measure_lookups(&mut rep, n, &**s, Some(&*blocked), &sets, cfg.reps, true);
+    }
+    measure_lookups(&mut rep, n, &fuse, Some(&*blocked), &sets, cfg.reps, true);
+
+    kernel_comparison(&mut rep, &*blocked, &sets, cfg.reps, n);
+    rep
+}
+
+pub(crate) fn dram(cfg: &Cfg) -> Report {
+    let bits = bits_for(cfg.dram_bytes);
+    let n = items_for(bits);
+    let mut rep = Report::new();
+    eprintln!("== DRAM: {} bytes, {n} keys", cfg.dram_bytes);
+    // Timed-insert keys: the last `reserve` of the n keys, pre-generated.
+    let chunk = 1_000_000u64.min(n / 20);
+    // Two chunks per rep for the timed paths, two for the shared ones.
+    let reserve = chunk * cfg.reps as u64 * 4;
+    let fill_hi = n - reserve;
+    let res_keys = Keys::from_ids(fill_hi..n);
+    let res = res_keys.slices();
+    // Lookups: a random sample of inserted keys, and never-inserted keys.
+    let hit_ids = sample_ids(cfg.hits, n, 12345);
+    let hit_keys = Keys::from_ids(hit_ids.into_iter());
+    let miss_keys = Keys::from_ids(n..n + cfg.misses as u64);
+    let sets = LookupSets {
+        hits: hit_keys.slices(),
+        misses: miss_keys.slices(),
+        hit_inner: 1,
+        miss_inner: 1,
+    };
+
+    let build = |rep: &mut Report, s: &mut dyn Subject, synthetic: bool| {
+        let t = Instant::now();
+        if synthetic && s.prefill_synthetic(fill_hi - sets.hits.len() as u64) {
+            // Random bits at the density of the untimed keys, then the
+            // looked-up keys for real, so every hit must still be found.
+            s.insert_all(&sets.hits);
+        } else {
+            s.fill(0, fill_hi);
+        }
+        eprintln!(
+            "   {}: untimed fill of {fill_hi} keys took {:.1} s",
+            s.name(),
+            t.elapsed().as_secs_f64()
+        );
+        if let Some((ptr, len)) = s.memory() {
+            let huge = anon_huge_bytes(ptr, len).unwrap_or(0);
+            let pct = 100.0 * huge as f64 / len as f64;
+            eprintln!(
+                "   {}: {pct:.0} % of its {len} bytes on huge pages",
+                s.name()
+            );
+            if pct < 90.0 {
+                rep.failures.push(format!(
+                    "{} has only {pct:.0} % of its bits on huge pages: its DRAM rows are not comparable",
+                    s.name()
+                ));
+            }
+        }
+        let mut single = vec![];
+        let mut batched = vec![];
+        let mut shared: [Vec<f64>; 2] = [vec![], vec![]];
+        let part = |j: usize| &res[j * chunk as usize..(j + 1) * chunk as usize];
+        let mut inserted = vec![];
+        for r in 0..cfg.reps {
+            let (c1, c2) = (part(4 * r), part(4 * r + 1));
+            let t = Instant::now();
+            s.insert_all(black_box(c1));
+            single.push(t.elapsed().as_nanos() as f64 / chunk as f64);
+            let t = Instant::now();
+            if s.has_batch() {
+                s.insert_all_batch(black_box(c2));
+                batched.push(t.elapsed().as_nanos() as f64 / chunk as f64);
+            } else {
+                s.insert_all(c2);
+            }
+            inserted.extend([c1, c2]);
+            if s.has_shared() {
+                for (b, times) in shared.iter_mut().enumerate() {
+                    let t = Instant::now();
+                    s.insert_all_shared(black_box(part(4 * r + 2 + b)), b == 1);
+                    times.push(t.elapsed().as_nanos() as f64 / chunk as f64);
+                }
+            } else {
+                // Untimed: the lookup samples may name these keys.
+                s.insert_all_batch(part(4 * r + 2));
+                s.insert_all_batch(part(4 * r + 3));
+            }
+            inserted.extend([part(4 * r + 2), part(4 * r + 3)]);
+        }
+        rep.add(&s.name(), Op::Insert, single, None);
+        if !batched.is_empty() {
+            rep.add(&s.name(), Op::InsertBatch, batched, None);
+        }
+        if s.has_shared() {
+            let name = format!("{} (shared &Filter)", s.name());
+            let [one, many] = shared;
+            rep.add(&name, Op::Insert, one, None);
+            rep.add(&name, Op::InsertBatch, many, None);
+        }
+        // Every timed-inserted key must be there.
+        let found: u64 = inserted.iter().map(|c| s.count(c)).sum();
+        expect_all(
+            &s.name(),
+            "reserved keys",
+            found,
+            inserted.len() * chunk as usize,
+        );
+    };
+
+    let mut blocked = Ours::new(Layout::Blocked, bits, n, false);
+    build(&mut rep, &mut blocked, false);
+    measure_lookups(&mut rep, n, &blocked, None, &sets, cfg.reps, true);
+
+    type Make = Box<dyn Fn() -> Box<dyn Subject>>;
+    let mut peers: Vec<(Make, bool)> = vec![(Box::new(move || Box::new(Sbbf::new(bits))), false)];
+    if cfg.with_classic {
+        peers.push((
+            Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
+            false,
+        ));
+    }
+    if cfg.with_slow_peers {
+        peers.insert(
+            0,
+            (
+                Box::new(move || Box::new(FastBloom::new(bits, n))),
+                cfg.synthetic,
+            ),
+        );
+        peers.push((
+            Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
+            cfg.synthetic,
+        ));
+    }
+    if cfg.thp_row {
+        peers.push((
+            Box::new(move || Box::new(Ours::new(Layout::Blocked, bits, n, true))),
+            false,
+        ));
+    }
+    for (make, synthetic) in peers {
+        let mut s = make();
+        build(&mut rep, &mut *s, synthetic);
+        measure_lookups(&mut rep, n, &*s, Some(&blocked), &sets, cfg.reps, true);
+        drop(s);
+    }
+    rep
+}
