@@ -57,7 +57,9 @@ use bloomgate_blacklist::delta::{delta_path, DeltaKeys};
 use bloomgate_blacklist::per_lookup_rate;
 use bloomgate_engine::math::{plan_ribbon, RIBBON_DELTA_SHARE};
 use bloomgate_engine::random_seed;
-use bloomgate_engine::ribbon::{key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard};
+use bloomgate_engine::ribbon::{
+    group_by_shard, key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard,
+};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
 use crate::args::BuildArgs;
@@ -176,62 +178,10 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     }
     let read_secs = started.elapsed().as_secs_f64();
     let header = spec.header(read.keys)?;
-    let bits = header.shard_bits();
-    let mut writer = RibbonWriter::create(Path::new(&a.output), header.clone())?;
-    let groups = plan_groups(&read.per_partition, bits, memory);
+    let writer = RibbonWriter::create(Path::new(&a.output), header.clone())?;
+    let groups = plan_groups(&read.per_partition, header.shard_bits(), memory);
     let solving = Instant::now();
-    let mut retried = 0u64;
-    for (gi, group) in groups.iter().enumerate() {
-        if input::interrupted() {
-            bail!("interrupted");
-        }
-        let mut keys =
-            Vec::with_capacity(group.clone().map(|p| read.per_partition[p] as usize).sum());
-        for p in group.clone() {
-            partition::read(&tmp.0, p, read.per_partition[p], &mut keys)?;
-            // Its keys are in memory now: the disk it took is the output's.
-            let path = partition::path(&tmp.0, p);
-            std::fs::remove_file(&path)
-                .with_context(|| format!("{}: cannot remove", path.display()))?;
-        }
-        keys.par_sort_unstable();
-        let first_shard = writer.shards_done();
-        let last_shard = match group.end {
-            end if end == PARTITIONS => 1u64 << bits,
-            end => shard_of((end as u64) << (64 - PARTITION_BITS), bits),
-        };
-        let mut cuts = Vec::new();
-        let mut at = 0usize;
-        for s in first_shard..last_shard {
-            cuts.push(at);
-            at += keys[at..].partition_point(|&g| shard_of(g, bits) == s);
-        }
-        cuts.push(keys.len());
-        let solved: Vec<Result<SolvedShard>> = (0..(last_shard - first_shard) as usize)
-            .into_par_iter()
-            .map(|i| {
-                let mut shard = keys[cuts[i]..cuts[i + 1]].to_vec();
-                Ok(spec.solve(&header, &mut shard)?)
-            })
-            .collect();
-        drop(keys);
-        for s in solved {
-            let s = s?;
-            retried += (s.entry.attempt > 0) as u64;
-            writer.push(s)?;
-        }
-        if groups.len() > 1 {
-            eprintln!(
-                "bloomgate: solved partitions {}..{} ({}/{}), shards up to {}, {:.1} s",
-                group.start,
-                group.end,
-                gi + 1,
-                groups.len(),
-                thousands(last_shard),
-                solving.elapsed().as_secs_f64()
-            );
-        }
-    }
+    let (retried, writer) = solve_groups(&spec, &header, &groups, &read.per_partition, &tmp.0, writer)?;
     drop(tmp);
     let header = writer.finish()?;
     let secs = started.elapsed().as_secs_f64();
@@ -283,6 +233,101 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         bytes(memory)
     );
     Ok(0)
+}
+
+/// Solves the shards of every group of partitions and streams them into
+/// `writer` in shard order; returns the shards solved at a later attempt
+/// and the writer, for [`RibbonWriter::finish`].
+///
+/// Within a group, each *unit* (one partition holding whole shards, or
+/// the partitions of one shard when shards span several) is read,
+/// removed from disk, grouped by shard (a counting sort) and its shards
+/// solved, units and shards alike on all cores. While a group is solved,
+/// the next group's partition files are read ahead into the page cache,
+/// and a writer thread writes the previous group's solutions, so neither
+/// the disk nor the writing leaves a core idle.
+fn solve_groups(
+    spec: &RibbonSpec,
+    header: &bloomgate_engine::ribbon::RibbonHeader,
+    groups: &[std::ops::Range<usize>],
+    per_partition: &[u64],
+    dir: &Path,
+    mut writer: RibbonWriter,
+) -> Result<(u64, RibbonWriter)> {
+    let bits = header.shard_bits();
+    let unit = 1usize << PARTITION_BITS.saturating_sub(bits);
+    let shards_per_unit = 1usize << bits.saturating_sub(PARTITION_BITS);
+    let solving = Instant::now();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<SolvedShard>>(1);
+    std::thread::scope(|scope| -> Result<(u64, RibbonWriter)> {
+        let written = scope.spawn(move || -> Result<RibbonWriter> {
+            for group in rx {
+                for s in group {
+                    writer.push(s)?;
+                }
+            }
+            Ok(writer)
+        });
+        let mut retried = 0u64;
+        let mut outcome = Ok(());
+        for (gi, group) in groups.iter().enumerate() {
+            if input::interrupted() {
+                outcome = Err(anyhow::anyhow!("interrupted"));
+                break;
+            }
+            if let Some(next) = groups.get(gi + 1).cloned() {
+                let dir = dir.to_path_buf();
+                std::thread::spawn(move || next.for_each(|p| partition::will_need(&dir, p)));
+            }
+            let units: Vec<usize> = group.clone().step_by(unit).collect();
+            let solved: Result<Vec<Vec<SolvedShard>>> = units
+                .into_par_iter()
+                .map(|u| {
+                    let want: u64 = per_partition[u..u + unit].iter().sum();
+                    let mut keys = Vec::with_capacity(want as usize);
+                    for p in u..u + unit {
+                        partition::read(dir, p, per_partition[p], &mut keys)?;
+                        // Its keys are in memory now: the disk it took is the output's.
+                        let path = partition::path(dir, p);
+                        std::fs::remove_file(&path)
+                            .with_context(|| format!("{}: cannot remove", path.display()))?;
+                    }
+                    let first = shard_of((u as u64) << (64 - PARTITION_BITS), bits);
+                    let (keys, cuts) = group_by_shard(&keys, bits, first, shards_per_unit);
+                    (0..shards_per_unit)
+                        .into_par_iter()
+                        .map(|i| Ok(spec.solve(header, &keys[cuts[i]..cuts[i + 1]])?))
+                        .collect()
+                })
+                .collect();
+            let solved: Vec<SolvedShard> = match solved {
+                Ok(s) => s.into_iter().flatten().collect(),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            retried += solved.iter().filter(|s| s.entry.attempt > 0).count() as u64;
+            if tx.send(solved).is_err() {
+                break; // the writer failed: its error is below
+            }
+            if groups.len() > 1 {
+                eprintln!(
+                    "bloomgate: solved partitions {}..{} ({}/{}), shards up to {}, {:.1} s",
+                    group.start,
+                    group.end,
+                    gi + 1,
+                    groups.len(),
+                    thousands(((group.end / unit) * shards_per_unit) as u64),
+                    solving.elapsed().as_secs_f64()
+                );
+            }
+        }
+        drop(tx);
+        let writer = written.join().expect("the writer thread does not panic")?;
+        outcome?;
+        Ok((retried, writer))
+    })
 }
 
 /// The added keys of a file named by `--fold`.
