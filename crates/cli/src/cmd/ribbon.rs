@@ -7,12 +7,17 @@
 //! *partition* files by its top 8 bits, about 5.25 bytes each (the
 //! partition module: blocks of hashes grouped by their next 16 bits), in a
 //! temporary directory beside the output (or in `--tmp-dir`). Then the
-//! partitions are read back in order, as many at a time as `--memory`
-//! allows, each file removed as soon as its hashes are in memory, sorted,
-//! cut into the filter's shards (the top bits of the key hash again, so a
-//! partition holds whole shards, or a shard whole partitions), solved on
-//! all cores and streamed into the output's temporary file by the engine's
-//! `RibbonWriter`.
+//! partitions are read back in groups of consecutive partitions, as many
+//! keys at a time as `--memory` allows. In a group each partition (or, when
+//! a shard spans several, each shard's partitions) is read and its file
+//! removed as soon as its hashes are in memory, grouped by shard (the top
+//! bits of the key hash again, so a partition holds whole shards, or a
+//! shard whole partitions) with a counting sort, and its shards solved —
+//! partitions and shards alike on all cores, while the next group's files
+//! are read ahead into the page cache and a writer thread streams the
+//! previous group's solutions into the output's temporary file through the
+//! engine's `RibbonWriter`. The build prints where the time went (thread
+//! seconds of reading, grouping, solving and writing).
 //!
 //! Disk: the partition files shrink as the output grows, so the peak is
 //! `max(P(n), O(n))` for `n` keys (duplicates included), `P(n) ≈ 5.25·n`
@@ -70,8 +75,8 @@ use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
 
 /// Bytes of memory per key while a group of partitions is solved: the key
-/// hash, the shard's copy while it is solved and its rows and band (a
-/// fraction of the group at a time).
+/// hash as read and grouped by shard (a partition or two per core at a
+/// time, the whole group at worst) and the solutions waiting to be written.
 const BYTES_PER_KEY: u64 = 16;
 /// Memory the build needs besides the keys in memory (input chunks in
 /// flight, the shards being solved, buffers).
@@ -259,12 +264,16 @@ fn solve_groups(
     let shards_per_unit = 1usize << bits.saturating_sub(PARTITION_BITS);
     let solving = Instant::now();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<SolvedShard>>(1);
-    std::thread::scope(|scope| -> Result<(u64, RibbonWriter)> {
+    let times = PhaseTimes::default();
+    let result = std::thread::scope(|scope| -> Result<(u64, RibbonWriter)> {
+        let times = &times;
         let written = scope.spawn(move || -> Result<RibbonWriter> {
             for group in rx {
+                let started = Instant::now();
                 for s in group {
                     writer.push(s)?;
                 }
+                times.add(3, started.elapsed());
             }
             Ok(writer)
         });
@@ -282,21 +291,31 @@ fn solve_groups(
             let units: Vec<usize> = group.clone().step_by(unit).collect();
             let solved: Result<Vec<Vec<SolvedShard>>> = units
                 .into_par_iter()
-                .map(|u| {
+                .map(|u| -> Result<Vec<SolvedShard>> {
+                    let started = Instant::now();
                     let want: u64 = per_partition[u..u + unit].iter().sum();
-                    let mut keys = Vec::with_capacity(want as usize);
+                    let mut raw = Vec::with_capacity(want as usize);
                     for p in u..u + unit {
-                        partition::read(dir, p, per_partition[p], &mut keys)?;
+                        partition::read(dir, p, per_partition[p], &mut raw)?;
                         // Its keys are in memory now: the disk it took is the output's.
                         let path = partition::path(dir, p);
                         std::fs::remove_file(&path)
                             .with_context(|| format!("{}: cannot remove", path.display()))?;
                     }
+                    let read_at = Instant::now();
                     let first = shard_of((u as u64) << (64 - PARTITION_BITS), bits);
-                    let (keys, cuts) = group_by_shard(&keys, bits, first, shards_per_unit);
+                    let (keys, cuts) = group_by_shard(&raw, bits, first, shards_per_unit);
+                    drop(raw);
+                    times.add(0, read_at - started);
+                    times.add(1, read_at.elapsed());
                     (0..shards_per_unit)
                         .into_par_iter()
-                        .map(|i| Ok(spec.solve(header, &keys[cuts[i]..cuts[i + 1]])?))
+                        .map(|i| -> Result<SolvedShard> {
+                            let started = Instant::now();
+                            let solved = spec.solve(header, &keys[cuts[i]..cuts[i + 1]]);
+                            times.add(2, started.elapsed());
+                            Ok(solved?)
+                        })
                         .collect()
                 })
                 .collect();
@@ -327,7 +346,33 @@ fn solve_groups(
         let writer = written.join().expect("the writer thread does not panic")?;
         outcome?;
         Ok((retried, writer))
-    })
+    });
+    let keys: u64 = per_partition.iter().sum();
+    let t = |i: usize| times.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64;
+    if result.is_err() {
+        return result;
+    }
+    eprintln!(
+        "bloomgate: solving took {:.1} s: thread time {:.1} s reading partitions, {:.1} s grouping by shard, {:.1} s solving shards ({:.0} ns per key), {:.1} s writing",
+        solving.elapsed().as_secs_f64(),
+        t(0) / 1e9,
+        t(1) / 1e9,
+        t(2) / 1e9,
+        t(2) / keys.max(1) as f64,
+        t(3) / 1e9,
+    );
+    result
+}
+
+/// Thread time of the solving phase's parts, in nanoseconds: reading
+/// partitions, grouping by shard, solving shards, writing.
+#[derive(Default)]
+struct PhaseTimes([std::sync::atomic::AtomicU64; 4]);
+
+impl PhaseTimes {
+    fn add(&self, part: usize, d: std::time::Duration) {
+        self.0[part].fetch_add(d.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The added keys of a file named by `--fold`.
@@ -391,11 +436,15 @@ fn partition_inputs(
     };
     let progress = room.progress.clone();
     let bar = report::progress_bar(room.total, &progress, None);
+    // Thread time of the workers (generated inputs are filled in by the
+    // workers before this, so it leaves out generating them).
+    let worked = std::sync::atomic::AtomicU64::new(0);
     let names = a.inputs.clone();
     let result = input::process(
         a.inputs.clone(),
         progress,
         |chunk| {
+            let started = Instant::now();
             let mut parts: Vec<Vec<u64>> = vec![Vec::new(); PARTITIONS];
             let (mut lines, mut invalid) = (0u64, Vec::new());
             chunk.for_each_line(|line_no, line| {
@@ -412,6 +461,10 @@ fn partition_inputs(
                     Err(e) => invalid.push((line_no, e.to_string())),
                 }
             });
+            worked.fetch_add(
+                started.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             (lines, invalid, parts)
         },
         |chunk, (lines, invalid, parts)| {
@@ -452,6 +505,16 @@ fn partition_inputs(
         room.check(read.keys, parts_out.bytes)?;
     }
     read.per_partition = parts_out.finish()?;
+    let work = |ns: &std::sync::atomic::AtomicU64| {
+        ns.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
+    };
+    eprintln!(
+        "bloomgate: first pass: thread time {:.1} s reading, canonicalizing and hashing entries, {:.1} s encoding partition blocks, {:.1} s writing them ({:.2} bytes per key)",
+        work(&worked),
+        parts_out.encoding.as_secs_f64(),
+        parts_out.writing.as_secs_f64(),
+        parts_out.bytes as f64 / read.keys.max(1) as f64
+    );
     if read.invalid > read.shown {
         eprintln!(
             "bloomgate: ... and {} more invalid entries ({} in all, skipped)",

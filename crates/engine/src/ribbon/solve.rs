@@ -125,7 +125,14 @@ fn solve_with(
     // Repeated keys are found while the first attempt's rows are sorted
     // (equal keys give equal mixes, so they share a run); the distinct keys
     // are then taken once and the shard planned again for their number.
-    let mut distinct: Option<Vec<u64>> = None;
+    let distinct_of = |keys: &[u64]| {
+        let mut d = keys.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        d
+    };
+    // More keys than a directory entry counts may still be few distinct.
+    let mut distinct = (keys.len() > u32::MAX as usize).then(|| distinct_of(keys));
     'plan: loop {
         let keys = distinct.as_deref().unwrap_or(keys);
         let n = keys.len();
@@ -144,10 +151,7 @@ fn solve_with(
             };
             let starts = start_slots(blocks32);
             if sort_rows(keys, t, starts, s, t == 0 && distinct.is_none()) {
-                let mut d = keys.to_vec();
-                d.sort_unstable();
-                d.dedup();
-                distinct = Some(d);
+                distinct = Some(distinct_of(keys));
                 continue 'plan;
             }
             let m = (blocks * RIBBON_WIDTH) as usize;
@@ -353,4 +357,143 @@ pub(super) fn back_substitute_for_test(
     r: u32,
 ) -> Vec<u128> {
     back_substitute(coeff, rhs, blocks, upper_start, r)
+}
+
+/// [`band`] with the row kept as two 64-bit halves: the lowest set bit is
+/// almost always in the low half (bit 0 of both rows is set, so the XOR
+/// clears it and the next set bit is 1..=63 places up), so one 64-bit
+/// trailing-zero count and a funnel shift replace the 128-bit ones.
+#[cfg(test)]
+pub(super) fn band_split(sorted: &[u64], starts: u64, coeff: &mut [u128], rhs: &mut [u32]) -> bool {
+    for &a in sorted {
+        let row = row_of_mixed(a, starts);
+        let mut i = row.start as usize;
+        let (mut lo, mut hi) = (row.coeff as u64, (row.coeff >> 64) as u64);
+        let mut f = row.fp;
+        loop {
+            let here = coeff[i];
+            if here == 0 {
+                coeff[i] = (hi as u128) << 64 | lo as u128;
+                rhs[i] = f;
+                break;
+            }
+            lo ^= here as u64;
+            hi ^= (here >> 64) as u64;
+            f ^= rhs[i];
+            if lo != 0 {
+                let tz = lo.trailing_zeros();
+                debug_assert!(tz >= 1);
+                lo = (lo >> tz) | (hi << (64 - tz));
+                hi >>= tz;
+                i += tz as usize;
+            } else if hi != 0 {
+                let tz = hi.trailing_zeros();
+                lo = hi >> tz;
+                hi = 0;
+                i += 64 + tz as usize;
+            } else {
+                if f != 0 {
+                    return false;
+                }
+                break;
+            }
+        }
+    }
+    true
+}
+
+/// [`band`] with two rows in flight: the rows (in order of start slot) are
+/// cut in two halves, and one step of a row of each half is taken in turn,
+/// so the two dependency chains (load the slot, XOR, find the next set
+/// bit, move on) overlap in the core. Any interleaving of steps is a valid
+/// elimination (each step reduces a row by a pivot already placed), so the
+/// pivots, the solution and whether the system is consistent are those of
+/// [`band`].
+#[cfg(test)]
+pub(super) fn band_two(sorted: &[u64], starts: u64, coeff: &mut [u128], rhs: &mut [u32]) -> bool {
+    let half = sorted.len() / 2;
+    let (first, second) = sorted.split_at(half);
+    let mut a = Lane::new(first, starts);
+    let mut b = Lane::new(second, starts);
+    while a.live && b.live {
+        if !a.step(coeff, rhs) || !b.step(coeff, rhs) {
+            return false;
+        }
+    }
+    while a.live {
+        if !a.step(coeff, rhs) {
+            return false;
+        }
+    }
+    while b.live {
+        if !b.step(coeff, rhs) {
+            return false;
+        }
+    }
+    true
+}
+
+/// One row in flight in [`band_two`], and the rows after it.
+#[cfg(test)]
+struct Lane<'a> {
+    rows: std::slice::Iter<'a, u64>,
+    starts: u64,
+    i: usize,
+    c: u128,
+    f: u32,
+    live: bool,
+}
+
+#[cfg(test)]
+impl<'a> Lane<'a> {
+    fn new(rows: &'a [u64], starts: u64) -> Lane<'a> {
+        let mut lane = Lane {
+            rows: rows.iter(),
+            starts,
+            i: 0,
+            c: 0,
+            f: 0,
+            live: true,
+        };
+        lane.next();
+        lane
+    }
+
+    #[inline(always)]
+    fn next(&mut self) {
+        match self.rows.next() {
+            Some(&a) => {
+                let row = row_of_mixed(a, self.starts);
+                self.i = row.start as usize;
+                self.c = row.coeff;
+                self.f = row.fp;
+            }
+            None => self.live = false,
+        }
+    }
+
+    /// One step; false if the row is inconsistent.
+    #[inline(always)]
+    fn step(&mut self, coeff: &mut [u128], rhs: &mut [u32]) -> bool {
+        let here = coeff[self.i];
+        if here == 0 {
+            coeff[self.i] = self.c;
+            rhs[self.i] = self.f;
+            self.next();
+            return true;
+        }
+        self.c ^= here;
+        self.f ^= rhs[self.i];
+        if self.c == 0 {
+            if self.f != 0 {
+                return false;
+            }
+            self.next();
+            return true;
+        }
+        let tz = self.c.trailing_zeros();
+        self.c >>= tz;
+        self.i += tz as usize;
+        true
+    }
 }

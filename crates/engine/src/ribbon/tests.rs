@@ -371,7 +371,7 @@ fn solve_phase_times() {
     let (r, upper) = ribbon_columns(1e-4 * (1.0 - 1.0 / 32.0)).unwrap();
     let n = 152_600u64;
     let shards = 20u64;
-    let mut t = [0f64; 8];
+    let mut t = [0f64; 10];
     let (mut steps, mut failed) = (0u64, 0u32);
     for salt in 0..shards {
         let keys = hashes(n, 500 + salt);
@@ -406,10 +406,20 @@ fn solve_phase_times() {
             failed += 1;
             continue;
         }
+        let (mut c2, mut r2) = (vec![0u128; m], vec![0u32; m]);
+        let s = Instant::now();
+        assert!(super::solve::band_split(&sorted, starts, &mut c2, &mut r2));
+        t[8] += s.elapsed().as_secs_f64();
+        assert!(c2 == coeff && r2 == rhs);
+        let (mut c3, mut r3) = (vec![0u128; m], vec![0u32; m]);
+        let s = Instant::now();
+        assert!(super::solve::band_two(&sorted, starts, &mut c3, &mut r3));
+        t[9] += s.elapsed().as_secs_f64();
         let upper_start = blocks - ribbon_upper_blocks(blocks, upper);
         let s = Instant::now();
         let words = back_substitute_for_test(&coeff, &rhs, blocks, upper_start, r);
         t[5] += s.elapsed().as_secs_f64();
+        assert!(back_substitute_for_test(&c3, &r3, blocks, upper_start, r) == words);
         std::hint::black_box(words);
         let s = Instant::now();
         let whole = solve_shard(&keys, r, upper, RIBBON_OVERHEAD).unwrap();
@@ -424,6 +434,7 @@ fn solve_phase_times() {
     println!("reference: key sort {:.1} ns/key, rows + comparison sort {:.1}", per(t[0]), per(t[1]));
     println!("counting sort of rows {:.1} ns/key ({:.1} without the repeat check)", per(t[2]), per(t[3]));
     println!("banding {:.1} ns/key, {:.2} steps per row", per(t[4]), steps as f64 / (n * shards) as f64);
+    println!("banding with 64-bit halves {:.1} ns/key, two rows in flight {:.1}", per(t[8]), per(t[9]));
     println!("back substitution {:.1} ns/key", per(t[5]));
     println!("solve_shard {:.1} ns/key, reference {:.1}", per(t[6]), per(t[7]));
 }
