@@ -186,7 +186,8 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     let writer = RibbonWriter::create(Path::new(&a.output), header.clone())?;
     let groups = plan_groups(&read.per_partition, header.shard_bits(), memory);
     let solving = Instant::now();
-    let (retried, writer) = solve_groups(&spec, &header, &groups, &read.per_partition, &tmp.0, writer)?;
+    let (retried, writer) =
+        solve_groups(&spec, &header, &groups, &read.per_partition, &tmp.0, writer)?;
     drop(tmp);
     let header = writer.finish()?;
     let secs = started.elapsed().as_secs_f64();

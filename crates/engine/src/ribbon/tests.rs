@@ -335,7 +335,8 @@ proptest::proptest! {
             let k = keys[(i * 7919) % keys.len()];
             keys.push(k);
         }
-        keys.rotate_left(keys.len() / 3);
+        let third = keys.len() / 3;
+        keys.rotate_left(third);
         let want = reference_solve(&keys, r, upper, overhead);
         let got = solve_shard(&keys, r, upper, overhead).unwrap();
         proptest::prop_assert_eq!(got.entry, want.entry);
@@ -430,11 +431,34 @@ fn solve_phase_times() {
         assert!(whole.words == reference.words);
     }
     let per = |x: f64| x * 1e9 / (n * shards) as f64;
-    println!("{} shards of {n} keys, r = {r}, {failed} first attempts failed", shards);
-    println!("reference: key sort {:.1} ns/key, rows + comparison sort {:.1}", per(t[0]), per(t[1]));
-    println!("counting sort of rows {:.1} ns/key ({:.1} without the repeat check)", per(t[2]), per(t[3]));
-    println!("banding {:.1} ns/key, {:.2} steps per row", per(t[4]), steps as f64 / (n * shards) as f64);
-    println!("banding with 64-bit halves {:.1} ns/key, two rows in flight {:.1}", per(t[8]), per(t[9]));
+    println!(
+        "{} shards of {n} keys, r = {r}, {failed} first attempts failed",
+        shards
+    );
+    println!(
+        "reference: key sort {:.1} ns/key, rows + comparison sort {:.1}",
+        per(t[0]),
+        per(t[1])
+    );
+    println!(
+        "counting sort of rows {:.1} ns/key ({:.1} without the repeat check)",
+        per(t[2]),
+        per(t[3])
+    );
+    println!(
+        "banding {:.1} ns/key, {:.2} steps per row",
+        per(t[4]),
+        steps as f64 / (n * shards) as f64
+    );
+    println!(
+        "banding with 64-bit halves {:.1} ns/key, two rows in flight {:.1}",
+        per(t[8]),
+        per(t[9])
+    );
     println!("back substitution {:.1} ns/key", per(t[5]));
-    println!("solve_shard {:.1} ns/key, reference {:.1}", per(t[6]), per(t[7]));
+    println!(
+        "solve_shard {:.1} ns/key, reference {:.1}",
+        per(t[6]),
+        per(t[7])
+    );
 }
