@@ -296,8 +296,8 @@ fn solve_groups(
                     let started = Instant::now();
                     let want: u64 = per_partition[u..u + unit].iter().sum();
                     let mut raw = Vec::with_capacity(want as usize);
-                    for p in u..u + unit {
-                        partition::read(dir, p, per_partition[p], &mut raw)?;
+                    for (p, &count) in per_partition.iter().enumerate().skip(u).take(unit) {
+                        partition::read(dir, p, count, &mut raw)?;
                         // Its keys are in memory now: the disk it took is the output's.
                         let path = partition::path(dir, p);
                         std::fs::remove_file(&path)
@@ -350,9 +350,7 @@ fn solve_groups(
     });
     let keys: u64 = per_partition.iter().sum();
     let t = |i: usize| times.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64;
-    if result.is_err() {
-        return result;
-    }
+    let result = result?;
     eprintln!(
         "bloomgate: solving took {:.1} s: thread time {:.1} s reading partitions, {:.1} s grouping by shard, {:.1} s solving shards ({:.0} ns per key), {:.1} s writing",
         solving.elapsed().as_secs_f64(),
@@ -362,7 +360,7 @@ fn solve_groups(
         t(2) / keys.max(1) as f64,
         t(3) / 1e9,
     );
-    result
+    Ok(result)
 }
 
 /// Thread time of the solving phase's parts, in nanoseconds: reading

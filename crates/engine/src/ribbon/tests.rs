@@ -288,13 +288,13 @@ fn reference_solve(keys: &[u64], r: u32, upper: u32, overhead: f64) -> SolvedSha
             let c = coeff[i];
             let block = i / 128;
             let ncols = r as usize + (block >= lower) as usize;
-            for j in 0..ncols {
+            for (j, s) in state.iter_mut().enumerate().take(ncols) {
                 let bit = if c == 0 {
                     0
                 } else {
-                    ((rhs[i] >> j) & 1) ^ (((c >> 1) & state[j]).count_ones() & 1)
+                    ((rhs[i] >> j) & 1) ^ (((c >> 1) & *s).count_ones() & 1)
                 };
-                state[j] = (state[j] << 1) | bit as u128;
+                *s = (*s << 1) | bit as u128;
             }
             if i % 128 == 0 {
                 let at = block_offset(block as u32, upper_start, r);
