@@ -121,19 +121,6 @@ pub fn finish(bar: Option<(ProgressBar, std::thread::JoinHandle<()>)>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(25_000_000_000), "23.3 GiB");
-    }
-}
-
 /// How many invalid entries a command names before only counting them.
 pub const SHOW_INVALID: u64 = 10;
 
@@ -211,5 +198,18 @@ impl Invalid {
                 thousands(self.count)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(25_000_000_000), "23.3 GiB");
     }
 }

@@ -7,12 +7,17 @@
 //! *partition* files by its top 8 bits, about 5.25 bytes each (the
 //! partition module: blocks of hashes grouped by their next 16 bits), in a
 //! temporary directory beside the output (or in `--tmp-dir`). Then the
-//! partitions are read back in order, as many at a time as `--memory`
-//! allows, each file removed as soon as its hashes are in memory, sorted,
-//! cut into the filter's shards (the top bits of the key hash again, so a
-//! partition holds whole shards, or a shard whole partitions), solved on
-//! all cores and streamed into the output's temporary file by the engine's
-//! `RibbonWriter`.
+//! partitions are read back in groups of consecutive partitions, as many
+//! keys at a time as `--memory` allows. In a group each partition (or, when
+//! a shard spans several, each shard's partitions) is read and its file
+//! removed as soon as its hashes are in memory, grouped by shard (the top
+//! bits of the key hash again, so a partition holds whole shards, or a
+//! shard whole partitions) with a counting sort, and its shards solved —
+//! partitions and shards alike on all cores, while the next group's files
+//! are read ahead into the page cache and a writer thread streams the
+//! previous group's solutions into the output's temporary file through the
+//! engine's `RibbonWriter`. The build prints where the time went (thread
+//! seconds of reading, grouping, solving and writing).
 //!
 //! Disk: the partition files shrink as the output grows, so the peak is
 //! `max(P(n), O(n))` for `n` keys (duplicates included), `P(n) ≈ 5.25·n`
@@ -57,7 +62,9 @@ use bloomgate_blacklist::delta::{delta_path, DeltaKeys};
 use bloomgate_blacklist::per_lookup_rate;
 use bloomgate_engine::math::{plan_ribbon, RIBBON_DELTA_SHARE};
 use bloomgate_engine::random_seed;
-use bloomgate_engine::ribbon::{key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard};
+use bloomgate_engine::ribbon::{
+    group_by_shard, key_hash, shard_of, RibbonSpec, RibbonWriter, SolvedShard,
+};
 use bloomgate_url::{entry_key, KeyKind, MatchMode};
 
 use crate::args::BuildArgs;
@@ -68,8 +75,8 @@ use crate::input::{self, Progress};
 use crate::report::{self, bytes, thousands};
 
 /// Bytes of memory per key while a group of partitions is solved: the key
-/// hash, the shard's copy while it is solved and its rows and band (a
-/// fraction of the group at a time).
+/// hash as read and grouped by shard (a partition or two per core at a
+/// time, the whole group at worst) and the solutions waiting to be written.
 const BYTES_PER_KEY: u64 = 16;
 /// Memory the build needs besides the keys in memory (input chunks in
 /// flight, the shards being solved, buffers).
@@ -175,62 +182,11 @@ pub fn build(a: BuildArgs) -> Result<i32> {
     }
     let read_secs = started.elapsed().as_secs_f64();
     let header = spec.header(read.keys)?;
-    let bits = header.shard_bits();
-    let mut writer = RibbonWriter::create(Path::new(&a.output), header.clone())?;
-    let groups = plan_groups(&read.per_partition, bits, memory);
+    let writer = RibbonWriter::create(Path::new(&a.output), header.clone())?;
+    let groups = plan_groups(&read.per_partition, header.shard_bits(), memory);
     let solving = Instant::now();
-    let mut retried = 0u64;
-    for (gi, group) in groups.iter().enumerate() {
-        if input::interrupted() {
-            bail!("interrupted");
-        }
-        let mut keys =
-            Vec::with_capacity(group.clone().map(|p| read.per_partition[p] as usize).sum());
-        for p in group.clone() {
-            partition::read(&tmp.0, p, read.per_partition[p], &mut keys)?;
-            // Its keys are in memory now: the disk it took is the output's.
-            let path = partition::path(&tmp.0, p);
-            std::fs::remove_file(&path)
-                .with_context(|| format!("{}: cannot remove", path.display()))?;
-        }
-        keys.par_sort_unstable();
-        let first_shard = writer.shards_done();
-        let last_shard = match group.end {
-            end if end == PARTITIONS => 1u64 << bits,
-            end => shard_of((end as u64) << (64 - PARTITION_BITS), bits),
-        };
-        let mut cuts = Vec::new();
-        let mut at = 0usize;
-        for s in first_shard..last_shard {
-            cuts.push(at);
-            at += keys[at..].partition_point(|&g| shard_of(g, bits) == s);
-        }
-        cuts.push(keys.len());
-        let solved: Vec<Result<SolvedShard>> = (0..(last_shard - first_shard) as usize)
-            .into_par_iter()
-            .map(|i| {
-                let mut shard = keys[cuts[i]..cuts[i + 1]].to_vec();
-                Ok(spec.solve(&header, &mut shard)?)
-            })
-            .collect();
-        drop(keys);
-        for s in solved {
-            let s = s?;
-            retried += (s.entry.attempt > 0) as u64;
-            writer.push(s)?;
-        }
-        if groups.len() > 1 {
-            eprintln!(
-                "bloomgate: solved partitions {}..{} ({}/{}), shards up to {}, {:.1} s",
-                group.start,
-                group.end,
-                gi + 1,
-                groups.len(),
-                thousands(last_shard),
-                solving.elapsed().as_secs_f64()
-            );
-        }
-    }
+    let (retried, writer) =
+        solve_groups(&spec, &header, &groups, &read.per_partition, &tmp.0, writer)?;
     drop(tmp);
     let header = writer.finish()?;
     let secs = started.elapsed().as_secs_f64();
@@ -282,6 +238,139 @@ pub fn build(a: BuildArgs) -> Result<i32> {
         bytes(memory)
     );
     Ok(0)
+}
+
+/// Solves the shards of every group of partitions and streams them into
+/// `writer` in shard order; returns the shards solved at a later attempt
+/// and the writer, for [`RibbonWriter::finish`].
+///
+/// Within a group, each *unit* (one partition holding whole shards, or
+/// the partitions of one shard when shards span several) is read,
+/// removed from disk, grouped by shard (a counting sort) and its shards
+/// solved, units and shards alike on all cores. While a group is solved,
+/// the next group's partition files are read ahead into the page cache,
+/// and a writer thread writes the previous group's solutions, so neither
+/// the disk nor the writing leaves a core idle.
+fn solve_groups(
+    spec: &RibbonSpec,
+    header: &bloomgate_engine::ribbon::RibbonHeader,
+    groups: &[std::ops::Range<usize>],
+    per_partition: &[u64],
+    dir: &Path,
+    mut writer: RibbonWriter,
+) -> Result<(u64, RibbonWriter)> {
+    let bits = header.shard_bits();
+    let unit = 1usize << PARTITION_BITS.saturating_sub(bits);
+    let shards_per_unit = 1usize << bits.saturating_sub(PARTITION_BITS);
+    let solving = Instant::now();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<SolvedShard>>(1);
+    let times = PhaseTimes::default();
+    let result = std::thread::scope(|scope| -> Result<(u64, RibbonWriter)> {
+        let times = &times;
+        let written = scope.spawn(move || -> Result<RibbonWriter> {
+            for group in rx {
+                let started = Instant::now();
+                for s in group {
+                    writer.push(s)?;
+                }
+                times.add(3, started.elapsed());
+            }
+            Ok(writer)
+        });
+        let mut retried = 0u64;
+        let mut outcome = Ok(());
+        for (gi, group) in groups.iter().enumerate() {
+            if input::interrupted() {
+                outcome = Err(anyhow::anyhow!("interrupted"));
+                break;
+            }
+            if let Some(next) = groups.get(gi + 1).cloned() {
+                let dir = dir.to_path_buf();
+                std::thread::spawn(move || next.for_each(|p| partition::will_need(&dir, p)));
+            }
+            let units: Vec<usize> = group.clone().step_by(unit).collect();
+            let solved: Result<Vec<Vec<SolvedShard>>> = units
+                .into_par_iter()
+                .map(|u| -> Result<Vec<SolvedShard>> {
+                    let started = Instant::now();
+                    let want: u64 = per_partition[u..u + unit].iter().sum();
+                    let mut raw = Vec::with_capacity(want as usize);
+                    for (p, &count) in per_partition.iter().enumerate().skip(u).take(unit) {
+                        partition::read(dir, p, count, &mut raw)?;
+                        // Its keys are in memory now: the disk it took is the output's.
+                        let path = partition::path(dir, p);
+                        std::fs::remove_file(&path)
+                            .with_context(|| format!("{}: cannot remove", path.display()))?;
+                    }
+                    let read_at = Instant::now();
+                    let first = shard_of((u as u64) << (64 - PARTITION_BITS), bits);
+                    let (keys, cuts) = group_by_shard(&raw, bits, first, shards_per_unit);
+                    drop(raw);
+                    times.add(0, read_at - started);
+                    times.add(1, read_at.elapsed());
+                    (0..shards_per_unit)
+                        .into_par_iter()
+                        .map(|i| -> Result<SolvedShard> {
+                            let started = Instant::now();
+                            let solved = spec.solve(header, &keys[cuts[i]..cuts[i + 1]]);
+                            times.add(2, started.elapsed());
+                            Ok(solved?)
+                        })
+                        .collect()
+                })
+                .collect();
+            let solved: Vec<SolvedShard> = match solved {
+                Ok(s) => s.into_iter().flatten().collect(),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            retried += solved.iter().filter(|s| s.entry.attempt > 0).count() as u64;
+            if tx.send(solved).is_err() {
+                break; // the writer failed: its error is below
+            }
+            if groups.len() > 1 {
+                eprintln!(
+                    "bloomgate: solved partitions {}..{} ({}/{}), shards up to {}, {:.1} s",
+                    group.start,
+                    group.end,
+                    gi + 1,
+                    groups.len(),
+                    thousands(((group.end / unit) * shards_per_unit) as u64),
+                    solving.elapsed().as_secs_f64()
+                );
+            }
+        }
+        drop(tx);
+        let writer = written.join().expect("the writer thread does not panic")?;
+        outcome?;
+        Ok((retried, writer))
+    });
+    let keys: u64 = per_partition.iter().sum();
+    let t = |i: usize| times.0[i].load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let result = result?;
+    eprintln!(
+        "bloomgate: solving took {:.1} s: thread time {:.1} s reading partitions, {:.1} s grouping by shard, {:.1} s solving shards ({:.0} ns per key), {:.1} s writing",
+        solving.elapsed().as_secs_f64(),
+        t(0) / 1e9,
+        t(1) / 1e9,
+        t(2) / 1e9,
+        t(2) / keys.max(1) as f64,
+        t(3) / 1e9,
+    );
+    Ok(result)
+}
+
+/// Thread time of the solving phase's parts, in nanoseconds: reading
+/// partitions, grouping by shard, solving shards, writing.
+#[derive(Default)]
+struct PhaseTimes([std::sync::atomic::AtomicU64; 4]);
+
+impl PhaseTimes {
+    fn add(&self, part: usize, d: std::time::Duration) {
+        self.0[part].fetch_add(d.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The added keys of a file named by `--fold`.
@@ -345,12 +434,16 @@ fn partition_inputs(
     };
     let progress = room.progress.clone();
     let bar = report::progress_bar(room.total, &progress, None);
+    // Thread time of the workers (generated inputs are filled in by the
+    // workers before this, so it leaves out generating them).
+    let worked = std::sync::atomic::AtomicU64::new(0);
     let names = a.inputs.clone();
     let mut invalid = report::Invalid::new(kind, a.strict);
     let result = input::process(
         a.inputs.clone(),
         progress,
         |chunk| {
+            let started = Instant::now();
             let mut parts: Vec<Vec<u64>> = vec![Vec::new(); PARTITIONS];
             let (mut lines, mut invalid) = (0u64, Vec::new());
             chunk.for_each_line(|line_no, line| {
@@ -367,6 +460,10 @@ fn partition_inputs(
                     Err(e) => invalid.push((line_no, e.to_string())),
                 }
             });
+            worked.fetch_add(
+                started.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             (lines, invalid, parts)
         },
         |chunk, (lines, mut bad, parts)| {
@@ -396,6 +493,16 @@ fn partition_inputs(
     read.per_partition = parts_out.finish()?;
     read.invalid = invalid.count();
     invalid.finish();
+    let work = |ns: &std::sync::atomic::AtomicU64| {
+        ns.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
+    };
+    eprintln!(
+        "bloomgate: first pass: thread time {:.1} s reading, canonicalizing and hashing entries, {:.1} s encoding partition blocks, {:.1} s writing them ({:.2} bytes per key)",
+        work(&worked),
+        parts_out.encoding.as_secs_f64(),
+        parts_out.writing.as_secs_f64(),
+        parts_out.bytes as f64 / read.keys.max(1) as f64
+    );
     Ok(read)
 }
 

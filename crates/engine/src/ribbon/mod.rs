@@ -43,8 +43,8 @@
 //! [`build`] builds in memory from key hashes; larger builds feed
 //! [`solve_shard`] with a range of shards at a time and stream the results
 //! through a [`RibbonWriter`], which gives the same bytes: a shard's
-//! solution depends only on its keys (sorted and deduplicated first) and
-//! the file's parameters, never on the order keys came in, the number of
+//! solution depends only on its set of distinct keys and the file's
+//! parameters, never on the order keys came in, the number of
 //! threads or how many shards were solved together.
 
 mod file;
@@ -133,13 +133,39 @@ pub fn shard_of(g: u64, shard_bits: u32) -> u64 {
 /// shard's `attempt`.
 #[inline(always)]
 pub fn row(g: u64, attempt: u32, blocks: u32) -> Row {
+    row_of_mixed(attempt_mix(g, attempt), start_slots(blocks))
+}
+
+/// The first of a row's three mixes: key hash `g` under the shard's
+/// `attempt`. It gives the start slot and the fingerprint, and (a
+/// bijection of `g` for each attempt) stands for the key while a shard is
+/// solved.
+#[inline(always)]
+pub(crate) fn attempt_mix(g: u64, attempt: u32) -> u64 {
     let t = (attempt as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let a = mix(g ^ t);
+    mix(g ^ t)
+}
+
+/// Start slots of a shard of `blocks` (≥ 1) blocks: `0..=m − 128`.
+#[inline(always)]
+pub(crate) fn start_slots(blocks: u32) -> u64 {
+    (blocks as u64 - 1) * 128 + 1
+}
+
+/// The start slot of the row whose [`attempt_mix`] is `a`.
+#[inline(always)]
+pub(crate) fn start_of_mixed(a: u64, starts: u64) -> u64 {
+    reduce(a, starts)
+}
+
+/// The row whose [`attempt_mix`] is `a`, in a shard of `starts` start
+/// slots.
+#[inline(always)]
+pub(crate) fn row_of_mixed(a: u64, starts: u64) -> Row {
     let b = mix(a ^ 0xd6e8_feb8_6659_fd93);
     let c = mix(b ^ 0xa076_1d64_78bd_642f);
-    let starts = (blocks as u64 - 1) * 128 + 1;
     Row {
-        start: reduce(a, starts),
+        start: start_of_mixed(a, starts),
         coeff: ((c as u128) << 64 | b as u128) | 1,
         fp: a as u32,
     }
@@ -215,9 +241,9 @@ impl RibbonSpec {
         })
     }
 
-    /// Solves one shard of this spec's file (`keys` sorted and deduplicated
-    /// in place).
-    pub fn solve(&self, header: &RibbonHeader, keys: &mut Vec<u64>) -> Result<SolvedShard> {
+    /// Solves one shard of this spec's file (`keys` in any order, repeats
+    /// allowed).
+    pub fn solve(&self, header: &RibbonHeader, keys: &[u64]) -> Result<SolvedShard> {
         solve_shard(keys, header.columns, header.upper, self.overhead)
             .map_err(|e| Error::InvalidParams(e.to_string()))
     }
@@ -230,32 +256,49 @@ pub fn build(
     path: &Path,
     spec: &RibbonSpec,
     planned: u64,
-    mut hashes: Vec<u64>,
+    hashes: Vec<u64>,
 ) -> Result<RibbonHeader> {
     let header = spec.header(planned)?;
-    let bits = header.shard_bits();
-    hashes.par_sort_unstable();
-    // Cut the sorted hashes at shard boundaries.
-    let mut cuts = Vec::with_capacity(header.shards as usize + 1);
-    let mut at = 0usize;
-    for s in 0..header.shards {
-        cuts.push(at);
-        at += hashes[at..].partition_point(|&g| shard_of(g, bits) == s);
-    }
-    cuts.push(hashes.len());
+    let (keys, cuts) = group_by_shard(&hashes, header.shard_bits(), 0, header.shards as usize);
+    drop(hashes);
     let solved: Vec<Result<SolvedShard>> = (0..header.shards as usize)
         .into_par_iter()
-        .map(|s| {
-            let mut keys = hashes[cuts[s]..cuts[s + 1]].to_vec();
-            spec.solve(&header, &mut keys)
-        })
+        .map(|s| spec.solve(&header, &keys[cuts[s]..cuts[s + 1]]))
         .collect();
-    drop(hashes);
+    drop(keys);
     let mut w = RibbonWriter::create(path, header)?;
     for s in solved {
         w.push(s?)?;
     }
     w.finish()
+}
+
+/// Groups key hashes by shard, for the `count` shards from `first` on
+/// with `shard_bits` bits of shard index (every key must be of one of
+/// them): a counting sort, so each shard's keys keep their order. Returns
+/// the keys and `count + 1` cuts, shard `first + i` holding
+/// `keys[cuts[i]..cuts[i + 1]]`.
+pub fn group_by_shard(
+    hashes: &[u64],
+    shard_bits: u32,
+    first: u64,
+    count: usize,
+) -> (Vec<u64>, Vec<usize>) {
+    let mut cuts = vec![0usize; count + 1];
+    for &g in hashes {
+        cuts[(shard_of(g, shard_bits) - first) as usize + 1] += 1;
+    }
+    for i in 0..count {
+        cuts[i + 1] += cuts[i];
+    }
+    let mut next = cuts.clone();
+    let mut keys = vec![0u64; hashes.len()];
+    for &g in hashes {
+        let at = &mut next[(shard_of(g, shard_bits) - first) as usize];
+        keys[*at] = g;
+        *at += 1;
+    }
+    (keys, cuts)
 }
 
 /// An opened ribbon filter: the file mapped read-only, its directory

@@ -61,10 +61,10 @@ fn a_tiny_overhead_is_retried_until_solved() {
 #[test]
 fn the_solution_does_not_depend_on_key_order() {
     let mut keys = hashes(5000, 5);
-    let a = solve_shard(&mut keys.clone(), 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
+    let a = solve_shard(&keys, 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
     keys.reverse();
     keys.rotate_left(1234);
-    let b = solve_shard(&mut keys, 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
+    let b = solve_shard(&keys, 7, 1 << 31, RIBBON_OVERHEAD).unwrap();
     assert_eq!(a.entry, b.entry);
     assert_eq!(a.words, b.words);
 }
@@ -97,8 +97,8 @@ fn ribbon_overhead_failure_rates() {
         let mut failed = 0;
         let runs = 100;
         for s in 0..runs {
-            let mut keys = hashes(200_000, 1000 + s);
-            let solved = solve_shard(&mut keys, 1, 0, eps).unwrap();
+            let keys = hashes(200_000, 1000 + s);
+            let solved = solve_shard(&keys, 1, 0, eps).unwrap();
             failed += (solved.entry.attempt > 0) as u32;
         }
         println!("overhead {eps}: {failed}/{runs} first attempts failed");
@@ -230,4 +230,235 @@ fn in_memory_copy_no_longer_reads_the_file() {
     assert!(keys.iter().all(|&g| copy.contains_hash(g)));
     copy.verify().unwrap();
     assert!(mapped.verify().is_err(), "the mapping sees the zeroed data");
+}
+
+/// The solver as first written, kept as the reference: keys sorted and
+/// deduplicated, rows sorted by start with a comparison sort, banded, and
+/// solved back one slot and one column at a time.
+fn reference_solve(keys: &[u64], r: u32, upper: u32, overhead: f64) -> SolvedShard {
+    use crate::math::{ribbon_shard_blocks, ribbon_upper_blocks};
+    let mut keys = keys.to_vec();
+    keys.sort_unstable();
+    keys.dedup();
+    let n = keys.len();
+    let base = ribbon_shard_blocks(n as u64, overhead);
+    if n == 0 {
+        return SolvedShard {
+            entry: ShardEntry::empty(),
+            words: Vec::new(),
+        };
+    }
+    for t in 0..MAX_ATTEMPTS {
+        let blocks = attempt_blocks(base, t) as u32;
+        let m = blocks as usize * 128;
+        let mut rows: Vec<Row> = keys.iter().map(|&k| row(k, t, blocks)).collect();
+        rows.sort_unstable_by_key(|r| r.start);
+        let (mut coeff, mut rhs) = (vec![0u128; m], vec![0u32; m]);
+        let mut ok = true;
+        'rows: for row in &rows {
+            let (mut i, mut c, mut f) = (row.start as usize, row.coeff, row.fp);
+            loop {
+                if coeff[i] == 0 {
+                    coeff[i] = c;
+                    rhs[i] = f;
+                    break;
+                }
+                c ^= coeff[i];
+                f ^= rhs[i];
+                if c == 0 {
+                    if f != 0 {
+                        ok = false;
+                        break 'rows;
+                    }
+                    break;
+                }
+                let tz = c.trailing_zeros();
+                c >>= tz;
+                i += tz as usize;
+            }
+        }
+        if !ok {
+            continue;
+        }
+        let upper_start = blocks - ribbon_upper_blocks(blocks, upper);
+        let lower = upper_start as usize;
+        let mut words = vec![0u128; block_offset(blocks, upper_start, r)];
+        let mut state = [0u128; 33];
+        for i in (0..m).rev() {
+            let c = coeff[i];
+            let block = i / 128;
+            let ncols = r as usize + (block >= lower) as usize;
+            for (j, s) in state.iter_mut().enumerate().take(ncols) {
+                let bit = if c == 0 {
+                    0
+                } else {
+                    ((rhs[i] >> j) & 1) ^ (((c >> 1) & *s).count_ones() & 1)
+                };
+                *s = (*s << 1) | bit as u128;
+            }
+            if i % 128 == 0 {
+                let at = block_offset(block as u32, upper_start, r);
+                words[at..at + ncols].copy_from_slice(&state[..ncols]);
+            }
+        }
+        return SolvedShard {
+            entry: ShardEntry {
+                offset: 0,
+                blocks,
+                upper_start,
+                attempt: t,
+                keys: n as u32,
+            },
+            words,
+        };
+    }
+    panic!("unsolvable");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+    /// The solver gives the reference solver's entry and words bit for
+    /// bit: any number of keys, repeats, any result bits, overheads low
+    /// enough that attempts fail and are retried.
+    #[test]
+    fn solver_equals_the_reference(
+        n in 0u64..20_000,
+        salt in proptest::prelude::any::<u64>(),
+        repeats in 0usize..50,
+        r in 1u32..=32,
+        upper in proptest::prelude::any::<u32>(),
+        overhead in proptest::sample::select(vec![0.0, 0.005, 0.01, 0.03, 0.2]),
+    ) {
+        let upper = if r == 32 { 0 } else { upper };
+        let mut keys = hashes(n, salt);
+        for i in 0..repeats.min(keys.len()) {
+            let k = keys[(i * 7919) % keys.len()];
+            keys.push(k);
+        }
+        let third = keys.len() / 3;
+        keys.rotate_left(third);
+        let want = reference_solve(&keys, r, upper, overhead);
+        let got = solve_shard(&keys, r, upper, overhead).unwrap();
+        proptest::prop_assert_eq!(got.entry, want.entry);
+        proptest::prop_assert!(got.words == want.words);
+    }
+}
+
+/// Shards of the size a large build solves (about 150,000 keys), at the
+/// planned overhead and below it: the solver equals the reference.
+#[test]
+fn full_size_shards_equal_the_reference() {
+    for (salt, overhead) in [(21, RIBBON_OVERHEAD), (22, RIBBON_OVERHEAD), (23, 0.01)] {
+        let keys = hashes(152_000, salt);
+        let want = reference_solve(&keys, 13, 1 << 31, overhead);
+        let got = solve_shard(&keys, 13, 1 << 31, overhead).unwrap();
+        assert_eq!(got.entry, want.entry);
+        assert!(got.words == want.words);
+    }
+}
+
+/// Where a shard's solve goes, in ns per key (run with `--ignored
+/// --nocapture` on a quiet machine; the numbers are in BENCHMARKS.md,
+/// "Ribbon build"): the reference's key sort and comparison sort of rows
+/// against the counting sort, the banding (and how far rows travel), the
+/// back substitution, for shards of about 152,600 keys (a 10¹⁰ build's)
+/// at `p = 10⁻⁴` (13 result bits, 36 % of blocks with 14).
+#[test]
+#[ignore]
+fn solve_phase_times() {
+    use super::solve::{back_substitute_for_test, band_for_test, sort_rows_for_test};
+    use crate::math::{ribbon_columns, ribbon_shard_blocks, ribbon_upper_blocks};
+    use std::time::Instant;
+    let (r, upper) = ribbon_columns(1e-4 * (1.0 - 1.0 / 32.0)).unwrap();
+    let n = 152_600u64;
+    let shards = 20u64;
+    let mut t = [0f64; 10];
+    let (mut steps, mut failed) = (0u64, 0u32);
+    for salt in 0..shards {
+        let keys = hashes(n, 500 + salt);
+        let blocks = ribbon_shard_blocks(n, RIBBON_OVERHEAD) as u32;
+        let starts = start_slots(blocks);
+        let m = blocks as usize * 128;
+        // The reference's sorts.
+        let s = Instant::now();
+        let mut sorted_keys = keys.clone();
+        sorted_keys.sort_unstable();
+        sorted_keys.dedup();
+        t[0] += s.elapsed().as_secs_f64();
+        let s = Instant::now();
+        let mut rows: Vec<Row> = sorted_keys.iter().map(|&k| row(k, 0, blocks)).collect();
+        rows.sort_unstable_by_key(|r| r.start);
+        t[1] += s.elapsed().as_secs_f64();
+        std::hint::black_box(&rows);
+        // The counting sort (with the repeat check of a first attempt).
+        let s = Instant::now();
+        let sorted = sort_rows_for_test(&keys, 0, starts, true);
+        t[2] += s.elapsed().as_secs_f64();
+        let s = Instant::now();
+        let sorted2 = sort_rows_for_test(&keys, 0, starts, false);
+        t[3] += s.elapsed().as_secs_f64();
+        assert_eq!(sorted.len(), sorted2.len());
+        let (mut coeff, mut rhs) = (vec![0u128; m], vec![0u32; m]);
+        let s = Instant::now();
+        let (ok, st) = band_for_test(&sorted, starts, &mut coeff, &mut rhs);
+        t[4] += s.elapsed().as_secs_f64();
+        steps += st;
+        if !ok {
+            failed += 1;
+            continue;
+        }
+        let (mut c2, mut r2) = (vec![0u128; m], vec![0u32; m]);
+        let s = Instant::now();
+        assert!(super::solve::band_split(&sorted, starts, &mut c2, &mut r2));
+        t[8] += s.elapsed().as_secs_f64();
+        assert!(c2 == coeff && r2 == rhs);
+        let (mut c3, mut r3) = (vec![0u128; m], vec![0u32; m]);
+        let s = Instant::now();
+        assert!(super::solve::band_two(&sorted, starts, &mut c3, &mut r3));
+        t[9] += s.elapsed().as_secs_f64();
+        let upper_start = blocks - ribbon_upper_blocks(blocks, upper);
+        let s = Instant::now();
+        let words = back_substitute_for_test(&coeff, &rhs, blocks, upper_start, r);
+        t[5] += s.elapsed().as_secs_f64();
+        assert!(back_substitute_for_test(&c3, &r3, blocks, upper_start, r) == words);
+        std::hint::black_box(words);
+        let s = Instant::now();
+        let whole = solve_shard(&keys, r, upper, RIBBON_OVERHEAD).unwrap();
+        t[6] += s.elapsed().as_secs_f64();
+        let s = Instant::now();
+        let reference = reference_solve(&keys, r, upper, RIBBON_OVERHEAD);
+        t[7] += s.elapsed().as_secs_f64();
+        assert!(whole.words == reference.words);
+    }
+    let per = |x: f64| x * 1e9 / (n * shards) as f64;
+    println!(
+        "{} shards of {n} keys, r = {r}, {failed} first attempts failed",
+        shards
+    );
+    println!(
+        "reference: key sort {:.1} ns/key, rows + comparison sort {:.1}",
+        per(t[0]),
+        per(t[1])
+    );
+    println!(
+        "counting sort of rows {:.1} ns/key ({:.1} without the repeat check)",
+        per(t[2]),
+        per(t[3])
+    );
+    println!(
+        "banding {:.1} ns/key, {:.2} steps per row",
+        per(t[4]),
+        steps as f64 / (n * shards) as f64
+    );
+    println!(
+        "banding with 64-bit halves {:.1} ns/key, two rows in flight {:.1}",
+        per(t[8]),
+        per(t[9])
+    );
+    println!("back substitution {:.1} ns/key", per(t[5]));
+    println!(
+        "solve_shard {:.1} ns/key, reference {:.1}",
+        per(t[6]),
+        per(t[7])
+    );
 }
