@@ -1,6 +1,7 @@
 //! Shared helpers of the bloomgate benchmarks (`src/bin/filters/`, `src/bin/memlimit.rs`):
 //! synthetic URL keys, a flat key arena, cache-line-aligned buffers and timing.
 
+pub mod sbbf;
 pub mod urls;
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};

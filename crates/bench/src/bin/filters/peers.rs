@@ -2,17 +2,13 @@
 //! xorf's BinaryFuse16, each configured as BENCHMARKS.md states, and the
 //! synthetic prefill of the slow classic peers at DRAM size.
 
-use bloomgate_bench::{mix64, AlignedBuf};
+use bloomgate_bench::mix64;
 use bloomgate_engine::arch;
 use rayon::prelude::*;
 use xorf::Filter as _;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::subject::{Subject, PIPE, SEED};
-
-/// sbbf-rs buffers from this size on get huge pages, the engine's threshold
-/// for its own filters (`HUGE_PAGE_MIN` in the engine's storage module).
-pub(crate) const SBBF_HUGE_MIN: usize = 4 << 20;
 
 pub(crate) struct FastBloom {
     f: fastbloom::BloomFilter,
@@ -160,89 +156,41 @@ impl Subject for BloomFilterCrate {
     }
 }
 
-/// sbbf-rs: split-block (Parquet-style) filter over a caller-owned buffer;
-/// keys hashed with seeded xxh3-64, hashing included in every timing.
-/// Buffers of [`SBBF_HUGE_MIN`] and more get transparent huge pages like the
-/// engine's filters (2 MiB aligned, `MADV_HUGEPAGE` before the first touch).
-pub(crate) struct Sbbf {
-    buf: AlignedBuf,
-    buckets: usize,
-    ff: sbbf_rs::FilterFn,
-}
+/// sbbf-rs (`bloomgate_bench::sbbf`), keys hashed with seeded xxh3-64,
+/// hashing included in every timing.
+pub(crate) struct Sbbf(bloomgate_bench::sbbf::Sbbf);
 
 impl Sbbf {
     pub(crate) fn new(bits: u64) -> Sbbf {
-        let bytes = (bits / 8) as usize;
-        assert!(bytes.is_multiple_of(sbbf_rs::BUCKET_SIZE));
-        let buckets = bytes / sbbf_rs::BUCKET_SIZE;
-        assert!(
-            buckets <= u32::MAX as usize,
-            "sbbf-rs indexes buckets with 32 bits"
-        );
-        let buf = if bytes >= SBBF_HUGE_MIN {
-            AlignedBuf::zeroed_huge(bytes)
-        } else {
-            AlignedBuf::zeroed(bytes)
-        };
-        Sbbf {
-            buf,
-            buckets,
-            ff: sbbf_rs::FilterFn::new(),
-        }
+        Sbbf(bloomgate_bench::sbbf::Sbbf::new(bits))
     }
     #[inline(always)]
     fn hash(key: &[u8]) -> u64 {
         xxh3_64_with_seed(key, SEED)
     }
-    /// The bucket sbbf-rs will touch for `h` (its own `fastrange_32` of the
-    /// rotated hash; used only to prefetch).
-    #[inline(always)]
-    fn bucket_ptr(&self, h: u64) -> *const u8 {
-        let idx = ((h.rotate_left(32) as u32 as u64 * self.buckets as u64) >> 32) as usize;
-        self.buf.as_ptr().wrapping_add(idx * sbbf_rs::BUCKET_SIZE)
-    }
 }
 
 impl Subject for Sbbf {
     fn name(&self) -> String {
-        format!("sbbf-rs 0.2 ({})", self.ff.which())
+        self.0.name()
     }
     fn bits(&self) -> u64 {
-        self.buckets as u64 * 256
+        self.0.bits()
     }
     fn k(&self) -> String {
         "8".into()
     }
     fn predicted_fp(&self, n: u64) -> f64 {
-        // Poisson mixture over the per-bucket load; each of the 8 probes hits
-        // its own 32-bit word.
-        let lambda = n as f64 / self.buckets as f64;
-        let mut p = (-lambda).exp();
-        let mut fp = 0.0;
-        for j in 0..1000 {
-            if j > 0 {
-                p *= lambda / j as f64;
-            }
-            let word_fill = 1.0 - (31.0f64 / 32.0).powi(j);
-            fp += p * word_fill.powi(8);
-            if j as f64 > lambda * 4.0 + 50.0 {
-                break;
-            }
-        }
-        fp
+        self.0.predicted_fp(n)
     }
     fn insert(&mut self, key: &[u8]) {
-        let h = Self::hash(key);
-        // SAFETY: buf is 64-byte aligned and holds `buckets` buckets (> 0).
-        unsafe { self.ff.insert(self.buf.as_mut_ptr(), self.buckets, h) };
+        self.0.insert_hash(Self::hash(key));
     }
     fn contains(&self, key: &[u8]) -> bool {
-        let h = Self::hash(key);
-        // SAFETY: as above.
-        unsafe { self.ff.contains(self.buf.as_ptr(), self.buckets, h) }
+        self.0.contains_hash(Self::hash(key))
     }
     fn memory(&self) -> Option<(*const u8, usize)> {
-        Some((self.buf.as_ptr(), self.buf.len()))
+        Some(self.0.memory())
     }
     fn has_batch(&self) -> bool {
         true
@@ -252,11 +200,10 @@ impl Subject for Sbbf {
         for chunk in keys.chunks(PIPE) {
             for (h, k) in hs.iter_mut().zip(chunk) {
                 *h = Self::hash(k);
-                arch::prefetch(self.bucket_ptr(*h));
+                arch::prefetch(self.0.bucket_ptr(*h));
             }
             for &h in &hs[..chunk.len()] {
-                // SAFETY: as above.
-                unsafe { self.ff.insert(self.buf.as_mut_ptr(), self.buckets, h) };
+                self.0.insert_hash(h);
             }
         }
     }
@@ -266,11 +213,10 @@ impl Subject for Sbbf {
         for chunk in keys.chunks(PIPE) {
             for (h, k) in hs.iter_mut().zip(chunk) {
                 *h = Self::hash(k);
-                arch::prefetch(self.bucket_ptr(*h));
+                arch::prefetch(self.0.bucket_ptr(*h));
             }
             for &h in &hs[..chunk.len()] {
-                // SAFETY: as above.
-                c += unsafe { self.ff.contains(self.buf.as_ptr(), self.buckets, h) } as u64;
+                c += self.0.contains_hash(h) as u64;
             }
         }
         c
