@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::store::{Ack, AddOutcome, Added, Checked, Filter, LookupScratch};
+use crate::store::{Ack, AddOutcome, AddReply, Checked, Filter, LookupScratch};
 use crate::App;
 
 /// The per-connection state commands read and change.
@@ -58,7 +58,7 @@ pub(super) enum Later {
     },
     /// `BF.ADD`/`BF.MADD`.
     Add {
-        rx: tokio::sync::oneshot::Receiver<Added>,
+        rx: AddReply,
         multi: bool,
     },
 }

@@ -87,7 +87,8 @@ pub use local::deletable::{
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{Listed, LocalStore, LookupScratch, Named};
 pub use redis::{
-    add_failed, worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth,
+    add_failed, worker_gone, AddReply, Added, Checked, RedisNamed, RedisOptions, RedisStore,
+    StoreHealth,
 };
 
 /// The filters the server serves (see the [module doc](self)).
@@ -295,7 +296,7 @@ impl Store {
         &self,
         filter: &Filter,
         entries: &[&[u8]],
-    ) -> Option<tokio::sync::oneshot::Receiver<Added>> {
+    ) -> Option<AddReply> {
         match (self, filter) {
             (Store::Redis(s), Filter::Redis(n)) => s.add_later(n, entries),
             _ => None,
