@@ -505,7 +505,8 @@ fn send_round(store: &Store, c: &mut Chain, out: &mut TxRun) -> bool {
             c.buf.end(0);
         }
         for (shard, offset, bytes) in &plan.writes {
-            c.buf.start(4, b"SETRANGE", tx.shards[*shard].key.as_bytes());
+            c.buf
+                .start(4, b"SETRANGE", tx.shards[*shard].key.as_bytes());
             c.buf.arg_u64(*offset);
             c.buf.arg(bytes);
             c.buf.end(0);
@@ -700,9 +701,7 @@ fn read_round(
                 read.push(
                     mine.iter()
                         .map(|v| match v {
-                            Value::BulkString(b) if b.len() == BLOCK_BYTES as usize => {
-                                Some(&b[..])
-                            }
+                            Value::BulkString(b) if b.len() == BLOCK_BYTES as usize => Some(&b[..]),
                             _ => None,
                         })
                         .collect(),
@@ -753,10 +752,7 @@ fn plan(tx: &Tx, read: &[Vec<Option<&[u8]>>]) -> Plan {
             let b = match touched.iter().position(|t| t.0 == *offset) {
                 Some(b) => b,
                 None => {
-                    let block: Block = bytes
-                        .expect("checked whole")
-                        .try_into()
-                        .expect("64 bytes");
+                    let block: Block = bytes.expect("checked whole").try_into().expect("64 bytes");
                     touched.push((*offset, block, None));
                     touched.len() - 1
                 }
@@ -830,7 +826,9 @@ fn exec_outcomes(
                     out.counted += n;
                     if let Value::ServerError(e) = &answers[0] {
                         // Statistics: the adds stand.
-                        tracing::warn!("the item count of a filter in Redis was not updated: {e:?}");
+                        tracing::warn!(
+                            "the item count of a filter in Redis was not updated: {e:?}"
+                        );
                     }
                     &answers[1..]
                 }

@@ -515,7 +515,11 @@ fn an_add_counts_its_new_items_in_its_transaction() {
     server.cli(&["DEL", &skey]);
     let second: Vec<String> = (0..40).map(|i| format!("second-{i}")).collect();
     let r = rf.add_keys(&second);
-    assert!(matches!(r.error, Some(Error::Damaged { .. })), "{:?}", r.error);
+    assert!(
+        matches!(r.error, Some(Error::Damaged { .. })),
+        "{:?}",
+        r.error
+    );
     let lost = second
         .iter()
         .filter(|k| rf.meta().place(k.as_bytes()).shard == place.shard)

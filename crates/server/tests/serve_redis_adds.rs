@@ -346,13 +346,13 @@ fn a_pipeline_of_adds_is_one_transaction_and_counted_before_its_answers() {
             );
         }
         std::io::Write::write_all(c.r.get_mut(), &all).unwrap();
-        (0..PIPELINE)
-            .map(|_| c.read().unwrap())
-            .collect::<Vec<V>>()
+        (0..PIPELINE).map(|_| c.read().unwrap()).collect::<Vec<V>>()
     };
     assert_eq!(pipeline(&mut c), vec![V::Int(1); PIPELINE]);
     let stats = |names: &[&str]| names.iter().map(|n| calls(n)).collect::<Vec<u64>>();
-    let names = ["watch", "exec", "getrange", "setrange", "hincrby", "bitfield"];
+    let names = [
+        "watch", "exec", "getrange", "setrange", "hincrby", "bitfield",
+    ];
     // 16 keys in 10⁷·19 bits of blocks: no two share a block.
     assert_eq!(stats(&names), vec![1, 1, 16, 16, 1, 0]);
     let items = redis.cli(&["HGET", &layout::meta_key("f"), "items"]);

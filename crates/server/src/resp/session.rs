@@ -57,10 +57,7 @@ pub(super) enum Later {
         filter: Filter,
     },
     /// `BF.ADD`/`BF.MADD`.
-    Add {
-        rx: AddReply,
-        multi: bool,
-    },
+    Add { rx: AddReply, multi: bool },
 }
 
 /// A connection's cached name lookup. Pipelined lookups usually name one

@@ -292,11 +292,7 @@ impl Store {
     /// its outcomes (or of its error); `None` when the store does not
     /// queue adds (the local store, or a Redis store that waits for
     /// replicas): [`Store::add`] then. The adds are done when it answers.
-    pub fn add_later(
-        &self,
-        filter: &Filter,
-        entries: &[&[u8]],
-    ) -> Option<AddReply> {
+    pub fn add_later(&self, filter: &Filter, entries: &[&[u8]]) -> Option<AddReply> {
         match (self, filter) {
             (Store::Redis(s), Filter::Redis(n)) => s.add_later(n, entries),
             _ => None,

@@ -657,11 +657,7 @@ impl RedisStore {
     /// `coalesce`) and returns where its outcomes will arrive, for a caller
     /// that must not block; `None` when an add must also wait for replicas
     /// ([`RedisOptions::wait_replicas`]): [`RedisStore::add`] then.
-    pub fn add_later(
-        &self,
-        named: &RedisNamed,
-        entries: &[&[u8]],
-    ) -> Option<AddReply> {
+    pub fn add_later(&self, named: &RedisNamed, entries: &[&[u8]]) -> Option<AddReply> {
         self.queues_adds().then(|| named.queue_add(entries))
     }
 

@@ -100,7 +100,10 @@ impl RedisNamed {
     }
 
     /// Waits (blocking the thread) for a queued add's answer.
-    pub(super) fn wait_add(&self, rx: AddReply) -> Result<Vec<crate::store::AddOutcome>, StoreError> {
+    pub(super) fn wait_add(
+        &self,
+        rx: AddReply,
+    ) -> Result<Vec<crate::store::AddOutcome>, StoreError> {
         rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
     }
 

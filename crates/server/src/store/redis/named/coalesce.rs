@@ -269,7 +269,6 @@ impl Queue {
             self.ready.notify_one();
         }
     }
-
 }
 
 /// The answer to a queued add, on its way (a future, or
