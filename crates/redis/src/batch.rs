@@ -2,8 +2,8 @@
 //! (RESP arrays of bulk strings), with each command's slot and whether it
 //! may be sent twice.
 //!
-//! Why not `redis::Cmd` for the hot paths: an add is a `BITFIELD` of
-//! 2 + 4·k arguments (50 for k = 12). Built as a `Cmd`, each argument is
+//! Why not `redis::Cmd` for the hot paths: an add used to be a `BITFIELD`
+//! of 2 + 4·k arguments (50 for k = 12). Built as a `Cmd`, each argument is
 //! formatted into the command's buffer, the command is cloned into a
 //! pipeline and encoded again; measured on the 2-core machine, that was
 //! about a third of the client's time per add. Here each argument is

@@ -16,7 +16,7 @@
 //!
 //! # Adds
 //!
-//! In [`add`](self::add): transactions of `BITFIELD`s that check each
+//! In [`add`](self::add): transactions of block writes that check each
 //! shard's length before they set bits (no Lua), and each item's outcome
 //! ([`Added`]) reported even when the batch fails part way.
 //!

@@ -54,10 +54,9 @@
 //! an empty shard. Every path says so ([`Error::Damaged`]) instead of
 //! reading zeros: a lookup's `GETRANGE` of a block of a whole shard
 //! returns exactly 64 bytes, so a shorter reply (`""` for a missing key)
-//! is the check, at no extra cost; an add's `BITFIELD` runs in a
-//! transaction that checked the shard's length after `WATCH`ing it, so it
-//! refuses a shard of the wrong length instead of creating it anew as
-//! zeros.
+//! is the check, at no extra cost; an add's write runs in a transaction
+//! that checked the shard's length after `WATCH`ing it, so it refuses a
+//! shard of the wrong length instead of creating it anew as zeros.
 //!
 //! # Hash tags
 //!

@@ -11,10 +11,12 @@
 //! item's `k` bits are in one 64-byte block, so in one shard, so
 //!
 //! * a lookup is one `GETRANGE` of 64 bytes, probed locally;
-//! * an add is one `BITFIELD` setting the item's bits atomically, whose
-//!   returned old bits tell whether the item was new — add-if-absent —,
-//!   sent in a transaction that first checks that its shard is whole
-//!   (`WATCH`, `STRLEN`, `MULTI` … `EXEC`);
+//! * an add reads the item's block and writes it back with the item's
+//!   bits ORed in, in a transaction that first checks that its shard is
+//!   whole (`WATCH`, `STRLEN`, `GETRANGE`, then `MULTI`, `SETRANGE`,
+//!   `EXEC`): the item was new when some of its bits was 0, and `EXEC`
+//!   runs only if nothing wrote the shard since it was read —
+//!   add-if-absent;
 //! * in a cluster, shard keys carry hash tags that spread a filter's shards
 //!   evenly over all slots, so over all masters.
 //!

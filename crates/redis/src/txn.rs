@@ -1,52 +1,83 @@
 //! Adds as transactions, without Lua: `WATCH` the shards, check that each
-//! is whole (`STRLEN`), then `MULTI`, one `BITFIELD key SET u1 BIT 1 …` per
-//! item, `EXEC`.
+//! is whole (`STRLEN`) and read the items' blocks (`GETRANGE`), then
+//! `MULTI`, one `SETRANGE` per block that gains bits, `EXEC`.
 //!
 //! # Why not a script, why not a bare `BITFIELD`
 //!
-//! A bare `BITFIELD` is the cheapest add (one command, atomic, its old
-//! bits say whether the item was new), but on a missing shard — evicted by
-//! an `allkeys-*` policy, deleted — it creates the key anew, short and full
-//! of zeros, and lookups of its lower blocks would then answer "absent".
-//! The add used to be a Lua script that checked the shard's length before
-//! setting bits; on the 2-core VM this project is measured on, script
-//! calls of 0.3–1.3 ms were caught by the hypervisor's steal time and held
-//! Redis 2–14 ms at a time (BENCHMARKS.md, "The add tail"), where
-//! 5-µs commands rarely were. A transaction keeps the check with plain
-//! commands:
+//! A bare `BITFIELD` is the cheapest add in round trips (one command,
+//! atomic, its old bits say whether the item was new), but on a missing
+//! shard — evicted by an `allkeys-*` policy, deleted — it creates the key
+//! anew, short and full of zeros, and lookups of its lower blocks would
+//! then answer "absent". The add used to be a Lua script that checked the
+//! shard's length before setting bits; on the 2-core VM this project is
+//! measured on, script calls of 0.3–1.3 ms were caught by the hypervisor's
+//! steal time and held Redis 2–14 ms at a time (BENCHMARKS.md, "The add
+//! tail"), where 5-µs commands rarely were. A transaction keeps the check
+//! with plain commands:
 //!
-//! 1. `WATCH` the transaction's shard keys, and `STRLEN` each. A shard of
-//!    the wrong length (0: missing) is damage: its items are not added and
-//!    the add is an error naming it, never "absent", and no key is created.
-//! 2. `MULTI`, one `BITFIELD … SET u1 BIT 1 …` per item of the sound
-//!    shards, `EXEC`. Redis runs the queued commands at once; an item was
-//!    new exactly when some of its old bits was 0, so among writers racing
-//!    on an item exactly one is told "new", and of two equal items in one
-//!    transaction the first.
+//! 1. `WATCH` the transaction's shard keys, `STRLEN` each, and `GETRANGE`
+//!    each item's 64-byte block. A shard of the wrong length (0: missing)
+//!    is damage: its items are not added and the add is an error naming
+//!    it, never "absent", and no key is created.
+//! 2. Here, each item in order: new when some of its bits is 0 in its
+//!    block as read (and as the items before it in the transaction left
+//!    it), then its bits are ORed into the block. An item whose bits are
+//!    all set is present, and needs no write.
+//! 3. `MULTI`, one `SETRANGE key OFFSET BLOCK` per block that gained bits,
+//!    `EXEC`.
 //!
 //! `EXEC` returns nil, running nothing, when a watched key was written,
 //! deleted, evicted or expired after the `WATCH` (Redis's `signalModifiedKey`,
 //! which eviction calls too: the test `eviction_of_a_watched_shard_aborts_exec`
 //! evicts a watched shard with `maxmemory` and `allkeys-lru` and checks
-//! that `EXEC` runs nothing and the key stays missing). So between the
-//! check and the write nothing can remove a shard unseen: an aborted
-//! transaction is checked and sent again, up to [`MAX_ABORTS`] times (other
-//! writers on the same shards cause aborts too; each round at least one of
-//! them wins), then its items are an error. Evictions do not happen while
-//! a transaction runs: Redis evicts before a command, and `EXEC` is one.
+//! that `EXEC` runs nothing and the key stays missing). So when `EXEC`
+//! runs, every block is still as read: a block written back is the one
+//! read with the transaction's bits ORed in (no other writer's bit is
+//! lost), no shard was removed unseen, and among writers racing on an item
+//! exactly one is told "new" — the others' `EXEC`s abort, and their
+//! retries read its bits. An aborted transaction (or one whose block reads
+//! came back short: a shard removed between its `STRLEN` and the reads) is
+//! checked, read and sent again, up to [`MAX_ABORTS`] times (other writers
+//! on the same shards cause aborts too; each round at least one of them
+//! wins), then its items are an error. Evictions do not happen while a
+//! transaction runs: Redis evicts before a command, and `EXEC` is one.
+//!
+//! # Why read-modify-write, not a `BITFIELD` per item
+//!
+//! The transaction used to queue `BITFIELD key SET u1 BIT 1 …` per item,
+//! whose old bits answered "new" in Redis. A `BITFIELD` of `k` bits is
+//! `2 + 4k` arguments (54 at k = 13), each parsed by Redis and encoded
+//! here, and its answer `k` integers each parsed here: measured with
+//! `redis-benchmark -P 16` on the 2-core VM, 3.35 µs of Redis CPU for
+//! one of 13 bits, against 0.92 µs for a 64-byte `GETRANGE` and 0.94 µs
+//! for a 64-byte `SETRANGE`. The block is read anyway in the `WATCH` round,
+//! and an item already present costs no write at all.
+//!
+//! # The item count
+//!
+//! The reads say which items are new before `MULTI`, so on one server
+//! (where the metadata key may share a transaction with any shard) the
+//! transaction also queues `HINCRBY` of the metadata's item count by its
+//! new items ([`Tx::count_key`]): the count changes with the bits, once,
+//! or not at all when `EXEC` aborts — instead of in a round trip of its
+//! own after the adds (each round trip costs Redis about 12 µs of CPU on
+//! that VM: `epoll_wait`, `read`, `write`). In a cluster the caller counts
+//! the new items after the call ([`TxRun::counted`] says which were).
 //!
 //! # Chains: two round trips, pipelined
 //!
 //! A connection has one set of watched keys, which `EXEC` clears, so one
 //! connection carries one transaction at a time. Each connection runs a
 //! chain of transactions in rounds: a round sends the `MULTI … EXEC` of the
-//! transaction checked in the round before and, behind it, the `WATCH` and
-//! `STRLEN`s of the next one; `n` transactions take `n + 1` round trips.
-//! One call spreads its transactions over up to [`CHAINS`] connections per
-//! node, all sent before any reply is read. Items of one shard always go
-//! through one chain (the caller's [`Tx::chain`]), in order, so the
-//! answers are those of the adds made one after the other; chains never
-//! share a shard, so they never abort each other.
+//! transaction read in the round before and, behind it, the `WATCH`,
+//! `STRLEN`s and `GETRANGE`s of the next one; `n` transactions take
+//! `n + 1` round trips. A transaction with nothing to write and no count
+//! ends after its reads (its items were all present). One call spreads
+//! its transactions over up to [`CHAINS`] connections per node, all sent
+//! before any reply is read. Items of one shard always go through one
+//! chain (the caller's [`Tx::chain`]), in order, so the answers are those
+//! of the adds made one after the other; chains never share a shard, so
+//! they never abort each other.
 //!
 //! In Redis Cluster a transaction must stay within one slot (`EXEC` of
 //! keys of several slots is `CROSSSLOT`), so there a transaction holds the
@@ -73,10 +104,14 @@ use redis::{Connection, Value};
 use crate::batch::Batch;
 use crate::client::{Node, Store};
 use crate::error::Error;
+use crate::layout::BLOCK_BYTES;
 
-/// Items per transaction at most: `EXEC` runs them at once, holding Redis
-/// for their time (~5 µs each), so a transaction stays well under a
-/// millisecond.
+/// A block's bytes, as stored.
+type Block = [u8; BLOCK_BYTES as usize];
+
+/// Items per transaction at most: `EXEC` runs their writes at once,
+/// holding Redis for their time (about a µs each), so a transaction stays
+/// well under a millisecond.
 pub(crate) const TX_ITEMS: usize = 64;
 
 /// Connections per node that one call's transactions are spread over.
@@ -101,7 +136,34 @@ pub(crate) struct Tx {
     pub(crate) chain: usize,
     /// Its shards, each with its items, in order.
     pub(crate) shards: Vec<TxShard>,
+    /// The metadata key, when the transaction counts its new items
+    /// (`HINCRBY … items N` queued first): on one server.
+    pub(crate) count_key: Option<String>,
+    /// What its `MULTI … EXEC` does, from the reads of its `WATCH` round.
+    plan: Option<Plan>,
     aborts: u32,
+}
+
+/// A transaction's writes and answers, planned from its blocks as read.
+struct Plan {
+    /// Per item, in order: the caller's index, whether it is new, and
+    /// the index in `writes` of its block's write (for a new item).
+    items: Vec<(usize, bool, Option<usize>)>,
+    /// The blocks that gain bits: the shard (its index in the
+    /// transaction), the byte offset in the shard, the bytes to write.
+    writes: Vec<(usize, u64, Block)>,
+    /// New items.
+    new: u64,
+}
+
+impl Plan {
+    /// The count it queues (`HINCRBY`), if any.
+    fn count<'a>(&self, tx: &'a Tx) -> Option<(&'a str, u64)> {
+        match (&tx.count_key, self.new) {
+            (Some(key), n) if n > 0 => Some((key.as_str(), n)),
+            _ => None,
+        }
+    }
 }
 
 impl Tx {
@@ -111,6 +173,8 @@ impl Tx {
             slot,
             chain,
             shards: Vec::new(),
+            count_key: None,
+            plan: None,
             aborts: 0,
         }
     }
@@ -120,24 +184,57 @@ impl Tx {
         self.shards.iter().map(|s| s.items.len()).sum()
     }
 
-    /// Adds item `id` (the caller's index) setting Redis bits `bits` of
-    /// shard `shard` (key `key`, whole when `len` bytes long).
-    pub(crate) fn push(&mut self, shard: u64, key: &str, len: u64, id: usize, bits: Vec<u64>) {
+    /// Adds item `id` (the caller's index) setting the bits `mask` (the
+    /// engine's, eight little-endian words) of the block at byte `offset`
+    /// of shard `shard` (key `key`, whole when `len` bytes long).
+    pub(crate) fn push(
+        &mut self,
+        shard: u64,
+        key: &str,
+        len: u64,
+        id: usize,
+        offset: u64,
+        mask: [u64; 8],
+    ) {
         match self.shards.iter_mut().find(|s| s.shard == shard) {
-            Some(s) => s.items.push((id, bits)),
+            Some(s) => s.items.push((id, offset, mask)),
             None => self.shards.push(TxShard {
                 shard,
                 key: key.to_string(),
                 len,
-                items: vec![(id, bits)],
+                items: vec![(id, offset, mask)],
             }),
         }
+    }
+
+    /// Commands queued between its `MULTI` and `EXEC`: the count's
+    /// `HINCRBY`, if any, then one `SETRANGE` per block written.
+    fn queued(&self) -> usize {
+        self.plan
+            .as_ref()
+            .map_or(0, |p| p.count(self).is_some() as usize + p.writes.len())
     }
 
     fn ids(&self) -> impl Iterator<Item = usize> + '_ {
         self.shards
             .iter()
-            .flat_map(|s| s.items.iter().map(|(id, _)| *id))
+            .flat_map(|s| s.items.iter().map(|(id, _, _)| *id))
+    }
+}
+
+/// Whether every bit of `mask` is set in `block`.
+fn has(block: &Block, mask: &[u64; 8]) -> bool {
+    mask.iter().enumerate().all(|(w, &m)| {
+        let word = u64::from_le_bytes(block[w * 8..w * 8 + 8].try_into().expect("8 bytes"));
+        word & m == m
+    })
+}
+
+/// Sets the bits of `mask` in `block`.
+fn set(block: &mut Block, mask: &[u64; 8]) {
+    for (w, &m) in mask.iter().enumerate() {
+        let word = u64::from_le_bytes(block[w * 8..w * 8 + 8].try_into().expect("8 bytes"));
+        block[w * 8..w * 8 + 8].copy_from_slice(&(word | m).to_le_bytes());
     }
 }
 
@@ -147,14 +244,15 @@ pub(crate) struct TxShard {
     key: String,
     /// Its length when whole.
     len: u64,
-    /// Per item: the caller's index, and its Redis bits in the shard.
-    items: Vec<(usize, Vec<u64>)>,
+    /// Per item: the caller's index, its block's byte offset in the
+    /// shard, and its bits in the block.
+    items: Vec<(usize, u64, [u64; 8])>,
 }
 
 /// What happened to one item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// Its `BITFIELD` ran: whether some old bit was 0 (new).
+    /// Its transaction ran: whether some of its bits was 0 (new).
     Set(bool),
     /// Its `EXEC` was sent and no reply came back: it may have run.
     Unknown,
@@ -170,6 +268,9 @@ pub(crate) struct TxRun {
     pub(crate) error: Option<Error>,
     /// Where the call's time went (for the `trace` event of each call).
     pub(crate) stats: TxStats,
+    /// New items counted by their transactions' `HINCRBY` (see
+    /// [`Tx::count_key`]).
+    pub(crate) counted: u64,
 }
 
 /// What a call of [`run`] did beside its outcomes: round trips, aborted
@@ -396,18 +497,19 @@ fn send_round(store: &Store, c: &mut Chain, out: &mut TxRun) -> bool {
     c.unwatch = c.watch.is_some() && std::mem::take(&mut c.stale_watch);
     if let Some(tx) = &c.exec {
         c.buf.bare(b"MULTI");
-        for s in &tx.shards {
-            for (_, bits) in &s.items {
-                c.buf
-                    .start(2 + 4 * bits.len(), b"BITFIELD", s.key.as_bytes());
-                for &bit in bits {
-                    c.buf.arg(b"SET");
-                    c.buf.arg(b"u1");
-                    c.buf.arg_u64(bit);
-                    c.buf.arg(b"1");
-                }
-                c.buf.end(0);
-            }
+        let plan = tx.plan.as_ref().expect("a transaction read is planned");
+        if let Some((key, n)) = plan.count(tx) {
+            c.buf.start(4, b"HINCRBY", key.as_bytes());
+            c.buf.arg(b"items");
+            c.buf.arg_u64(n);
+            c.buf.end(0);
+        }
+        for (shard, offset, bytes) in &plan.writes {
+            c.buf
+                .start(4, b"SETRANGE", tx.shards[*shard].key.as_bytes());
+            c.buf.arg_u64(*offset);
+            c.buf.arg(bytes);
+            c.buf.end(0);
         }
         c.buf.bare(b"EXEC");
     }
@@ -424,6 +526,14 @@ fn send_round(store: &Store, c: &mut Chain, out: &mut TxRun) -> bool {
         for s in &tx.shards {
             c.buf.start(2, b"STRLEN", s.key.as_bytes());
             c.buf.end(0);
+        }
+        for s in &tx.shards {
+            for (_, offset, _) in &s.items {
+                c.buf.start(4, b"GETRANGE", s.key.as_bytes());
+                c.buf.arg_u64(*offset);
+                c.buf.arg_u64(offset + BLOCK_BYTES - 1);
+                c.buf.end(0);
+            }
         }
     }
     if c.buf.is_empty() {
@@ -516,7 +626,7 @@ fn read_round(
             }
         }
     }
-    let queued = c.exec.as_ref().map_or(0, Tx::items);
+    let queued = c.exec.as_ref().map_or(0, Tx::queued);
     // Replies: [MULTI, QUEUED × queued, EXEC] then [UNWATCH], WATCH, STRLEN….
     let exec_len = if c.exec.is_some() { queued + 2 } else { 0 };
     if let Some(e) = failure {
@@ -565,8 +675,15 @@ fn read_round(
         return end_failed(c, out, None, e);
     }
     let mut tx = tx;
+    // After the WATCH's reply: one STRLEN's per shard, then one GETRANGE's
+    // per item, shard after shard.
+    let (lengths, mut blocks) = rest[1..].split_at(tx.shards.len());
     let mut sound = Vec::with_capacity(tx.shards.len());
-    for (s, v) in tx.shards.drain(..).zip(&rest[1..]) {
+    // Per sound shard, its items' blocks as read (`None`: not 64 bytes).
+    let mut read: Vec<Vec<Option<&[u8]>>> = Vec::with_capacity(tx.shards.len());
+    for (s, v) in tx.shards.drain(..).zip(lengths) {
+        let (mine, others) = blocks.split_at(s.items.len());
+        blocks = others;
         let problem = match v {
             Value::Int(n) if *n as u64 == s.len && *n >= 0 => None,
             Value::Int(0) => Some("missing".to_string()),
@@ -574,27 +691,114 @@ fn read_round(
             Value::ServerError(e) => {
                 out.fail(store.refused(e.clone()));
                 out.outcomes
-                    .extend(s.items.iter().map(|(id, _)| (*id, Outcome::NotRun)));
+                    .extend(s.items.iter().map(|(id, _, _)| (*id, Outcome::NotRun)));
                 continue;
             }
             other => Some(format!("answered STRLEN with {other:?}")),
         };
         match problem {
-            None => sound.push(s),
+            None => {
+                read.push(
+                    mine.iter()
+                        .map(|v| match v {
+                            Value::BulkString(b) if b.len() == BLOCK_BYTES as usize => Some(&b[..]),
+                            _ => None,
+                        })
+                        .collect(),
+                );
+                sound.push(s);
+            }
             Some(p) => {
                 out.fail(damaged(s.shard, p));
                 out.outcomes
-                    .extend(s.items.iter().map(|(id, _)| (*id, Outcome::NotRun)));
+                    .extend(s.items.iter().map(|(id, _, _)| (*id, Outcome::NotRun)));
             }
         }
     }
     if sound.is_empty() {
         // Nothing to run: the connection still watches its keys.
         c.stale_watch = true;
-    } else {
-        tx.shards = sound;
-        c.ready = Some(tx);
+        return;
     }
+    tx.shards = sound;
+    if read.iter().flatten().any(Option::is_none) {
+        // A block read short although its shard was whole a moment
+        // before: the shard changed between its STRLEN and the reads, so
+        // EXEC would abort. Check and read again, as after an abort.
+        c.stale_watch = true;
+        retry(store, c, out, tx);
+        return;
+    }
+    // A transaction with nothing to write (every item present) still
+    // runs its (empty) MULTI … EXEC: EXEC clears the watch, so the
+    // connection goes back to the pool clean.
+    tx.plan = Some(plan(&tx, &read));
+    c.ready = Some(tx);
+}
+
+/// What transaction `tx` writes and answers, from its items' blocks as
+/// read (`read`: per shard, per item, 64 bytes): each item in order is
+/// new when some of its bits is 0 in its block as the items before it
+/// left it, and each block that gains bits is written whole.
+fn plan(tx: &Tx, read: &[Vec<Option<&[u8]>>]) -> Plan {
+    let mut items = Vec::with_capacity(tx.items());
+    let mut writes = Vec::new();
+    let mut new_items = 0;
+    for (si, (s, blocks)) in tx.shards.iter().zip(read).enumerate() {
+        // The shard's blocks as the items so far left them, each with the
+        // index of its write once it gains bits.
+        let mut touched: Vec<(u64, Block, Option<usize>)> = Vec::new();
+        for ((id, offset, mask), bytes) in s.items.iter().zip(blocks) {
+            let b = match touched.iter().position(|t| t.0 == *offset) {
+                Some(b) => b,
+                None => {
+                    let block: Block = bytes.expect("checked whole").try_into().expect("64 bytes");
+                    touched.push((*offset, block, None));
+                    touched.len() - 1
+                }
+            };
+            let t = &mut touched[b];
+            let new = !has(&t.1, mask);
+            if new {
+                new_items += 1;
+                set(&mut t.1, mask);
+                if t.2.is_none() {
+                    t.2 = Some(writes.len());
+                    writes.push((si, *offset, [0; BLOCK_BYTES as usize]));
+                }
+            }
+            items.push((*id, new, t.2.filter(|_| new)));
+        }
+        for (offset, block, w) in touched {
+            if let Some(w) = w {
+                writes[w] = (si, offset, block);
+            }
+        }
+    }
+    Plan {
+        items,
+        writes,
+        new: new_items,
+    }
+}
+
+/// Puts transaction `tx` back at the front of chain `c` after an abort,
+/// to be checked, read and sent again after a short wait; false (its
+/// items not run, an error) after [`MAX_ABORTS`] aborts.
+fn retry(store: &Store, c: &mut Chain, out: &mut TxRun, mut tx: Tx) -> bool {
+    tx.aborts += 1;
+    out.stats.aborts += 1;
+    tx.plan = None;
+    if tx.aborts > MAX_ABORTS {
+        out.all(&tx, Outcome::NotRun);
+        out.fail(store.protocol(format!(
+            "the shards of an add changed under each of {MAX_ABORTS} tries (other writers, or evictions)"
+        )));
+        return false;
+    }
+    c.not_before = Some(Instant::now() + abort_wait(tx.aborts));
+    c.txs.push_front(tx);
+    true
 }
 
 /// Acts on the replies to a transaction's `MULTI … EXEC` (`replies`: the
@@ -614,52 +818,58 @@ fn exec_outcomes(
         return true;
     };
     match exec {
-        Value::Array(answers) if answers.len() == tx.items() => {
-            let ids: Vec<usize> = tx.ids().collect();
-            for (id, a) in ids.into_iter().zip(answers) {
-                let o = match a {
-                    Value::Array(old) if old.iter().all(|b| matches!(b, Value::Int(_))) => {
-                        Outcome::Set(old.iter().any(|b| matches!(b, Value::Int(0))))
+        Value::Array(answers) if answers.len() == tx.queued() => {
+            let plan = tx.plan.take().expect("a transaction sent is planned");
+            let answers = match plan.count(&tx) {
+                None => &answers[..],
+                Some((_, n)) => {
+                    out.counted += n;
+                    if let Value::ServerError(e) = &answers[0] {
+                        // Statistics: the adds stand.
+                        tracing::warn!(
+                            "the item count of a filter in Redis was not updated: {e:?}"
+                        );
                     }
+                    &answers[1..]
+                }
+            };
+            // Per write: `None` if it ran (SETRANGE answers the new
+            // length), else what its new items' outcome is.
+            let mut failed = Vec::with_capacity(plan.writes.len());
+            for a in answers {
+                failed.push(match a {
+                    Value::Int(_) => None,
                     Value::ServerError(e) => {
                         // A command that fails when run writes nothing
                         // (a key of another type).
                         out.fail(store.refused(e.clone()));
-                        Outcome::NotRun
+                        Some(Outcome::NotRun)
                     }
                     other => {
                         out.fail(store.protocol(format!("unexpected reply to an add: {other:?}")));
-                        Outcome::Unknown
+                        Some(Outcome::Unknown)
                     }
-                };
+                });
+            }
+            for (id, new, write) in plan.items {
+                let o = write.and_then(|w| failed[w]).unwrap_or(Outcome::Set(new));
                 out.outcomes.push((id, o));
             }
             true
         }
         Value::Array(answers) => {
             out.fail(store.protocol(format!(
-                "{} answers to a transaction of {} adds",
+                "{} answers to a transaction of {} commands",
                 answers.len(),
-                tx.items()
+                tx.queued()
             )));
             out.all(&tx, Outcome::Unknown);
             true
         }
         Value::Nil => {
             // Aborted: a watched shard was written, deleted or evicted
-            // after the WATCH. Nothing ran; check and send it again.
-            tx.aborts += 1;
-            out.stats.aborts += 1;
-            if tx.aborts > MAX_ABORTS {
-                out.all(&tx, Outcome::NotRun);
-                out.fail(store.protocol(format!(
-                    "the shards of an add changed under each of {MAX_ABORTS} tries (other writers, or evictions)"
-                )));
-                return true;
-            }
-            c.not_before = Some(Instant::now() + abort_wait(tx.aborts));
-            c.txs.push_front(tx);
-            false
+            // after the WATCH. Nothing ran; check, read and send it again.
+            !retry(store, c, out, tx)
         }
         Value::ServerError(e) => {
             // Refused, nothing ran: EXEC itself redirected, or EXECABORT

@@ -403,8 +403,9 @@ fn leftovers_of_a_failed_push_do_not_count() {
 
 #[test]
 fn adds_go_by_sha_and_survive_a_script_flush() {
-    // Adds run no script: each is a `BITFIELD` in a transaction (`WATCH`,
-    // `STRLEN`, `MULTI` … `EXEC`), so a server that lost its script cache
+    // Adds run no script: each is its block read and written back in a
+    // transaction (`WATCH`, `STRLEN`, `GETRANGE`, `MULTI`, `SETRANGE`s,
+    // `EXEC`), so a server that lost its script cache
     // (restart, SCRIPT FLUSH, a promoted replica) changes nothing: every
     // item is still added and told "new" once, and Redis ran no `EVAL` nor
     // `EVALSHA`.
@@ -441,14 +442,150 @@ fn adds_go_by_sha_and_survive_a_script_flush() {
             .map_or(0, |v| v.parse().unwrap())
     };
     assert_eq!((calls("eval"), calls("evalsha")), (0, 0), "{stats}");
-    // One BITFIELD per item added (nothing else wrote: no abort, no
-    // retry), several items per transaction (at most 64 each), each
-    // transaction watched and checked once.
-    assert_eq!(calls("bitfield"), 6 * 3000, "{stats}");
+    // Each item added read once (nothing else wrote: no abort, no retry)
+    // beside the lookups' reads; one write per block that gained bits, so
+    // none for the second add of the same keys, and one per new item but
+    // for the few that share a block with another new item of their
+    // transaction; several items per transaction (at most 64 each), each
+    // transaction watched and checked once; each transaction that added
+    // new items counts them with an HINCRBY run by its EXEC (those of the
+    // first add of each round, none of the second: the same keys, cut into
+    // as many transactions).
+    assert_eq!(calls("bitfield"), 0, "{stats}");
+    assert_eq!(calls("getrange"), 6 * 3000 + 3 * 3000, "{stats}");
+    let setrange = calls("setrange");
+    assert!((3 * 2900..=3 * 3000).contains(&setrange), "{stats}");
     let exec = calls("exec");
     assert!((6 * 3000 / 64..=6 * 3000 / 8).contains(&exec), "{stats}");
     assert_eq!(calls("watch"), exec, "{stats}");
     assert!(calls("strlen") >= exec, "{stats}");
+    assert_eq!(calls("hincrby") * 2, exec, "{stats}");
+}
+
+#[test]
+fn an_add_counts_its_new_items_in_its_transaction() {
+    // On one server a transaction's reads say which of its items are new
+    // before its MULTI, so it counts them itself (HINCRBY run by its EXEC,
+    // no round trip of its own): the count is exact after each add, an
+    // add of nothing new counts nothing, and an add that failed on a
+    // missing shard counts what it added.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    let path = dir.path().join("d.bgf");
+    build_file(&path, 0);
+    let addr = address(&server, "d");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    // Commands run so far (those run by EXEC included).
+    let calls = |cmd: &str| -> u64 {
+        server
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|v| v.split(',').next())
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    let first: Vec<String> = (0..40).map(|i| format!("first-{i}")).collect();
+    let r = rf.add_keys(&first);
+    assert!(r.error.is_none());
+    let new1 = r.count(Added::New);
+    assert!(new1 >= 39, "{new1}");
+    // 40 items: one transaction, its count in it.
+    assert_eq!(rf.items().unwrap(), new1);
+    assert_eq!((calls("exec"), calls("hincrby")), (1, 1));
+    // A write per block that gained bits (one per item, but for items
+    // sharing a block).
+    let written = calls("setrange");
+    assert!((new1 - 2..=new1).contains(&written), "{written}");
+    // Nothing new: nothing counted, nothing written.
+    let r = rf.add_keys(&first);
+    assert_eq!(r.count(Added::Present), 40);
+    assert_eq!(rf.items().unwrap(), new1);
+    assert_eq!((calls("exec"), calls("hincrby")), (2, 1));
+    assert_eq!(calls("setrange"), written);
+
+    // A shard missing: its items are not added, the others are, and
+    // counted.
+    let place = rf.meta().place(b"second-0");
+    let skey = layout::shard_key("d", place.shard);
+    server.cli(&["DEL", &skey]);
+    let second: Vec<String> = (0..40).map(|i| format!("second-{i}")).collect();
+    let r = rf.add_keys(&second);
+    assert!(
+        matches!(r.error, Some(Error::Damaged { .. })),
+        "{:?}",
+        r.error
+    );
+    let lost = second
+        .iter()
+        .filter(|k| rf.meta().place(k.as_bytes()).shard == place.shard)
+        .count() as u64;
+    assert!(lost >= 1 && r.count(Added::NotAdded) == lost, "{r:?}");
+    assert!(r.count(Added::New) >= 39 - lost, "{r:?}");
+    assert_eq!(rf.items().unwrap(), new1 + r.count(Added::New));
+    assert_eq!(server.cli(&["EXISTS", &skey]).trim(), "(integer) 0");
+}
+
+#[test]
+fn a_block_written_back_keeps_a_racing_writers_bits() {
+    // An add reads its block and writes it back with its bits ORed in;
+    // the WATCH makes EXEC run nothing when anything wrote the shard in
+    // between, so no other writer's bit is lost. A foreign writer sets
+    // bits with bare BITFIELDs (as earlier versions of bloomgate did) in
+    // the blocks the adds write, all at once: every item of both is found
+    // afterwards, and each of the adds' items was new to it exactly once.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path(), &[]);
+    // One shard of a few blocks: every write lands in the blocks the
+    // other writer writes too.
+    let params = Params::from_plan(&plan(Layout::Blocked, 400, 1e-2).unwrap(), 7);
+    let path = dir.path().join("w.bgf");
+    Filter::new(params).unwrap().save(&path).unwrap();
+    let addr = address(&server, "w");
+    push(&path, &addr, false, &|_| {}).unwrap();
+    let rf = RedisFilter::open(&addr).unwrap();
+    assert_eq!(rf.meta().shards(), 1);
+    let ours: Vec<String> = (0..300).map(|i| format!("ours-{i}")).collect();
+    let theirs: Vec<String> = (0..300).map(|i| format!("theirs-{i}")).collect();
+    let skey = layout::shard_key("w", 0);
+    let told: Vec<bool> = std::thread::scope(|s| {
+        let foreign = s.spawn(|| {
+            let client = redis::Client::open(format!("redis://{}/", server.addr())).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            for k in &theirs {
+                let place = rf.meta().place(k.as_bytes());
+                let mut cmd = redis::cmd("BITFIELD");
+                cmd.arg(&skey);
+                for bit in place.redis_bits() {
+                    cmd.arg("SET").arg("u1").arg(bit).arg(1);
+                }
+                let _: redis::Value = cmd.query(&mut conn).unwrap();
+            }
+        });
+        let mut told = Vec::new();
+        for batch in ours.chunks(5) {
+            told.extend(rf.insert_keys(batch).unwrap());
+        }
+        foreign.join().unwrap();
+        told
+    });
+    let all: Vec<&String> = ours.iter().chain(&theirs).collect();
+    let found = rf.contains_keys(&all).unwrap();
+    for (k, f) in all.iter().zip(&found) {
+        assert!(f, "{k}: its bits were lost");
+    }
+    // Inserted again, none is new.
+    assert!(rf.insert_keys(&ours).unwrap().iter().all(|&n| !n));
+    // New once each, but for items whose bits others had set already (the
+    // filter fills up to about its planned rate: a few).
+    assert!(told.iter().filter(|&&n| n).count() >= 250, "{told:?}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `BF.ADD` through `bloomgate serve --store redis://…`, whose adds are
-//! transactions (`WATCH`, `STRLEN`, `MULTI`, `BITFIELD`s, `EXEC`) sent from
-//! several add lanes at once: a shard evicted while adds run is an error
+//! transactions (`WATCH`, `STRLEN`s and `GETRANGE`s of the blocks, `MULTI`,
+//! `SETRANGE`s, `EXEC`) of the adds of many connections at once, a
+//! pipeline in one transaction: a shard evicted while adds run is an error
 //! and is never recreated, and writers racing on the same keys — two
 //! servers' many connections and the CLI, all at once — are each told
 //! "new" for a key exactly once, with each connection's adds taking effect
@@ -187,8 +188,8 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
     let store = format!("redis://{}", redis.addr());
     let a = Server::start_args(d, &["--store", &store]);
     let b = Server::start_args(d, &["--store", &store]);
-    // 10⁷ items at 10⁻⁴: 23 shards, so a pipeline's keys spread over every
-    // add lane. At 8,000 keys a fresh key is a false positive (then "new"
+    // 10⁷ items at 10⁻⁴: 23 shards, so a pipeline's keys spread over many
+    // shards. At 8,000 keys a fresh key is a false positive (then "new"
     // to no one) with a chance far below 10⁻²⁰.
     assert_eq!(
         a.resp()
@@ -200,7 +201,7 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
     // added by three of the 17 writers, each in an order of its own, as
     // BF.ADD pipelines with every key sent twice in a row (the second add
     // of a key on one connection is never the "new" one) and BF.MADD of
-    // 1–7 keys (a request spread over several add lanes).
+    // 1–7 keys (a request spread over several shards).
     let writers = 17;
     let lists: Vec<Vec<String>> = (0..writers)
         .map(|w| {
@@ -302,4 +303,61 @@ fn two_servers_and_the_cli_tell_each_key_new_once() {
     // The metadata's count has every key once.
     assert_eq!(a.resp().cmd(&["BF.CARD", "f"]).int(), 8000);
     assert_eq!(b.resp().cmd(&["BF.CARD", "f"]).int(), 8000);
+}
+
+#[test]
+fn a_pipeline_of_adds_is_one_transaction_and_counted_before_its_answers() {
+    // A connection's pipelined adds are all queued before the add worker
+    // is woken, so a pipeline sent alone is one batch: one transaction
+    // (one WATCH, one EXEC), a read per item and a write per block that
+    // gains bits, and the count of its new items (an HINCRBY in the same
+    // transaction), so the count is in Redis before the answers. Added
+    // again, nothing is new: nothing is written nor counted.
+    if redis_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let redis = RedisServer::start(d, &[]);
+    let s = Server::start_args(d, &["--store", &format!("redis://{}", redis.addr())]);
+    let mut c = s.resp();
+    assert_eq!(
+        c.cmd(&["BF.RESERVE", "f", "0.0001", "10000000", "NONSCALING"]),
+        V::Simple("OK".into())
+    );
+    let calls = |cmd: &str| -> u64 {
+        redis
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|v| v.split(',').next())
+            .map_or(0, |v| v.parse().unwrap())
+    };
+    // The add worker starts with the first add, and then waits for the next.
+    assert_eq!(c.cmd(&["BF.ADD", "f", "first"]), V::Int(1));
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let keys: Vec<String> = (0..PIPELINE).map(|i| format!("one-batch-{i}")).collect();
+    // The whole pipeline in one write, so that the server reads it at once.
+    let pipeline = |c: &mut Resp| {
+        let mut all = Vec::new();
+        for k in &keys {
+            all.extend_from_slice(
+                format!("*3\r\n$6\r\nBF.ADD\r\n$1\r\nf\r\n${}\r\n{k}\r\n", k.len()).as_bytes(),
+            );
+        }
+        std::io::Write::write_all(c.r.get_mut(), &all).unwrap();
+        (0..PIPELINE).map(|_| c.read().unwrap()).collect::<Vec<V>>()
+    };
+    assert_eq!(pipeline(&mut c), vec![V::Int(1); PIPELINE]);
+    let stats = |names: &[&str]| names.iter().map(|n| calls(n)).collect::<Vec<u64>>();
+    let names = [
+        "watch", "exec", "getrange", "setrange", "hincrby", "bitfield",
+    ];
+    // 16 keys in 10⁷·19 bits of blocks: no two share a block.
+    assert_eq!(stats(&names), vec![1, 1, 16, 16, 1, 0]);
+    let items = redis.cli(&["HGET", &layout::meta_key("f"), "items"]);
+    assert_eq!(items.trim().trim_matches('"'), "17");
+    assert_eq!(c.cmd(&["BF.CARD", "f"]).int(), 17);
+    assert_eq!(pipeline(&mut c), vec![V::Int(0); PIPELINE]);
+    assert_eq!(stats(&names), vec![2, 2, 32, 16, 1, 0]);
 }

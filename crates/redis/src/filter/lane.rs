@@ -6,10 +6,11 @@
 //!
 //! An add transaction ([`crate::txn`]) needs the `WATCH` and `STRLEN` of
 //! its shards answered before its `MULTI … EXEC` is sent: a shard found
-//! missing must not be written (a `BITFIELD` would create it as zeros),
-//! and `WATCH` does not abort an `EXEC` for a key that was missing before
-//! it. So a call of [`RedisFilter::add_keys`] is at least two round trips,
-//! and three with the item count's `HINCRBY`. A server's add lane sends a
+//! missing must not be written (a write would create it as zeros), and
+//! `WATCH` does not abort an `EXEC` for a key that was missing before it.
+//! So a call of [`RedisFilter::add_keys`] is at least two round trips
+//! (three when this lane was written, with the item count's `HINCRBY`,
+//! since queued in the transaction itself). A server's add lane sends a
 //! batch whenever the one before returned; each round trip is a wake-up of
 //! the lane's thread, of Redis, and of the thread again, and on a loaded
 //! machine each wake-up may wait for a core.

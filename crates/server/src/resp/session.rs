@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::store::{Ack, AddOutcome, Added, Checked, Filter, LookupScratch};
+use crate::store::{Ack, AddOutcome, AddReply, Checked, Filter, LookupScratch};
 use crate::App;
 
 /// The per-connection state commands read and change.
@@ -57,10 +57,7 @@ pub(super) enum Later {
         filter: Filter,
     },
     /// `BF.ADD`/`BF.MADD`.
-    Add {
-        rx: tokio::sync::oneshot::Receiver<Added>,
-        multi: bool,
-    },
+    Add { rx: AddReply, multi: bool },
 }
 
 /// A connection's cached name lookup. Pipelined lookups usually name one

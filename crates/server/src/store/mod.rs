@@ -87,7 +87,8 @@ pub use local::deletable::{
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{Listed, LocalStore, LookupScratch, Named};
 pub use redis::{
-    add_failed, worker_gone, Added, Checked, RedisNamed, RedisOptions, RedisStore, StoreHealth,
+    add_failed, worker_gone, AddReply, Added, Checked, RedisNamed, RedisOptions, RedisStore,
+    StoreHealth,
 };
 
 /// The filters the server serves (see the [module doc](self)).
@@ -291,11 +292,7 @@ impl Store {
     /// its outcomes (or of its error); `None` when the store does not
     /// queue adds (the local store, or a Redis store that waits for
     /// replicas): [`Store::add`] then. The adds are done when it answers.
-    pub fn add_later(
-        &self,
-        filter: &Filter,
-        entries: &[&[u8]],
-    ) -> Option<tokio::sync::oneshot::Receiver<Added>> {
+    pub fn add_later(&self, filter: &Filter, entries: &[&[u8]]) -> Option<AddReply> {
         match (self, filter) {
             (Store::Redis(s), Filter::Redis(n)) => s.add_later(n, entries),
             _ => None,

@@ -10,8 +10,8 @@
 //!   pipelined per node), answered with the same key rules, match mode and
 //!   whitelist as the filter's file. A shard that cannot be read is
 //!   [`StoreError::Unavailable`] (HTTP 503, RESP `-TRYAGAIN`), never "absent".
-//! * **Adds** are the crate's `BITFIELD` adds: an item is new exactly when
-//!   some of its old bits were 0, so among servers racing on one item
+//! * **Adds** are the crate's guarded adds: an item is new exactly when
+//!   some of its bits was 0, so among servers racing on one item
 //!   exactly one answers "new". An add is acknowledged when Redis has run
 //!   it; with [`RedisOptions::wait_replicas`] only once `WAIT` reports that
 //!   many replicas have it (see [`RedisStore`]). An add that fails is
@@ -69,7 +69,7 @@ use crate::Limits;
 mod named;
 
 use named::Broken;
-pub use named::{Added, Checked, RedisNamed};
+pub use named::{AddReply, Added, Checked, RedisNamed};
 
 /// How long a server answers from a filter's metadata and whitelist
 /// before it checks them again (one `HMGET` per filter per interval).
@@ -630,7 +630,7 @@ impl RedisStore {
         entries: &[&[u8]],
         out: &mut Vec<AddOutcome>,
     ) -> Result<(), StoreError> {
-        let outcomes = named.wait(named.queue_add(entries))?;
+        let outcomes = named.wait_add(named.queue_add(entries))?;
         if self.opts.wait_replicas > 0 {
             let f = named.read()?;
             let keys: Vec<Vec<u8>> = entries
@@ -657,11 +657,7 @@ impl RedisStore {
     /// `coalesce`) and returns where its outcomes will arrive, for a caller
     /// that must not block; `None` when an add must also wait for replicas
     /// ([`RedisOptions::wait_replicas`]): [`RedisStore::add`] then.
-    pub fn add_later(
-        &self,
-        named: &RedisNamed,
-        entries: &[&[u8]],
-    ) -> Option<tokio::sync::oneshot::Receiver<Added>> {
+    pub fn add_later(&self, named: &RedisNamed, entries: &[&[u8]]) -> Option<AddReply> {
         self.queues_adds().then(|| named.queue_add(entries))
     }
 

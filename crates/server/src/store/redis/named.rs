@@ -21,7 +21,7 @@ use crate::Limits;
 
 mod coalesce;
 
-pub use coalesce::{Added, Checked};
+pub use coalesce::{AddReply, Added, Checked};
 
 /// One filter of the [`RedisStore`].
 pub struct RedisNamed {
@@ -92,11 +92,19 @@ impl RedisNamed {
         }
     }
 
-    pub(super) fn queue_add(&self, entries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Added> {
+    pub(super) fn queue_add(&self, entries: &[&[u8]]) -> AddReply {
         match &self.filter {
             Ok(_) => self.batches.add(entries),
-            Err(broken) => ready(Err(broken.error())),
+            Err(broken) => AddReply::ready(ready(Err(broken.error()))),
         }
+    }
+
+    /// Waits (blocking the thread) for a queued add's answer.
+    pub(super) fn wait_add(
+        &self,
+        rx: AddReply,
+    ) -> Result<Vec<crate::store::AddOutcome>, StoreError> {
+        rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
     }
 
     /// Waits (blocking the thread) for a queued request's answer.

@@ -13,9 +13,33 @@
 //! returns"). At most [`CHECKERS`] lookup batches and [`ADDERS`] add
 //! batches of a filter are in flight at a time.
 //!
+//! # What an add costs, and the wake-ups
+//!
+//! An add batch is two round trips to Redis whatever its size (`WATCH`,
+//! `STRLEN`s and `GETRANGE`s, then `MULTI`, `SETRANGE`s, `EXEC`: the
+//! crate's `txn`), and each round trip costs Redis as much CPU as a dozen
+//! pipelined commands (its `epoll_wait`, `read` and `write`: 12 µs on the
+//! 2-core VM of BENCHMARKS.md, against 0.8–0.9 µs for a pipelined
+//! `GETRANGE`).
+//! At a few tens of thousands of adds a second, where the machine has no
+//! idle core left, the CPU per add is what sets the latency, so the adds
+//! are cut into as few batches as the delays allow:
+//!
+//! * A queued add does not wake its lane's worker; its [`AddReply`] does,
+//!   when it is first awaited, waited for or dropped. A connection queues
+//!   every add of a client's pipeline before it awaits the first answer,
+//!   so the pipeline goes as one batch instead of its first add alone and
+//!   the rest behind it; and a worker is woken (a system call) only when
+//!   it waits, not for every request.
+//! * One add lane ([`ADDERS`]): four lanes took a pipeline of 16 adds in
+//!   four batches of four.
+//! * The item count's `HINCRBY` is in the batch's transaction (the
+//!   crate's), not a third round trip.
+//!
 //! The pipelining is the crate's, as the CLI uses it
 //! ([`RedisFilter::contains_keys`], [`RedisFilter::insert_keys`]: one
-//! `GETRANGE` or `BITFIELD` per key, one pipeline per node, several
+//! `GETRANGE` per key, and a guarded write per block added to, one
+//! pipeline per node, several
 //! connections per node for large batches). What this module adds is the
 //! cut by node: in a cluster, a batch's keys are grouped by the master
 //! that serves their shard and each group is one crate call (the groups
@@ -69,8 +93,9 @@ pub type Added = Result<Vec<AddOutcome>, StoreError>;
 pub(super) const CHECKERS: usize = 2;
 
 /// Add lanes per filter: add batches in flight at once, each of the
-/// entries of its shards (see the module documentation).
-pub(super) const ADDERS: usize = 4;
+/// entries of its shards (see the module documentation). One: batches
+/// as large as the load makes them, at the least CPU per add.
+pub(super) const ADDERS: usize = 1;
 
 /// Items (queries or entries) per batch; a single larger request is
 /// taken alone. The crate cuts a batch into pipelines of 4,096 commands
@@ -189,6 +214,8 @@ struct State {
     jobs: VecDeque<Job>,
     /// Workers started (they run until the queue is closed).
     workers: usize,
+    /// Workers waiting for a job.
+    waiting: usize,
     closed: bool,
 }
 
@@ -212,7 +239,9 @@ impl Queue {
             if s.closed {
                 return None;
             }
+            s.waiting += 1;
             s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+            s.waiting -= 1;
         }
         let mut items = 0;
         let mut out = Vec::new();
@@ -230,13 +259,76 @@ impl Queue {
         self.lock().closed = true;
         self.ready.notify_all();
     }
+
+    /// Wakes a waiting worker if there is work (a system call, so only
+    /// then).
+    fn wake(&self) {
+        let s = self.lock();
+        if s.waiting > 0 && !s.jobs.is_empty() {
+            drop(s);
+            self.ready.notify_one();
+        }
+    }
+}
+
+/// The answer to a queued add, on its way (a future, or
+/// [`AddReply::blocking_recv`]). Queueing an add wakes no worker: this
+/// does, when it is first polled, waited for or dropped (see the module
+/// documentation), so that a connection's pipelined adds, all queued
+/// before it awaits the first, go in one batch.
+pub struct AddReply {
+    rx: Option<oneshot::Receiver<Added>>,
+    /// The add queues to wake, until they are.
+    wake: Option<Arc<Vec<Arc<Queue>>>>,
+}
+
+impl AddReply {
+    /// An answer that is already there (no queue to wake).
+    pub(crate) fn ready(rx: oneshot::Receiver<Added>) -> AddReply {
+        AddReply {
+            rx: Some(rx),
+            wake: None,
+        }
+    }
+
+    fn wake(&mut self) {
+        if let Some(queues) = self.wake.take() {
+            queues.iter().for_each(|q| q.wake());
+        }
+    }
+
+    /// Waits for the answer, blocking the thread.
+    pub fn blocking_recv(mut self) -> Result<Added, oneshot::error::RecvError> {
+        self.wake();
+        self.rx.take().expect("not received yet").blocking_recv()
+    }
+}
+
+impl std::future::Future for AddReply {
+    type Output = Result<Added, oneshot::error::RecvError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        self.wake();
+        let rx = self.rx.as_mut().expect("not received yet");
+        std::pin::Pin::new(rx).poll(cx)
+    }
+}
+
+impl Drop for AddReply {
+    fn drop(&mut self) {
+        // A request nobody awaits still goes (the adds were asked for).
+        self.wake();
+    }
 }
 
 /// The queues of one filter and their workers (see the module doc).
 pub(super) struct Coalescer {
     checks: Arc<Queue>,
     /// One queue per add lane.
-    adds: Vec<Arc<Queue>>,
+    adds: Arc<Vec<Arc<Queue>>>,
     /// How entries are placed in lanes (`None` until the filter is read).
     placer: Mutex<Option<Arc<Placer>>>,
     /// The filter, for the workers (a weak reference: the workers stop
@@ -263,7 +355,7 @@ impl Coalescer {
     ) -> Coalescer {
         Coalescer {
             checks: Arc::default(),
-            adds: (0..ADDERS).map(|_| Arc::default()).collect(),
+            adds: Arc::new((0..ADDERS).map(|_| Arc::default()).collect()),
             placer: Mutex::new(filter.map(|f| Arc::new(Placer::of(f)))),
             owner,
             max_item_bytes,
@@ -289,30 +381,36 @@ impl Coalescer {
             reply: tx,
         };
         self.queue(&self.checks, CHECKERS, job, usize::MAX);
+        self.checks.wake();
         rx
     }
 
-    /// Queues an add of `entries`, in parts by add lane.
-    pub(super) fn add(&self, entries: &[&[u8]]) -> oneshot::Receiver<Added> {
+    /// Queues an add of `entries`, in parts by add lane (the workers are
+    /// woken by the [`AddReply`]).
+    pub(super) fn add(&self, entries: &[&[u8]]) -> AddReply {
         let (tx, rx) = oneshot::channel();
-        let placer = self
-            .placer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         let mut parts: Vec<Vec<usize>> = vec![Vec::new(); ADDERS];
-        for (i, e) in entries.iter().enumerate() {
-            let lane = match &placer {
-                Some(p) if e.len() <= self.max_item_bytes => p.lane(e),
-                _ => 0,
-            };
-            parts[lane].push(i);
+        if ADDERS == 1 {
+            parts[0].extend(0..entries.len());
+        } else {
+            let placer = self
+                .placer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            for (i, e) in entries.iter().enumerate() {
+                let lane = match &placer {
+                    Some(p) if e.len() <= self.max_item_bytes => p.lane(e),
+                    _ => 0,
+                };
+                parts[lane].push(i);
+            }
         }
         let left = parts.iter().filter(|p| !p.is_empty()).count();
         let queued = Instant::now();
         if left == 0 {
             let _ = tx.send(Ok(Vec::new()));
-            return rx;
+            return AddReply::ready(rx);
         }
         let join = Arc::new(Mutex::new(Join {
             outcomes: vec![None; entries.len()],
@@ -334,7 +432,10 @@ impl Coalescer {
             };
             self.queue(&self.adds[lane], 1, job, lane);
         }
-        rx
+        AddReply {
+            rx: Some(rx),
+            wake: Some(self.adds.clone()),
+        }
     }
 
     /// Queues `job`, starting the queue's workers on first use (`lane`:
@@ -358,8 +459,6 @@ impl Coalescer {
             }
         }
         s.jobs.push_back(job);
-        drop(s);
-        queue.ready.notify_one();
     }
 }
 
@@ -537,7 +636,7 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
 
 /// Runs a batch of adds of one lane (in the order queued), as
 /// `RedisStore::add` did for one request: entries too long or invalid get
-/// their outcome, the others are added by the crate's guarded `BITFIELD`s.
+/// their outcome, the others are added by the crate's guarded adds.
 fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usize) {
     let taken = Instant::now();
     let oldest = jobs
