@@ -465,9 +465,9 @@ fn the_whitelist_is_kept_beside_the_filter_and_follows_its_export() {
     let d = dir.path();
     let s = store(d);
     let n = s.cf_create("own", &spec(100, 1)).unwrap();
-    let (w, x, empty): (&[u8], &[u8], &[u8]) = (b"w", b"x", b"");
+    let (w, x, v): (&[u8], &[u8], &[u8]) = (b"w", b"x", b"v");
     assert_eq!(
-        n.whitelist(&[w, empty], true).unwrap(),
+        n.whitelist(&[w, v], true).unwrap(),
         [Ok(false), Ok(false)]
     );
     let own = d.join("own.cf.whitelist");
