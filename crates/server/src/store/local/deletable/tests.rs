@@ -466,10 +466,7 @@ fn the_whitelist_is_kept_beside_the_filter_and_follows_its_export() {
     let s = store(d);
     let n = s.cf_create("own", &spec(100, 1)).unwrap();
     let (w, x, v): (&[u8], &[u8], &[u8]) = (b"w", b"x", b"v");
-    assert_eq!(
-        n.whitelist(&[w, v], true).unwrap(),
-        [Ok(false), Ok(false)]
-    );
+    assert_eq!(n.whitelist(&[w, v], true).unwrap(), [Ok(false), Ok(false)]);
     let own = d.join("own.cf.whitelist");
     assert_eq!(Whitelist::load(&own).unwrap().len(), 2, "durable");
     assert_eq!(n.whitelist(&[w, x], false).unwrap(), [Ok(true), Ok(false)]);
