@@ -13,9 +13,20 @@
 //! first line other than the version line is refused (a newer or foreign
 //! file), as is a malformed escape. Writes are atomic: temp file, fsync,
 //! rename, directory fsync.
+//!
+//! # One whitelist per filter
+//!
+//! A served filter publishes a new list for lookups whenever its layers
+//! grow or its whitelist changes, and each list holds the whitelist. Its
+//! keys are therefore shared, not copied: cloning a [`Whitelist`] is one
+//! reference count, and the set is copied only by the first edit of a
+//! clone that shares it (copy on write), which is what an edit made on
+//! the side and published once durable needs anyway. However often a
+//! filter grows, it holds one whitelist.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// First line of every whitelist file.
 pub const WHITELIST_HEADER: &str = "# bloomgate whitelist v1";
@@ -46,10 +57,11 @@ pub enum WhitelistError {
     },
 }
 
-/// An exact set of keys.
+/// An exact set of keys. A clone shares the keys until one of the two
+/// is edited (see the module documentation).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Whitelist {
-    keys: BTreeSet<Vec<u8>>,
+    keys: Arc<BTreeSet<Vec<u8>>>,
 }
 
 impl Whitelist {
@@ -99,7 +111,9 @@ impl Whitelist {
             }
             keys.insert(unescape(line).map_err(|r| (i + 2, r))?);
         }
-        Ok(Whitelist { keys })
+        Ok(Whitelist {
+            keys: Arc::new(keys),
+        })
     }
 
     /// Serializes to the file format.
@@ -107,7 +121,7 @@ impl Whitelist {
         let mut out = Vec::with_capacity(32 + self.keys.iter().map(|k| k.len() + 1).sum::<usize>());
         out.extend_from_slice(WHITELIST_HEADER.as_bytes());
         out.push(b'\n');
-        for k in &self.keys {
+        for k in self.keys.iter() {
             escape_into(k, &mut out);
             out.push(b'\n');
         }
@@ -134,12 +148,15 @@ impl Whitelist {
 
     /// Adds a key; returns true if it was new.
     pub fn insert(&mut self, key: Vec<u8>) -> bool {
-        self.keys.insert(key)
+        if self.keys.contains(&key) {
+            return false;
+        }
+        Arc::make_mut(&mut self.keys).insert(key)
     }
 
     /// Removes a key; returns true if it was there.
     pub fn remove(&mut self, key: &[u8]) -> bool {
-        self.keys.remove(key)
+        self.keys.contains(key) && Arc::make_mut(&mut self.keys).remove(key)
     }
 
     /// Number of keys.
@@ -200,6 +217,27 @@ mod tests {
         w.insert(b"a\nb\\c \x00\xff".to_vec());
         let parsed = Whitelist::parse(&w.to_bytes()).unwrap();
         assert_eq!(parsed, w);
+    }
+
+    /// A clone shares the keys (one whitelist however often a served
+    /// filter publishes a new list) until one side is edited; an edit
+    /// never shows through the other side, and an edit that changes
+    /// nothing copies nothing.
+    #[test]
+    fn clones_share_keys_until_edited() {
+        let mut w = Whitelist::default();
+        w.insert(b"a".to_vec());
+        let mut c = w.clone();
+        assert!(Arc::ptr_eq(&w.keys, &c.keys));
+        assert!(!c.insert(b"a".to_vec()));
+        assert!(!c.remove(b"absent"));
+        assert!(Arc::ptr_eq(&w.keys, &c.keys));
+        assert!(c.insert(b"b".to_vec()));
+        assert!(!Arc::ptr_eq(&w.keys, &c.keys));
+        assert!(!w.contains(b"b") && c.contains(b"b"));
+        assert!(c.remove(b"a"));
+        assert!(w.contains(b"a") && !c.contains(b"a"));
+        assert_eq!((w.len(), c.len()), (1, 1));
     }
 
     #[test]

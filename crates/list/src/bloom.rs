@@ -14,10 +14,12 @@
 //! A `BloomList` is a `List` of the Bloom shape by construction (its
 //! `List` is private and made only here), so its layers are at hand
 //! without asking which shape it is: adds, growth and `info` read them.
-//! Nothing in it is shared between two `BloomList`s but the layers' bits
-//! (a [`Layers`] clone shares them): a change publishes a new one
+//! Two `BloomList`s share the layers' bits (a [`Layers`] clone shares
+//! them) and the whitelist's keys (a [`Whitelist`] clone shares them until
+//! it is edited), nothing else: a change publishes a new one
 //! ([`BloomList::with_layers`], or an edited clone), and a lookup that
-//! loaded the old one finishes on it.
+//! loaded the old one finishes on it. However often a filter grows, it
+//! holds one whitelist.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -27,7 +29,7 @@ use bloomgate_blacklist::{Blacklist, VerdictRef, Whitelist};
 use bloomgate_url::KeyError;
 
 use crate::check::{check_many, CheckScratch};
-use crate::{List, OpenOptions, Store};
+use crate::{List, Store};
 
 /// A [`List`] of the Bloom shape made from layers and a whitelist a
 /// caller holds (see the module documentation).
@@ -40,13 +42,9 @@ impl BloomList {
     /// The list of `layers` and `whitelist`, whose files are at `path`
     /// (its first layer's file: the whitelist is saved beside it).
     pub fn new(path: &Path, layers: Layers, whitelist: Whitelist) -> BloomList {
+        let store = Store::Bloom(Box::new(Blacklist::from_layers(layers, whitelist, path)));
         BloomList {
-            list: List {
-                address: path.display().to_string(),
-                store: Store::Bloom(Box::new(Blacklist::from_layers(layers, whitelist, path))),
-                options: OpenOptions::default(),
-                _lock: None,
-            },
+            list: List::held(path.display().to_string(), store, false),
         }
     }
 
@@ -80,7 +78,7 @@ impl BloomList {
     }
 
     /// The same list over `layers` (grown, or with a new generation): the
-    /// same path and whitelist.
+    /// same path, and the same whitelist (shared, not copied).
     pub fn with_layers(&self, layers: Layers) -> BloomList {
         BloomList::new(
             Path::new(self.list.address()),
@@ -118,7 +116,7 @@ impl BloomList {
 
 impl Clone for BloomList {
     /// The same list, to edit and publish in its place: the layers' bits
-    /// shared, the whitelist copied.
+    /// shared, and the whitelist until the edit (copied on write).
     fn clone(&self) -> BloomList {
         self.with_layers(self.layers().clone())
     }

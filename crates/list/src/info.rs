@@ -424,7 +424,7 @@ pub(crate) fn table(
     o: &OpenOptions,
 ) -> Result<Info, Error> {
     let (kind, mode) = f.key_rules();
-    let (kind, mode) = crate::rules_of(path, kind, mode)?;
+    let (kind, mode) = crate::open::rules_of(path, kind, mode)?;
     let data_bytes = f.bytes();
     let planned = f.planned();
     let mut v = json!({

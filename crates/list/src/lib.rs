@@ -65,18 +65,20 @@ pub mod check;
 mod delta;
 mod error;
 pub mod info;
+mod open;
 pub mod stamp;
 mod table;
 pub mod units;
 
 use std::path::{Path, PathBuf};
 
-use bloomgate_blacklist::datadir::{self, DirLock};
-use bloomgate_blacklist::{Blacklist, LogMode, Opened, VerdictRef, Whitelist};
-use bloomgate_engine::format::{peek_layout_code, LAYOUT_RIBBON};
+use bloomgate_blacklist::datadir::DirLock;
+use bloomgate_blacklist::{Blacklist, Opened, VerdictRef, Whitelist};
 use bloomgate_engine::{DeletableTable, Removal, Ribbon};
-use bloomgate_redis::{Added, Address, RedisFilter};
+use bloomgate_redis::{Added, RedisFilter};
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
+
+use open::{is_static, open_bloom, open_redis, open_static, rules_of, verify_layers};
 
 pub use bloom::BloomList;
 pub use check::{CheckScratch, Verdict};
@@ -219,15 +221,21 @@ impl List {
             rules,
             Whitelist::default(),
         )));
-        Ok(List {
-            address: path.to_string(),
+        Ok(List::held(path.to_string(), store, true))
+    }
+
+    /// A list over a store made in memory, which no file opened and no
+    /// lock guards (a caller holds it): `update` if it takes changes.
+    fn held(address: String, store: Store, update: bool) -> List {
+        List {
+            address,
             store,
             options: OpenOptions {
-                update: true,
+                update,
                 ..OpenOptions::default()
             },
             _lock: None,
-        })
+        }
     }
 
     /// The list's path as given, or its Redis address without the password.
@@ -604,16 +612,8 @@ impl List {
     /// written by [`List::save_whitelist`]; Redis's at once.
     pub fn whitelist_add(&mut self, item: &[u8]) -> Result<bool, Error> {
         let key = self.entry_key(item)?.into_owned();
-        let (kind, mode) = self.rules();
-        let mut lookups = vec![key.clone()];
-        let mut scratch = Vec::new();
-        if query_keys(kind, mode, item, &mut scratch).is_ok() {
-            lookups.append(&mut scratch);
-        }
-        let keys: Vec<&[u8]> = lookups.iter().map(Vec::as_slice).collect();
-        let mut found = Vec::new();
-        self.contains_many(&keys, &mut found, &mut Vec::new())?;
-        let was_hit = found.iter().any(|&f| f);
+        let kind = self.kind();
+        let was_hit = self.is_hit(item, &key)?;
         match &mut self.store {
             Store::Bloom(b) => {
                 b.whitelist_add(item).map_err(|reason| Error::InvalidItem {
@@ -633,6 +633,23 @@ impl List {
             }
         }
         Ok(was_hit)
+    }
+
+    /// Whether the list holds `item` (whose entry key is `key`) or any of
+    /// its query's lookup keys, whitelisted or not: what a whitelist add
+    /// reports, so that a caller can say when whitelisting an item that is
+    /// not a hit changes nothing.
+    pub(crate) fn is_hit(&self, item: &[u8], key: &[u8]) -> Result<bool, Error> {
+        let (kind, mode) = self.rules();
+        let mut lookups = vec![key.to_vec()];
+        let mut scratch = Vec::new();
+        if query_keys(kind, mode, item, &mut scratch).is_ok() {
+            lookups.append(&mut scratch);
+        }
+        let keys: Vec<&[u8]> = lookups.iter().map(Vec::as_slice).collect();
+        let mut found = Vec::new();
+        self.contains_many(&keys, &mut found, &mut Vec::new())?;
+        Ok(found.iter().any(|&f| f))
     }
 
     /// Whitelists (`add`) or takes off the whitelist each of `items`, in
@@ -768,128 +785,4 @@ impl List {
             Store::Static(t) => t.filter.file_len() + t.delta.bytes(),
         }
     }
-}
-
-/// True if `path` is a static ribbon filter file.
-fn is_static(path: &str) -> bool {
-    peek_layout_code(Path::new(path)).ok() == Some(LAYOUT_RIBBON)
-}
-
-/// Opens a static ribbon filter file (mapped read-only) with its
-/// whitelist and its delta of added keys; for an update (adds into the
-/// delta) its data directory locked, as for any file.
-fn open_static(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    let lock = match (options.lock || options.update) && !options.served {
-        true => lock_dir(path)?,
-        false => None,
-    };
-    let filter = match options.in_memory {
-        true => Ribbon::open_in_memory(path)?,
-        false => Ribbon::open(path)?,
-    };
-    let h = filter.header();
-    let (kind, mode) = rules_of(path, h.key_kind, h.match_mode)?;
-    let whitelist = Whitelist::load(&Whitelist::path_for(Path::new(path)))
-        .map_err(bloomgate_blacklist::Error::from)?;
-    if options.verify {
-        filter.verify()?;
-    }
-    let delta = delta::Delta::open(
-        Path::new(path),
-        &filter,
-        (kind.as_u8(), mode.as_u8()),
-        options.update,
-    )?;
-    let list = Static {
-        filter,
-        kind,
-        mode,
-        whitelist,
-        delta,
-    };
-    Ok((path.to_string(), Store::Static(Box::new(list)), lock))
-}
-
-/// What an opener returns: the address to show, the store, and the data
-/// directory's lock when one was taken.
-type Opening = (String, Store, Option<DirLock>);
-
-/// Opens a filter in Redis. The options of files are refused before any
-/// connection is made.
-fn open_redis(address: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    let mut a = Address::parse(address)?;
-    let shown = a.display();
-    let refuse = |problem: &str| Error::Unsupported {
-        address: shown.clone(),
-        problem: problem.into(),
-    };
-    if options.verify {
-        return Err(refuse(
-            "a filter in Redis has no checksum to verify (--verify applies to filter files)",
-        ));
-    }
-    if options.snapshot_only {
-        return Err(refuse("a filter in Redis has no snapshot apart from its live state (--snapshot-only applies to filter files)"));
-    }
-    if let Some(p) = &options.password_file {
-        a = a.with_password_file(p)?;
-    }
-    let f = RedisFilter::open(&a).map_err(|source| Error::RedisOpen {
-        address: shown.clone(),
-        source: Box::new(source),
-    })?;
-    Ok((shown, Store::Redis(Box::new(f)), None))
-}
-
-/// Opens a Bloom filter file with all its layers: for an update writable
-/// (its data directory locked by the opener), otherwise read-only with a
-/// served data directory's live adds replayed (unless snapshot-only).
-fn open_bloom(path: &str, options: &OpenOptions) -> Result<Opening, Error> {
-    if options.verify {
-        verify_layers(path)?;
-    }
-    if options.update {
-        let list = Blacklist::open_for_update(path)?;
-        return Ok((path.to_string(), Store::Bloom(Box::new(list)), None));
-    }
-    let lock = match options.lock {
-        true => lock_dir(path)?,
-        false => None,
-    };
-    let log = match options.snapshot_only {
-        true => LogMode::SnapshotOnly,
-        false => LogMode::Replay,
-    };
-    let list = Blacklist::open_read(path, log)?;
-    Ok((path.to_string(), Store::Bloom(Box::new(list)), lock))
-}
-
-/// The data directory's lock, if `path` is in one.
-fn lock_dir(path: &str) -> Result<Option<DirLock>, Error> {
-    Ok(match datadir::locate(Path::new(path)) {
-        Some((dir, _)) => Some(DirLock::acquire(&dir)?),
-        None => None,
-    })
-}
-
-/// Checks every layer file of a Bloom filter against its checksum.
-fn verify_layers(path: &str) -> Result<(), Error> {
-    let files = Blacklist::open_read(path, LogMode::SnapshotOnly)?;
-    for f in &files.layers().layers {
-        f.verify()?;
-    }
-    Ok(())
-}
-
-/// The key kind and match mode a file's header records.
-fn rules_of(path: &str, kind: u8, mode: u8) -> Result<(KeyKind, MatchMode), Error> {
-    let unknown = |what, code| Error::UnknownRules {
-        address: path.to_string(),
-        what,
-        code,
-    };
-    Ok((
-        KeyKind::from_u8(kind).ok_or_else(|| unknown("key kind", kind))?,
-        MatchMode::from_u8(mode).ok_or_else(|| unknown("match mode", mode))?,
-    ))
 }

@@ -46,7 +46,8 @@ use bloomgate_engine::{
 use bloomgate_url::{KeyError, KeyKind, MatchMode};
 
 use crate::check::CheckScratch;
-use crate::{lock_dir, rules_of, Error, List, OpenOptions, Opening, Store};
+use crate::open::{lock_dir, rules_of, Opening};
+use crate::{Error, List, OpenOptions, Store};
 
 /// A chain of counting or cuckoo tables with its key rules and whitelist:
 /// the store of every deletable list.
@@ -197,15 +198,7 @@ impl TableList {
             served: true,
         };
         TableList {
-            list: List {
-                address: String::new(),
-                store: Store::Table(Box::new(table)),
-                options: OpenOptions {
-                    update: true,
-                    ..OpenOptions::default()
-                },
-                _lock: None,
-            },
+            list: List::held(String::new(), Store::Table(Box::new(table)), true),
         }
     }
 
@@ -234,9 +227,45 @@ impl TableList {
         &self.table().chain
     }
 
-    /// Replaces the whitelist (read from its file).
+    /// Replaces the whitelist (read from its file, or edited by
+    /// [`TableList::whitelist_edited`] and made durable).
     pub fn set_whitelist(&mut self, whitelist: Whitelist) {
         self.table_mut().whitelist = whitelist;
+    }
+
+    /// The whitelist [`List::whitelist_edit`] of `items` would leave,
+    /// with its answers per item (whether it was a hit, for an add; whether
+    /// it was there, for a remove; or why it is not a valid entry), made
+    /// on a copy: the list is left as it is, for a caller that makes the
+    /// new whitelist durable before it serves it
+    /// ([`TableList::set_whitelist`]). The copy shares the whitelist's
+    /// keys until its first edit ([`Whitelist`] is copied on write).
+    pub fn whitelist_edited(
+        &self,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<(Whitelist, Vec<Result<bool, KeyError>>), Error> {
+        let mut whitelist = self.table().whitelist.clone();
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            let key = match self.entry_key(item) {
+                Ok(k) => k.into_owned(),
+                Err(Error::InvalidItem { reason, .. }) => {
+                    out.push(Err(reason));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            out.push(Ok(match add {
+                true => {
+                    let hit = self.list.is_hit(item, &key)?;
+                    whitelist.insert(key);
+                    hit
+                }
+                false => whitelist.remove(&key),
+            }));
+        }
+        Ok((whitelist, out))
     }
 
     /// An item as the chain stores it: normalized by the key rules, the

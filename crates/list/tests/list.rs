@@ -621,6 +621,28 @@ fn a_table_list_over_a_chain_answers_as_the_opened_file() {
         // Not a raw list: the empty item is invalid, as in the file.
         assert!(list.entry_key(b"").is_err(), "{layout}");
         assert!(opened.entry_key(b"").is_err(), "{layout}");
+
+        // A whitelist edit made on a copy answers as the file's, and
+        // changes nothing until it is set.
+        let mut list = list;
+        let items: [&[u8]; 3] = [
+            b"http://evil3.example/phish/",
+            b"http://good1.example/",
+            b"http://[::1",
+        ];
+        let mut reference = List::open(s(&path)).unwrap();
+        let (edited, got) = list.whitelist_edited(&items, true).unwrap();
+        assert_eq!(got, reference.whitelist_edit(&items, true).unwrap());
+        assert_eq!(got[..2], [Ok(true), Ok(false)], "{layout}");
+        assert!(got[2].is_err(), "{layout}: not a url");
+        assert_eq!(verdicts(list.list()), want, "{layout}: not yet set");
+        list.set_whitelist(edited);
+        assert_eq!(verdicts(list.list()), verdicts(&reference), "{layout}");
+        assert_ne!(verdicts(list.list()), want, "{layout}: the edit counts");
+        let (edited, got) = list.whitelist_edited(&items[..2], false).unwrap();
+        assert_eq!(got, [Ok(true), Ok(true)], "{layout}: both were added");
+        list.set_whitelist(edited);
+        assert_eq!(verdicts(list.list()), want, "{layout}: taken off");
     }
 
     // A raw cuckoo chain that may grow: only when admitted.
@@ -649,6 +671,9 @@ fn a_table_list_over_a_chain_answers_as_the_opened_file() {
         }
     }
     assert_eq!(list.chain().len(), 1, "refused growth");
+    let (edited, got) = list.whitelist_edited(&[&added[0]], true).unwrap();
+    assert_eq!(got, [Ok(true)]);
+    list.set_whitelist(edited);
     // Admitted: it grows (a later key finds no room in the first table).
     let mut i = 100u32;
     while list.chain().len() == 1 && i < 10_000 {
@@ -661,6 +686,9 @@ fn a_table_list_over_a_chain_answers_as_the_opened_file() {
     }
     assert_eq!(list.chain().len(), 2, "admitted growth");
     assert!(added.iter().all(|k| list.count(k) >= 1));
+    // The chain grew in place: its whitelist is the one it had.
+    assert_eq!(list.list().whitelist().len(), 1);
+    assert!(list.list().check(&added[0]).unwrap().unwrap().whitelisted());
     // The empty raw item is an entry: added, counted, removed.
     let empty = list.entry_key(b"").unwrap().into_owned();
     assert_eq!(

@@ -63,7 +63,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/filters/{name}/remove", post(remove))
         .route(
             "/v1/filters/{name}/whitelist",
-            post(whitelist_add).delete(whitelist_remove),
+            post(whitelist::<true>).delete(whitelist::<false>),
         )
         .route("/v1/filters/{name}/reload", post(reload))
         .route("/v1/filters/{name}/auth", get(nginx::by_path))
@@ -149,7 +149,8 @@ async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
         .store
         .cf_all()
         .iter()
-        .map(|n| serde_json::to_value(n.info()).unwrap_or_default())
+        .filter_map(|n| n.cf_info().ok())
+        .map(|i| serde_json::to_value(i).unwrap_or_default())
         .collect();
     let damaged = app.store.damaged();
     Ok(
@@ -158,9 +159,28 @@ async fn list(State(app): St, headers: HeaderMap) -> ApiResult {
     )
 }
 
-/// The filter called `name` (found off the event loop for a remote
-/// store, which may ask the network for a name it does not serve yet).
-async fn named(app: &Arc<App>, name: &str) -> Result<Filter, ApiError> {
+/// What a request on a filter needs of its token.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// The filter called `name`, for a request whose token grants `access`
+/// (refused before the filter is looked up, or the body read): the
+/// prologue of every handler on one filter. Found off the event loop for
+/// a remote store, which may ask the network for a name it does not
+/// serve yet.
+async fn named(
+    app: &Arc<App>,
+    headers: &HeaderMap,
+    access: Access,
+    name: &str,
+) -> Result<Filter, ApiError> {
+    match access {
+        Access::Read => can_read(app, headers)?,
+        Access::Write => can_write(app, headers)?,
+    }
     if app.store.is_remote() {
         let (app, name) = (app.clone(), name.to_string());
         return Ok(blocking(move || app.store.need(&name)).await??);
@@ -169,8 +189,7 @@ async fn named(app: &Arc<App>, name: &str) -> Result<Filter, ApiError> {
 }
 
 async fn info(State(app): St, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
-    can_read(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let n = named(&app, &headers, Access::Read, &name).await?;
     Ok(Json(blocking(move || n.describe()).await??).into_response())
 }
 
@@ -247,8 +266,7 @@ async fn check_one(
     Path(name): Path<String>,
     Query(q): Query<ItemQuery>,
 ) -> ApiResult {
-    can_read(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let n = named(&app, &headers, Access::Read, &name).await?;
     let item = q
         .item
         .ok_or_else(|| ApiError::bad("missing query parameter 'item'"))?;
@@ -304,8 +322,7 @@ async fn check_batch(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
-    can_read(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let n = named(&app, &headers, Access::Read, &name).await?;
     let items = parse_items(&app, &body)?;
     let results = check_off_loop(app, n, items).await?;
     Ok(Json(json!({ "results": results })).into_response())
@@ -317,12 +334,13 @@ async fn add(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
-    can_write(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let n = named(&app, &headers, Access::Write, &name).await?;
     let items = parse_items(&app, &body)?;
     let app2 = app.clone();
-    // A static list's add syncs its file of added keys before it returns.
-    let off_loop = app.store.is_remote() || matches!(n, Filter::Listed(_));
+    // Off the event loop when the add may wait: a remote store's, a static
+    // list's (it syncs its file of added keys before it returns), one
+    // behind a lock another thread holds.
+    let off_loop = n.add_would_block();
     let (items, outcomes, ack) = maybe_blocking(off_loop, move || {
         let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
         let mut outcomes = Vec::with_capacity(refs.len());
@@ -363,8 +381,7 @@ async fn remove(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
-    can_write(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let n = named(&app, &headers, Access::Write, &name).await?;
     n.removable()?;
     let items = parse_items(&app, &body)?;
     let mut results = Vec::with_capacity(items.len());
@@ -392,20 +409,20 @@ async fn remove(
     Ok(Json(json!({"removed": removed, "results": results})).into_response())
 }
 
-async fn whitelist_change(
-    app: Arc<App>,
+/// `POST /v1/filters/NAME/whitelist` (`ADD`) and `DELETE` (not `ADD`):
+/// whitelist edits of any filter, durable when answered.
+async fn whitelist<const ADD: bool>(
+    State(app): St,
     headers: HeaderMap,
-    name: String,
+    Path(name): Path<String>,
     body: axum::body::Bytes,
-    add: bool,
 ) -> ApiResult {
-    can_write(&app, &headers)?;
-    let n = named(&app, &name).await?;
+    let add = ADD;
+    let n = named(&app, &headers, Access::Write, &name).await?;
     let items = parse_items(&app, &body)?;
-    let app2 = app.clone();
     let results = blocking(move || {
         let refs: Vec<&[u8]> = items.iter().map(|s| s.as_bytes()).collect();
-        app2.store.whitelist(&n, &refs, add).map(|r| (items, r))
+        app.store.whitelist(&n, &refs, add).map(|r| (items, r))
     })
     .await??;
     let (items, r) = results;
@@ -419,24 +436,6 @@ async fn whitelist_change(
         })
         .collect();
     Ok(Json(json!({ "results": results })).into_response())
-}
-
-async fn whitelist_add(
-    State(app): St,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    body: axum::body::Bytes,
-) -> ApiResult {
-    whitelist_change(app, headers, name, body, true).await
-}
-
-async fn whitelist_remove(
-    State(app): St,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    body: axum::body::Bytes,
-) -> ApiResult {
-    whitelist_change(app, headers, name, body, false).await
 }
 
 /// A create request. Unknown fields are refused (a misspelt `"polcy"`

@@ -883,14 +883,7 @@ fn http_checks_adds_and_removes_on_cuckoo_filters_only() {
 
 /// `GET /v1/filters/NAME/check?item=ITEM` on a deletable filter: its hit.
 fn http_hit(s: &Server, name: &str, item: &str) -> bool {
-    let (st, v) = s.http(
-        "GET",
-        &format!("/v1/filters/{name}/check?item={item}"),
-        None,
-        None,
-    );
-    assert_eq!(st, 200, "{name} {item}: {v}");
-    v["hit"].as_bool().unwrap()
+    s.check(name, item)["hit"].as_bool().unwrap()
 }
 
 /// A counting filter over HTTP: created with `"layout": "counting"`,

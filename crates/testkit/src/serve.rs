@@ -133,6 +133,15 @@ impl Server {
     ) -> (u16, serde_json::Value) {
         http(self.http, method, path, body, token)
     }
+
+    /// `GET /v1/filters/NAME/check?item=ITEM` (no token): the verdict,
+    /// asserting the answer is 200.
+    pub fn check(&self, name: &str, item: &str) -> serde_json::Value {
+        let path = format!("/v1/filters/{name}/check?item={item}");
+        let (st, v) = self.http("GET", &path, None, None);
+        assert_eq!(st, 200, "{name} {item}: {v}");
+        v
+    }
 }
 
 impl Drop for Server {

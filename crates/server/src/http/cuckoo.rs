@@ -4,11 +4,11 @@
 //! else on such a filter is every filter's handler (`http.rs`): its
 //! checks, adds (a copy each, as RedisBloom's `CF.ADD`: added twice, an
 //! item needs two removes), removes (one copy; a Bloom filter refuses with
-//! 409 `not_deletable`) and descriptions go through the store's filter,
-//! whose lookups, adds and removes are the library's list's. Items are raw
-//! keys unless the filter was created with a `kind` (or built by the CLI
-//! with one): then they are canonicalized as the CLI does, and a CLI-built
-//! filter's whitelist applies to checks.
+//! 409 `not_deletable`), whitelist edits and descriptions go through the
+//! store's filter, whose lookups, adds, removes and whitelist edits are the
+//! library's list's. Items are raw keys unless the filter was created with
+//! a `kind` (or built by the CLI with one): then they are canonicalized as
+//! the CLI does. Its whitelist applies to checks, as every filter's.
 
 use std::sync::Arc;
 
@@ -49,7 +49,7 @@ pub(super) async fn create(
         .settle(&defaults)
         .map_err(|e| ApiError::bad(e.to_string()))?;
     let n = blocking(move || app.store.cf_create(&name, &spec)).await??;
-    let mut v = serde_json::to_value(n.info()).unwrap_or_default();
+    let mut v = serde_json::to_value(n.cf_info()?).unwrap_or_default();
     v["type"] = json!(layout.name());
     Ok((StatusCode::CREATED, Json(v)).into_response())
 }

@@ -50,7 +50,7 @@ impl From<StoreError> for ApiError {
             StoreError::Ambiguous(_) => (StatusCode::CONFLICT, "ambiguous_delete"),
             StoreError::ReadOnly(_) => (StatusCode::CONFLICT, "read_only"),
             StoreError::NotDeletable(_) => (StatusCode::CONFLICT, "not_deletable"),
-            StoreError::BadName(_) | StoreError::Invalid(_) => {
+            StoreError::BadName(_) | StoreError::Invalid(_) | StoreError::TooLong { .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request")
             }
             StoreError::Io { .. }

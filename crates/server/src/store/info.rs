@@ -113,8 +113,8 @@ impl Filter {
     /// May scan the whole filter: call it off the event loop.
     pub fn describe(&self) -> Result<Value, StoreError> {
         Ok(match self {
-            Filter::Deletable(n) => {
-                let info = n.info();
+            Filter::Deletable(_) => {
+                let info = self.cf_info()?;
                 let mut v = json_of(&info);
                 v["type"] = json!(info.layout);
                 v

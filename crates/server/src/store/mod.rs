@@ -45,7 +45,8 @@
 //!
 //! | file | role |
 //! |---|---|
-//! | `store/mod.rs` | the interface: [`Store`], [`Filter`], [`Ack`], [`StoreError`] and the types they exchange |
+//! | `store/mod.rs` | the interface: [`Store`], [`Filter`], [`Ack`] and the types they exchange |
+//! | `store/error.rs` | [`StoreError`], every failure typed, and [`Damaged`], a filter whose files failed to load |
 //! | `store/counters.rs` | a filter's lookup counters ([`Counters`]), the same for every kind |
 //! | `store/info.rs` | what a filter says of itself ([`Info`], [`Filter::describe`]), whatever its kind |
 //! | `store/local/mod.rs` | [`LocalStore`]: the data directory's filters: open, create, delete, add, whitelist |
@@ -59,10 +60,12 @@
 //! | `store/redis.rs` | [`RedisStore`]: filters in Redis / Redis Cluster, through `bloomgate_redis` |
 //! | `store/redis/named.rs` | [`RedisNamed`]: one Redis filter's handle (revalidation, counters, info) |
 //! | `store/redis/named/coalesce.rs` | the Redis store's batching of lookups and adds from all connections |
-//! | `store/deletable.rs`, `store/local/deletable/` | deletable filters (`CF.*`: cuckoo and counting): the local store's log, registry, files, dumps and exactly-once replay of deletes around the library's `TableList` (lookups, adds, removes) |
+//! | `store/deletable.rs` | the store's calls that concern a deletable filter's name (`CF.*`: find, create, load) and the narrow methods of what only the `CF.*` protocol asks (`CF.COUNT`, `CF.INFO`); everything else of a deletable filter is every filter's call |
+//! | `store/local/deletable/` | deletable filters (cuckoo and counting): the local store's log, registry, files (and the whitelist's), dumps and exactly-once replay of deletes around the library's `TableList` (lookups, adds, removes, whitelist edits) |
 
 mod counters;
 pub mod deletable;
+mod error;
 mod gauges;
 mod info;
 mod local;
@@ -80,6 +83,7 @@ use crate::wal;
 pub use bloomgate_blacklist::layers::{FillPolicy, Layers, Meta, Purpose};
 pub use bloomgate_blacklist::FilterSpec;
 pub use counters::Counters;
+pub use error::{Damaged, StoreError};
 pub use info::{Info, LayerInfo};
 pub use local::deletable::{
     check_file as check_cf_file, parse_dump_header as parse_cf_dump_header,
@@ -107,9 +111,13 @@ pub enum Filter {
     /// A Bloom filter of the [`LocalStore`].
     Local(Arc<Named>),
     /// A deletable (counting or cuckoo) filter of the [`LocalStore`]:
-    /// [`Store::need`] hands it out for lookups ([`Filter::check_many`]),
-    /// adds ([`Store::add`]: a copy each, as `CF.ADD`) and removes
-    /// ([`Store::remove`]); its `CF.*` commands call it ([`deletable`]).
+    /// [`Store::need`] (and [`Store::cf_get`], for the `CF.*` commands)
+    /// hands it out for lookups ([`Filter::check_many`]), adds
+    /// ([`Store::add`]: a copy each, as `CF.ADD`; [`AddMode::IfAbsent`],
+    /// as `CF.ADDNX`), removes ([`Store::remove`]), whitelist edits
+    /// ([`Store::whitelist`]) and dumps ([`Store::scandump`]); what only
+    /// the `CF.*` protocol asks of it (`CF.COUNT`, `CF.INFO`) are the
+    /// narrow methods of [`deletable`].
     Deletable(Arc<deletable::CfNamed>),
     /// A file of the [`LocalStore`] of another layout (static ribbon),
     /// served through the library's `List`: lookups, whitelist, info, and
@@ -326,9 +334,22 @@ impl Store {
         entries: &[&[u8]],
         out: &mut Vec<AddOutcome>,
     ) -> Result<Ack, StoreError> {
+        self.add_with(filter, entries, AddMode::Copy, out)
+    }
+
+    /// [`Store::add`], with what a deletable filter does with an entry it
+    /// (probably) holds already ([`AddMode`]; every other filter sets bits
+    /// that are set already, so both modes are its one add).
+    pub fn add_with(
+        &self,
+        filter: &Filter,
+        entries: &[&[u8]],
+        mode: AddMode,
+        out: &mut Vec<AddOutcome>,
+    ) -> Result<Ack, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.add(n, entries, out).map(Ack::from),
-            (Store::Local(s), Filter::Deletable(n)) => s.add_deletable(n, entries, out),
+            (Store::Local(s), Filter::Deletable(n)) => s.add_deletable(n, entries, mode, out),
             (Store::Local(s), Filter::Listed(n)) => {
                 s.add_listed(n, entries, out).map(|()| Ack::done())
             }
@@ -343,7 +364,7 @@ impl Store {
     /// earlier one) is durable. Any other filter refuses
     /// ([`Filter::removable`]).
     pub fn remove(&self, filter: &Filter, item: &[u8]) -> Result<(bool, Ack), StoreError> {
-        filter.removable()?.delete_item(item)
+        filter.deletable()?.delete_item(item)
     }
 
     /// Adds (`add`) or removes whitelist entries. Returns, per item, whether
@@ -356,17 +377,22 @@ impl Store {
     ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => s.whitelist(n, items, add),
+            (_, Filter::Deletable(n)) => n.whitelist(items, add),
             (_, Filter::Listed(n)) => n.whitelist(items, add),
             (Store::Redis(s), Filter::Redis(n)) => s.whitelist(n, items, add),
             _ => Err(StoreError::NotFound(filter.name().into())),
         }
     }
 
-    /// `BF.SCANDUMP`: iteration 0 gives the header; later iterations the
-    /// filter's bits, [`DUMP_CHUNK`] bytes at a time; `(0, [])` ends.
+    /// `BF.SCANDUMP` and `CF.SCANDUMP`: iteration 0 gives the header;
+    /// later iterations the filter's data, [`DUMP_CHUNK`] bytes at a time
+    /// (a Bloom filter's bits), or [`deletable::CF_DUMP_CHUNK`] (a
+    /// deletable filter's tables: its stream is its own, loaded back by
+    /// [`Store::cf_loadchunk`]); `(0, [])` ends.
     pub fn scandump(&self, filter: &Filter, iter: u64) -> Result<(u64, Vec<u8>), StoreError> {
         match (self, filter) {
             (Store::Local(s), Filter::Local(n)) => Ok(s.scandump(n, iter)),
+            (_, Filter::Deletable(n)) => Ok(n.scandump(iter)),
             (_, Filter::Listed(_)) => Err(StoreError::Unsupported(
                 "BF.SCANDUMP of a filter that is not a Bloom filter (copy its file)",
             )),
@@ -619,10 +645,16 @@ impl Filter {
         }
     }
 
-    /// The deletable filter, or why this one cannot remove items: a
-    /// static list with its refusal ([`Filter::changeable`]), a Bloom
-    /// filter with [`StoreError::NotDeletable`].
-    pub fn removable(&self) -> Result<&Arc<deletable::CfNamed>, StoreError> {
+    /// Fails unless the filter can remove items, saying why: a static
+    /// list with its refusal ([`Filter::changeable`]), a Bloom filter with
+    /// [`StoreError::NotDeletable`].
+    pub fn removable(&self) -> Result<(), StoreError> {
+        self.deletable().map(|_| ())
+    }
+
+    /// The deletable filter, or why this one is not one
+    /// ([`Filter::removable`]).
+    fn deletable(&self) -> Result<&Arc<deletable::CfNamed>, StoreError> {
         self.changeable()?;
         match self {
             Filter::Deletable(n) => Ok(n),
@@ -631,180 +663,18 @@ impl Filter {
     }
 }
 
-/// A filter whose files are in the data directory but failed to load (a
-/// flipped byte, a truncated or empty file, a garbage `.meta` or
-/// whitelist, a damaged `NAME.cf`). It is *damaged*, not absent: every
-/// command on its name gets [`StoreError::Damaged`], nothing creates a
-/// filter of that name, and the server neither rewrites nor deletes its
-/// files or its journal (new log records of it are only appended to the
-/// journal, or the log segment holding them is kept) until the operator
-/// repairs it: restores or rebuilds the file and reloads (SIGHUP, HTTP
-/// reload, or a restart), or removes its files and reloads to discard it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Damaged {
-    /// The filter's name.
-    pub name: String,
-    /// `bloom` (`NAME.bgf` and its companions), `cuckoo` (`NAME.cf`, or a
-    /// counting or cuckoo `NAME.bgf` built by the CLI), or the layout of a
-    /// file served through the library's `List` (`ribbon`).
-    pub kind: &'static str,
-    /// The filter's main file (`NAME.bgf` or `NAME.cf`).
-    pub file: String,
-    /// What failed, naming the file that failed (which may be a companion:
-    /// a layer, `.meta`, the whitelist).
-    pub fault: String,
-}
-
-/// Errors of store operations. Each maps to an HTTP status and a Redis error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// No filter of that name.
-    #[error("filter '{0}' not found")]
-    NotFound(String),
-    /// A filter of that name exists already.
-    #[error("filter '{0}' already exists")]
-    Exists(String),
-    /// The name is not usable as a file name.
-    #[error(
-        "invalid filter name '{0}': use 1-200 of A-Z a-z 0-9 _ - . : and do not start with '.'"
-    )]
-    BadName(String),
-    /// The store cannot serve the request now (a remote store's shard
-    /// cannot be reached); try again later.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The store does not offer this operation.
-    #[error("not supported by this store: {0}")]
-    Unsupported(&'static str),
-    /// Bad parameters.
-    #[error("{0}")]
-    Invalid(String),
-    /// A delete that cannot tell which copy is the item's (a deletable
-    /// filter whose sub-filters holding a match were hashed apart); nothing
-    /// was changed.
-    #[error("{0}")]
-    Ambiguous(String),
-    /// A file of the store failed to read or write; `what` names it.
-    #[error("{what}: {source}")]
-    Io {
-        /// The file (and what was done to it).
-        what: String,
-        /// The cause: its kind tells a full disk from other failures.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A filter file failed to open, verify or write.
-    #[error(transparent)]
-    File(#[from] bloomgate_engine::Error),
-    /// A filter's files in the data directory (its layers, growth settings
-    /// or whitelist) failed to load or write.
-    #[error(transparent)]
-    Files(bloomgate_blacklist::Error),
-    /// Another process uses the data directory.
-    #[error("{}: another bloomgate serve, or a bloomgate add or whitelist change, is using this data directory", .0.display())]
-    DirBusy(std::path::PathBuf),
-    /// The log failed.
-    #[error(transparent)]
-    Wal(#[from] wal::WalError),
-    /// The filter's files failed to load: it is not served, and nothing
-    /// replaces it until it is repaired (see [`Damaged`]).
-    #[error("filter '{}' is damaged: {}; it is not served until its file is restored or rebuilt and reloaded", .0.name, .0.fault)]
-    Damaged(Box<Damaged>),
-    /// The filter cannot remove items: a Bloom filter, whose bits other
-    /// items share.
-    #[error(
-        "'{0}' is a Bloom filter, which cannot remove items: its bits are shared \
-         with other items, and clearing them would make those false negatives; a \
-         list that needs removals belongs in a cuckoo or counting filter (CF.RESERVE, or \
-         a create with \"layout\": \"cuckoo\" or \"counting\")"
-    )]
-    NotDeletable(String),
-    /// The filter takes no changes (a static ribbon filter, served
-    /// read-only): an add, a remove, or a create or load over its name.
-    #[error("{0}")]
-    ReadOnly(String),
-    /// A filter file served through the library's `List` failed to open,
-    /// verify, or write its whitelist.
-    #[error(transparent)]
-    List(#[from] bloomgate_list::Error),
-    /// The filters would take more memory than the server allows
-    /// (`--max-memory`, see [`crate::memory`]); nothing was allocated.
-    #[error("out of memory: {0}")]
-    OutOfMemory(String),
-}
-
-impl From<Damaged> for StoreError {
-    fn from(d: Damaged) -> Self {
-        StoreError::Damaged(Box::new(d))
-    }
-}
-
-impl StoreError {
-    /// An I/O error `source` of `what` (a file, and what was done to it).
-    pub fn io(what: impl std::fmt::Display, source: std::io::Error) -> StoreError {
-        StoreError::Io {
-            what: what.to_string(),
-            source,
-        }
-    }
-
-    /// The I/O error underneath, if there is one.
-    pub fn io_error(&self) -> Option<&std::io::Error> {
-        fn engine(e: &bloomgate_engine::Error) -> Option<&std::io::Error> {
-            match e {
-                bloomgate_engine::Error::Io { source, .. } => Some(source),
-                _ => None,
-            }
-        }
-        match self {
-            StoreError::Io { source, .. } => Some(source),
-            StoreError::File(e) => engine(e),
-            StoreError::List(e) => {
-                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-                while let Some(c) = cause {
-                    if let Some(io) = c.downcast_ref::<std::io::Error>() {
-                        return Some(io);
-                    }
-                    cause = c.source();
-                }
-                None
-            }
-            StoreError::Files(e) => match e {
-                bloomgate_blacklist::Error::Io { source, .. } => Some(source),
-                bloomgate_blacklist::Error::Engine(e) => engine(e),
-                bloomgate_blacklist::Error::Whitelist(
-                    bloomgate_blacklist::whitelist::WhitelistError::Io { source, .. },
-                ) => Some(source),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
-    /// Whether the disk (or a quota) is full: the front ends answer HTTP
-    /// 507 `no_space`, and a RESP error that says so.
-    pub fn is_no_space(&self) -> bool {
-        match self {
-            StoreError::Wal(e) => e.kind == wal::WalErrorKind::NoSpace,
-            other => other.io_error().is_some_and(wal::is_no_space),
-        }
-    }
-}
-
-impl From<bloomgate_blacklist::Error> for StoreError {
-    fn from(e: bloomgate_blacklist::Error) -> Self {
-        match e {
-            bloomgate_blacklist::Error::CannotGrow(_) => StoreError::Invalid(e.to_string()),
-            bloomgate_blacklist::Error::Engine(bloomgate_engine::Error::OutOfMemory(n)) => {
-                StoreError::OutOfMemory(format!(
-                    "a layer of {n} bytes would pass the server's --max-memory"
-                ))
-            }
-            bloomgate_blacklist::Error::DirBusy(d) => StoreError::DirBusy(d),
-            other => StoreError::Files(other),
-        }
-    }
+/// What an add does with an entry a deletable filter (probably) holds
+/// already ([`Store::add_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AddMode {
+    /// Store one more copy (RedisBloom's `CF.ADD`, and HTTP's add: an item
+    /// added twice needs two removes): every add that finds room is
+    /// [`AddOutcome::New`].
+    #[default]
+    Copy,
+    /// Add only entries not found (`CF.ADDNX`): one found is
+    /// [`AddOutcome::Exists`] and changes nothing.
+    IfAbsent,
 }
 
 /// What happened to one added entry.

@@ -29,12 +29,22 @@
 //! * `CF.COMPACT` answers `OK` and changes nothing (the chain's deletes
 //!   leave no space that moving fingerprints to older sub-filters would
 //!   need to reclaim for correctness).
+//!
+//! Each command is a translation: its frame parsed into the store's
+//! arguments, one call of the store's interface that every filter and
+//! front end shares (lookups [`Filter::check_many`], adds
+//! [`Store::add_with`](crate::store::Store::add_with), removes
+//! [`Store::remove`](crate::store::Store::remove), dumps
+//! [`Store::scandump`](crate::store::Store::scandump)), and the answer
+//! written as RedisBloom writes it. What only this protocol asks
+//! (`CF.COUNT`'s copies, the chain's length, `CF.INFO`'s figures) is a
+//! narrow method of the filter ([`crate::store::deletable`]).
 
 use super::{error_reply, lossy, parse_f64, parse_i64, upper, Parsed, Refusal};
 use crate::resp::codec::Out;
 use crate::resp::session::Session;
-use crate::store::deletable::{CfAdded, CfLayout, DeletableSpec, MAX_TABLES};
-use crate::store::StoreError;
+use crate::store::deletable::{CfLayout, DeletableSpec, MAX_TABLES};
+use crate::store::{AddMode, AddOutcome, Filter, StoreError};
 use bloomgate_blacklist::spec::{DeletableArgs, Setting, SpecError};
 
 /// Redis' answer to a command on a key of another type.
@@ -45,8 +55,8 @@ const REDISBLOOM_MAX_CAPACITY: i64 = 1 << 30;
 
 /// Where a key stands for a `CF.*` command.
 enum Key {
-    /// A cuckoo filter.
-    Cuckoo(std::sync::Arc<crate::store::deletable::CfNamed>),
+    /// A cuckoo (or counting) filter.
+    Cuckoo(Filter),
     /// A Bloom filter.
     Bloom,
     /// Nothing of that name.
@@ -191,7 +201,7 @@ impl<'a> Cf<'a> {
             Cf::Add(add) => add.apply(s, out),
             Cf::Exists { key, items, multi } => exists(s, key, items, multi, out),
             Cf::Count { key, item } => match cf_key(s, key) {
-                Key::Cuckoo(n) => out.int(n.count(item) as i64),
+                Key::Cuckoo(n) => out.int(n.copies(item) as i64),
                 _ => out.int(0),
             },
             Cf::Del { key, item } => del(s, key, item, out),
@@ -384,11 +394,15 @@ impl Add<'_> {
                 }
             }
         };
-        if named.filters() >= MAX_TABLES {
+        if named.chain_len() >= MAX_TABLES {
             return out.error("Maximum expansions reached");
         }
+        let mode = match nx {
+            true => AddMode::IfAbsent,
+            false => AddMode::Copy,
+        };
         let mut outcomes = Vec::with_capacity(items.len());
-        match named.add(items, nx, !multi, &mut outcomes) {
+        match s.app.store.add_with(&named, items, mode, &mut outcomes) {
             Ok(ack) => s.ack = Some(ack),
             Err(e) => return out.error(&error_reply(&e)),
         }
@@ -399,13 +413,18 @@ impl Add<'_> {
         let booleans = !(nx && multi);
         for o in outcomes {
             match o {
-                CfAdded::Added if booleans => out.boolean(true),
-                CfAdded::Added => out.int(1),
-                CfAdded::Exists if booleans => out.boolean(false),
-                CfAdded::Exists => out.int(0),
-                CfAdded::Full if !multi => out.error("Filter is full"),
-                CfAdded::Full if out.proto >= 3 && !nx => out.boolean(false),
-                CfAdded::Full => out.int(-1),
+                AddOutcome::New if booleans => out.boolean(true),
+                AddOutcome::New => out.int(1),
+                AddOutcome::Exists if booleans => out.boolean(false),
+                AddOutcome::Exists => out.int(0),
+                AddOutcome::NoRoom | AddOutcome::Full if !multi => out.error("Filter is full"),
+                AddOutcome::NoRoom | AddOutcome::Full if out.proto >= 3 && !nx => {
+                    out.boolean(false)
+                }
+                AddOutcome::NoRoom | AddOutcome::Full => out.int(-1),
+                // A deletable filter refuses the whole batch instead.
+                AddOutcome::TooLong => out.error("ERR item is too long"),
+                AddOutcome::Invalid(e) => out.error(&format!("ERR invalid item: {e}")),
             }
         }
     }
@@ -419,9 +438,12 @@ fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut O
             // The library's verdict, as every lookup's; an item that is not
             // a valid query of a CLI-built filter's key kind is absent.
             let mut hits = Vec::with_capacity(items.len());
-            n.check_many(items, &mut s.lookup_scratch, |v| {
+            let looked_up = n.check_many(items, &mut s.lookup_scratch, |v| {
                 hits.push(v.is_ok_and(|v| v.hit))
             });
+            if let Err(e) = looked_up {
+                return out.error(&error_reply(&e));
+            }
             hits
         }
         Key::Missing => {
@@ -449,7 +471,7 @@ fn del(s: &mut Session, key: &[u8], item: &[u8], out: &mut Out) {
     let Key::Cuckoo(named) = cf_key(s, key) else {
         return out.error("Not found");
     };
-    match named.delete_item(item) {
+    match s.app.store.remove(&named, item) {
         Ok((found, ack)) => {
             s.ack = Some(ack);
             out.boolean(found)
@@ -466,7 +488,10 @@ fn info(s: &mut Session, key: &[u8], out: &mut Out) {
         Key::Bloom => return out.error(WRONGTYPE),
         Key::Missing => return out.error("ERR not found"),
     };
-    let i = named.info();
+    let i = match named.cf_info() {
+        Ok(i) => i,
+        Err(e) => return out.error(&error_reply(&e)),
+    };
     out.map(8);
     for (k, v) in [
         ("Size", i.size_bytes),
@@ -490,7 +515,10 @@ fn scandump(s: &mut Session, key: &[u8], iter: u64, out: &mut Out) {
         Key::Bloom => return out.error(WRONGTYPE),
         Key::Missing => return out.error("ERR not found"),
     };
-    let (next, data) = named.scandump(iter);
+    let (next, data) = match s.app.store.scandump(&named, iter) {
+        Ok(r) => r,
+        Err(e) => return out.error(&error_reply(&e)),
+    };
     out.array(2);
     out.int(next as i64);
     if next == 0 {

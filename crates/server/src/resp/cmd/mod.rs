@@ -65,6 +65,8 @@ pub(super) fn error_reply(e: &StoreError) -> String {
     match e {
         StoreError::NotFound(_) => "ERR not found".into(),
         StoreError::Exists(_) => "ERR item exists".into(),
+        // RedisBloom's `CF.ADD` text, without the lengths.
+        StoreError::TooLong { .. } => "ERR item is too long".into(),
         StoreError::Unavailable(_) => format!("TRYAGAIN {e}"),
         StoreError::Wal(_) => format!("ERR {e}"),
         StoreError::Damaged(_) => format!("DAMAGED {e}"),

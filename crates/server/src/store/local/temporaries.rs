@@ -53,11 +53,14 @@ pub(super) fn remove_stale_temporaries(dir: &Path) {
 }
 
 /// The PID in the name of a filter file's temporary (`….bgf….tmp-PID`,
-/// `….tmp-PID-HEX`, likewise for `.cf` and `.live`), or `None` for any
+/// `….tmp-PID-HEX`, likewise for `.cf`, `.cf.whitelist` and `.live`), or `None` for any
 /// other name.
 pub(super) fn stale_temporary_pid(file: &str) -> Option<u32> {
     let (stem, tail) = file.rsplit_once(".tmp-")?;
-    let ours = stem.contains(".bgf") || stem.ends_with(".cf") || stem.ends_with(".live");
+    let ours = stem.contains(".bgf")
+        || stem.ends_with(".cf")
+        || stem.ends_with(".cf.whitelist")
+        || stem.ends_with(".live");
     if !ours || stem.starts_with('.') {
         return None;
     }

@@ -70,6 +70,8 @@ pub struct CfInfo {
     pub key_kind: &'static str,
     /// How queries are matched.
     pub match_mode: &'static str,
+    /// Entries in the whitelist (as a Bloom filter's info says).
+    pub whitelist_entries: usize,
 }
 
 /// The mutable part of a served deletable filter (under its lock).
@@ -219,6 +221,7 @@ impl Chain {
             saturated_counters: t.iter().map(|s| s.saturated()).sum(),
             key_kind: self.spec.kind.as_str(),
             match_mode: self.spec.mode.as_str(),
+            whitelist_entries: self.list.list().whitelist().len(),
         }
     }
 

@@ -51,8 +51,18 @@ pub(in crate::store::local) fn deletable_layout(path: &Path) -> Option<CfLayout>
     bloomgate_engine::format::DeletableKind::from_code(code).map(CfLayout::of)
 }
 
+/// The whitelist's file of the filter `name` in `dir`: `NAME.bgf.whitelist`
+/// while it is `exported` to the CLI's `NAME.bgf`, else
+/// `NAME.cf.whitelist` (see `named.rs`, "The whitelist").
+pub(super) fn whitelist_path(dir: &Path, name: &str, exported: bool) -> PathBuf {
+    Whitelist::path_for(&match exported {
+        true => bgf_path(dir, name),
+        false => cf_path(dir, name),
+    })
+}
+
 /// The whitelist of the filter file `bgf` (empty if it has none; a
-/// damaged one is reported and ignored).
+/// damaged one is reported and ignored, as the CLI's file always was).
 pub(super) fn load_whitelist(bgf: &Path) -> Whitelist {
     let path = Whitelist::path_for(bgf);
     Whitelist::load(&path).unwrap_or_else(|e| {

@@ -10,9 +10,10 @@
 //! [`bloomgate_blacklist::cf_file`]. What stays here is what a server
 //! adds: [`chain`] (its parameters, incarnation id, sequence
 //! number and growth within the server's limits), [`named`] (one served
-//! filter: lookups, and changes logged and acknowledged in one hop),
-//! [`files`] (saving, and the `NAME.bgf` files the CLI builds), [`dump`]
-//! (`CF.SCANDUMP`/`CF.LOADCHUNK`) and the registry below.
+//! filter: lookups, changes logged and acknowledged in one hop, and
+//! whitelist edits written to the whitelist's file), [`files`] (saving,
+//! the whitelist's file, and the `NAME.bgf` files the CLI builds),
+//! [`dump`] (`CF.SCANDUMP`/`CF.LOADCHUNK`) and the registry below.
 //!
 //! # The model: RedisBloom's cuckoo filter
 //!
@@ -112,6 +113,13 @@
 //!
 //! Creating a filter (`CF.RESERVE`, an add that creates one,
 //! `CF.LOADCHUNK`'s last chunk) writes its file before it answers.
+//!
+//! The whitelist is not a logged change: `NAME.cf.whitelist` (or a
+//! CLI-built file's `NAME.bgf.whitelist`) is written by each edit before it
+//! is answered and read at the start, beside `NAME.cf` and independent of
+//! its `seq` (see `named.rs`, "The whitelist"). A damaged one makes the
+//! filter damaged, as a Bloom filter's; a delete removes it, and a new
+//! filter removes one a namesake left.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -126,7 +134,7 @@ use crate::metrics::Metrics;
 use crate::wal::Wal;
 use crate::Limits;
 
-use super::super::{sorted_by_name, Ack, AddOutcome, Damaged, StoreError};
+use super::super::{sorted_by_name, Ack, AddMode, AddOutcome, Damaged, StoreError};
 
 pub(crate) mod chain;
 pub(crate) mod dump;
@@ -217,9 +225,25 @@ impl Deletables {
         for (name, path) in super::named_files(dir, "cf", cf_name)? {
             match files::load(&path) {
                 Ok((mut c, export)) => {
-                    if export.is_some() {
-                        let wl = files::load_whitelist(&files::bgf_path(dir, &name));
-                        c.list.set_whitelist(wl);
+                    let wl = match export.is_some() {
+                        // The CLI's, which it edits too: a damaged one is
+                        // ignored, as it always was.
+                        true => Ok(files::load_whitelist(&files::bgf_path(dir, &name))),
+                        // The server's own: damaged, the filter is damaged,
+                        // as a Bloom filter with a damaged whitelist is.
+                        false => Whitelist::load(&files::whitelist_path(dir, &name, false)),
+                    };
+                    match wl {
+                        Ok(wl) => c.list.set_whitelist(wl),
+                        Err(e) => {
+                            damaged.push(Damaged {
+                                name,
+                                kind: "cuckoo",
+                                file: path.display().to_string(),
+                                fault: e.to_string(),
+                            });
+                            continue;
+                        }
                     }
                     let mut n = CfNamed::new(name.clone(), c, shared.clone());
                     *n.export.get_mut().unwrap_or_else(|e| e.into_inner()) = export;
@@ -262,6 +286,12 @@ impl Deletables {
                         cf_path(dir, &name).display()
                     );
                     *export = None;
+                    drop(export);
+                    // Its whitelist is its own from now on.
+                    let wl = files::whitelist_path(dir, &name, false);
+                    if let Err(e) = read(&n.state).list.list().whitelist().save(&wl) {
+                        tracing::warn!("bloomgate serve: cannot write {}: {e}", wl.display());
+                    }
                 }
                 continue;
             }
@@ -351,6 +381,18 @@ impl Deletables {
 
     fn install(&self, name: &str, chain: Chain) -> Result<Arc<CfNamed>, StoreError> {
         let named = Arc::new(CfNamed::new(name.into(), chain, self.shared.clone()));
+        // A whitelist a namesake left (a delete cut short) is not this
+        // filter's.
+        let wl = named.whitelist_path();
+        match std::fs::remove_file(&wl) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::io(
+                    format_args!("{}: cannot remove", wl.display()),
+                    e,
+                ))
+            }
+            _ => {}
+        }
         self.save(&named)?;
         self.ever.store(true, Relaxed);
         write(&self.map).insert(name.into(), named.clone());
@@ -371,6 +413,7 @@ impl Deletables {
         let dir = &self.shared.dir;
         let path = cf_path(dir, name);
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(files::whitelist_path(dir, name, false));
         if lock(&named.export).is_some() {
             // Else the next start would serve the CLI's file again.
             let _ = std::fs::remove_file(files::bgf_path(dir, name));
@@ -439,29 +482,34 @@ impl super::LocalStore {
         made
     }
 
-    /// Adds a copy of each entry to a deletable filter ([`Store::add`]):
-    /// the whole batch refused for an entry too long or not valid for the
-    /// filter's key rules; per entry [`AddOutcome::New`], or
-    /// [`AddOutcome::NoRoom`] where no table had room.
+    /// Adds a copy of each entry to a deletable filter, or with
+    /// [`AddMode::IfAbsent`] each entry not found ([`Store::add_with`]):
+    /// the whole batch refused for an entry too long
+    /// ([`StoreError::TooLong`]) or not valid for the filter's key rules;
+    /// per entry [`AddOutcome::New`], [`AddOutcome::Exists`] (found, if
+    /// absent only), or [`AddOutcome::NoRoom`] where no table had room
+    /// (the later entries are still tried).
     ///
-    /// [`Store::add`]: crate::store::Store::add
+    /// [`Store::add_with`]: crate::store::Store::add_with
     pub fn add_deletable(
         &self,
         n: &CfNamed,
         entries: &[&[u8]],
+        mode: AddMode,
         out: &mut Vec<AddOutcome>,
     ) -> Result<Ack, StoreError> {
         let limit = self.limits.max_item_bytes;
         if let Some(e) = entries.iter().find(|e| e.len() > limit) {
-            return Err(StoreError::Invalid(format!(
-                "item is too long ({} bytes; the limit is {limit})",
-                e.len()
-            )));
+            return Err(StoreError::TooLong {
+                bytes: e.len(),
+                limit,
+            });
         }
         let mut added = Vec::with_capacity(entries.len());
-        let ack = n.add(entries, false, false, &mut added)?;
+        let ack = n.add(entries, mode == AddMode::IfAbsent, &mut added)?;
         out.extend(added.iter().map(|a| match a {
-            CfAdded::Added | CfAdded::Exists => AddOutcome::New,
+            CfAdded::Added => AddOutcome::New,
+            CfAdded::Exists => AddOutcome::Exists,
             CfAdded::Full => AddOutcome::NoRoom,
         }));
         Ok(ack)

@@ -1,8 +1,20 @@
 //! One served deletable filter ([`CfNamed`]): its lookups, and its changes
-//! in one hop from the front ends: an add or a delete is applied under the
+//! in one hop from the store: an add or a delete is applied under the
 //! filter's write lock, numbered, and queued to the write-ahead log in that
 //! order; the reply waits for the log's fsync ([`Ack`]). Replay at startup
 //! applies a logged change exactly once ([`CfNamed::replay`]).
+//!
+//! # The whitelist
+//!
+//! A whitelist edit is not a change of the chain and is not logged: as a
+//! Bloom filter's, it is made on a copy, written to the whitelist's file
+//! (atomically) and only then served ([`CfNamed::whitelist`]), so it is
+//! durable when it returns and a failure changes nothing. The file is
+//! `NAME.cf.whitelist`, or, while the filter is exported to a `NAME.bgf`
+//! the CLI built, that file's `NAME.bgf.whitelist`, which the CLI reads
+//! and edits too; when the export stops (a chain grown past one table) the
+//! whitelist is written to `NAME.cf.whitelist` with the next save. Replay
+//! leaves it alone: it does not depend on the chain's contents.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -15,7 +27,7 @@ use bloomgate_list::check::CheckScratch;
 use bloomgate_url::KeyError;
 
 use super::chain::{CfAdded, CfInfo, Chain};
-use super::files::{bgf_path, cf_path};
+use super::files::{bgf_path, cf_path, whitelist_path};
 use super::{lock, read, write, DumpHeads, Shared};
 use crate::store::{Ack, StoreError};
 use crate::wal::{self, Wal};
@@ -40,6 +52,9 @@ pub struct CfNamed {
     pub(super) export: Mutex<Option<Vec<u64>>>,
     /// The data directory, the limits, the log and the metrics.
     pub(super) shared: Arc<Shared>,
+    /// Held by a whitelist edit from its copy to its serving, so that the
+    /// file always holds the last edit.
+    whitelist_edit: Mutex<()>,
 }
 
 /// `item` as the chain stores it, by the library's list
@@ -82,6 +97,7 @@ impl CfNamed {
             dump: Mutex::new(None),
             export: Mutex::new(None),
             shared,
+            whitelist_edit: Mutex::new(()),
         }
     }
 
@@ -113,6 +129,39 @@ impl CfNamed {
         read(&self.state).list.count(item)
     }
 
+    /// Whitelists (`add`) or takes off the whitelist each of `items`: per
+    /// item, whether it was a hit (add) or was there (remove), or why it is
+    /// not a valid entry. The library's edit made on a copy
+    /// ([`bloomgate_list::TableList::whitelist_edited`]), written to the
+    /// whitelist's file under the chain's read lock (lookups go on; a
+    /// delete of the filter waits, then removes the file), then served:
+    /// durable when it returns, and nothing changed if it fails.
+    pub fn whitelist(
+        &self,
+        items: &[&[u8]],
+        add: bool,
+    ) -> Result<Vec<Result<bool, KeyError>>, StoreError> {
+        let _edit = lock(&self.whitelist_edit);
+        let (whitelist, out) = {
+            let c = read(&self.state);
+            if self.deleted.load(Relaxed) {
+                return Err(StoreError::NotFound(self.name.clone()));
+            }
+            let (whitelist, out) = c.list.whitelist_edited(items, add)?;
+            whitelist
+                .save(&self.whitelist_path())
+                .map_err(bloomgate_blacklist::Error::from)?;
+            (whitelist, out)
+        };
+        write(&self.state).list.set_whitelist(whitelist);
+        Ok(out)
+    }
+
+    /// The whitelist's file (see the module documentation).
+    pub(super) fn whitelist_path(&self) -> PathBuf {
+        whitelist_path(&self.shared.dir, &self.name, lock(&self.export).is_some())
+    }
+
     /// Whether a change would wait for the chain's lock (a snapshot is
     /// copying it): a front end then makes the change off its event loop.
     pub fn write_busy(&self) -> bool {
@@ -138,24 +187,21 @@ impl CfNamed {
     }
 
     /// Adds `items` (`nx`: only those absent); one outcome per item, in
-    /// order, up to and including the first `Full` if `stop_at_full`.
-    /// Visible at once; durable once the returned [`Ack`] resolves (with
-    /// all earlier changes).
+    /// order (an item no table had room for is `Full`, and the later ones
+    /// are still tried). Visible at once; durable once the returned [`Ack`]
+    /// resolves (with all earlier changes). The store has checked the
+    /// items' lengths ([`LocalStore::add_deletable`]).
+    ///
+    /// [`LocalStore::add_deletable`]: crate::store::LocalStore::add_deletable
     pub fn add(
         &self,
         items: &[&[u8]],
         nx: bool,
-        stop_at_full: bool,
         out: &mut Vec<CfAdded>,
     ) -> Result<Ack, StoreError> {
         let limits = &self.shared.limits;
         let (wal, mut c) = self.begin_write()?;
         let mut log = Vec::new();
-        for item in items {
-            if item.len() > limits.max_item_bytes {
-                return Err(StoreError::Invalid("item is too long".into()));
-            }
-        }
         let keys = items
             .iter()
             .map(|i| normalized(&c, i))
@@ -169,9 +215,6 @@ impl CfNamed {
                 wal::encode_cuckoo(&mut log, &self.name, c.id, c.seq, CuckooOp::Add, item);
             }
             out.push(r);
-            if r == CfAdded::Full && stop_at_full {
-                break;
-            }
         }
         let added = out[before..]
             .iter()
@@ -341,6 +384,14 @@ impl CfNamed {
         let path = cf_path(dir, &self.name);
         bloomgate_engine::atomic::replace_with(&path, |f| cf_file::write(f, &h, &body))
             .map_err(|e| failed(path.clone(), e.into()))?;
+        if export.is_some() && hashes.is_none() {
+            // No longer exported: the whitelist moves to its own file.
+            let wl = whitelist_path(dir, &self.name, false);
+            c.list.list().whitelist().save(&wl).map_err(|e| {
+                self.dirty.store(true, Relaxed);
+                StoreError::from(bloomgate_blacklist::Error::from(e))
+            })?;
+        }
         *export = hashes;
         if let Some(image) = image {
             let bgf = bgf_path(dir, &self.name);

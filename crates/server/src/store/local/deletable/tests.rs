@@ -222,9 +222,9 @@ fn logged_changes_come_back_after_reopen() {
         let its = items(100, "k");
         let refs: Vec<&[u8]> = its.iter().map(Vec::as_slice).collect();
         let mut out = Vec::new();
-        let ack = n.add(&refs, false, false, &mut out).unwrap();
+        let ack = n.add(&refs, false, &mut out).unwrap();
         ack.wait_blocking().unwrap();
-        let ack = n.add(&refs[..10], false, false, &mut out).unwrap();
+        let ack = n.add(&refs[..10], false, &mut out).unwrap();
         ack.wait_blocking().unwrap();
         for it in &refs[..30] {
             let (found, ack) = n.delete_item(it).unwrap();
@@ -451,4 +451,63 @@ fn full_chain_refuses_and_keeps_everything() {
         CfAdded::Added
     );
     assert!(c.contains(b"late"));
+}
+
+/// A whitelist edit is durable when it returns, in `NAME.cf.whitelist`,
+/// and a delete takes the file with it; a filter served from the CLI's
+/// `NAME.bgf` keeps its whitelist in `NAME.bgf.whitelist` until a
+/// replayed add grows its chain past one table (no longer written back):
+/// the next save moves the whitelist to `NAME.cf.whitelist`, which the
+/// next start reads.
+#[test]
+fn the_whitelist_is_kept_beside_the_filter_and_follows_its_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = store(d);
+    let n = s.cf_create("own", &spec(100, 1)).unwrap();
+    let (w, x, v): (&[u8], &[u8], &[u8]) = (b"w", b"x", b"v");
+    assert_eq!(n.whitelist(&[w, v], true).unwrap(), [Ok(false), Ok(false)]);
+    let own = d.join("own.cf.whitelist");
+    assert_eq!(Whitelist::load(&own).unwrap().len(), 2, "durable");
+    assert_eq!(n.whitelist(&[w, x], false).unwrap(), [Ok(true), Ok(false)]);
+    assert_eq!(Whitelist::load(&own).unwrap().len(), 1);
+    assert!(s.deletables().delete("own"));
+    assert!(!own.exists(), "deleted with the filter");
+    s.shutdown();
+    drop(s);
+
+    let bgf = d.join("c.bgf");
+    let kind = bloomgate_engine::format::DeletableKind::Cuckoo;
+    let table = DeletableTable::new(kind, 8, 0.01, 2, 20, 7, (0, 0)).unwrap();
+    table.save(&bgf).unwrap();
+    let s = store(d);
+    let n = s.deletables().get("c").unwrap();
+    n.whitelist(&[w], true).unwrap();
+    assert!(Whitelist::load(&Whitelist::path_for(&bgf))
+        .unwrap()
+        .contains(b"w"));
+    assert!(!d.join("c.cf.whitelist").exists());
+    // Replayed adds grow the chain whatever its expansion.
+    let (id, mut seq) = (read(&n.state).id, read(&n.state).seq);
+    while n.filters() < 2 && seq < 10_000 {
+        seq += 1;
+        s.deletables().replay(CuckooRecord {
+            name: "c".into(),
+            id,
+            seq,
+            op: CuckooOp::Add,
+            item: format!("k{seq}").into_bytes(),
+        });
+    }
+    assert_eq!(n.filters(), 2, "grown by replayed adds");
+    s.snapshot().unwrap();
+    assert!(lock(&n.export).is_none(), "no longer written back");
+    let moved = Whitelist::load(&d.join("c.cf.whitelist")).unwrap();
+    assert!(moved.contains(b"w"), "moved to its own file");
+    s.shutdown();
+    drop(s);
+    let s = store(d);
+    let n = s.deletables().get("c").unwrap();
+    assert!(n.filters() >= 2);
+    assert!(read(&n.state).list.list().whitelist().contains(b"w"));
 }
