@@ -38,13 +38,13 @@ for chunk in range(100):
 PY
 redis-cli -p $RPORT SET key:__rand_int__ v >/dev/null
 redis-cli -p $RPORT SET key v >/dev/null
-curl -s -XPOST "127.0.0.1:$HPORT/v1/filters" -d '{"name":"urls","items":1000000,"fp":0.0001,"kind":"url","mode":"prefix"}' >/dev/null
+curl -s -XPOST "127.0.0.1:$HPORT/v1/filters" -H "Content-Type: application/json" -d '{"name":"urls","items":1000000,"fp":0.0001,"kind":"url","mode":"prefix"}' >/dev/null
 python3 - "$HPORT" <<'PY'
 import json, sys, urllib.request
 port = sys.argv[1]
 for b in range(10):
     items = [f"http://evil{b*1000+i}.example/phish/" for i in range(1000)]
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/filters/urls/add", data=json.dumps(items).encode(), method="POST")
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/filters/urls/add", data=json.dumps(items).encode(), method="POST", headers={"Content-Type": "application/json"})
     urllib.request.urlopen(req).read()
 PY
 
