@@ -85,7 +85,11 @@ for path in sys.argv[1:3]:
 EOF
 else
   for c in "$BUILD_BLOOM" "$BUILD_BG" "$CHECK_BLOOM" "$CHECK_BG"; do
-    for _ in $(seq "$RUNS"); do rm -f "$WORK/out.bloom.tmp"; /usr/bin/time -f "%e s wall %U user %S sys  $c" bash -c "$c"; done
+    for _ in $(seq "$RUNS"); do
+      # A build does not overwrite its output (as hyperfine's --prepare above).
+      case "$c" in "$BUILD_BLOOM") rm -f "$WORK/out.bloom";; "$BUILD_BG") rm -f "$WORK/out.bg";; esac
+      rm -f "$WORK/out.bloom.tmp"; /usr/bin/time -f "%e s wall %U user %S sys  $c" bash -c "$c"
+    done
   done
 fi
 ls -l "$WORK"/out.bloom "$WORK"/out.bg
