@@ -9,9 +9,11 @@
 //! ```
 //!
 //! One normalized key per line, sorted. Bytes outside printable ASCII and the
-//! backslash are written as `\xNN`, so any raw key survives a round trip. A
-//! first line other than the version line is refused (a newer or foreign
-//! file), as is a malformed escape. Writes are atomic: temp file, fsync,
+//! backslash are written as `\xNN`, so any raw key survives a round trip;
+//! the empty key (a raw filter's empty item) is the line `\e`, since an
+//! empty line is skipped. A first line other than the version line is
+//! refused (a newer or foreign file), as is a malformed escape (so a build
+//! that predates `\e` refuses such a file rather than drop the key). Writes are atomic: temp file, fsync,
 //! rename, directory fsync.
 //!
 //! # One whitelist per filter
@@ -30,6 +32,9 @@ use std::sync::Arc;
 
 /// First line of every whitelist file.
 pub const WHITELIST_HEADER: &str = "# bloomgate whitelist v1";
+
+/// The line that stands for the empty key (an empty line is skipped).
+const EMPTY_KEY_LINE: &[u8] = b"\\e";
 
 /// Errors reading or writing a whitelist file.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +114,10 @@ impl Whitelist {
             if line.is_empty() {
                 continue;
             }
+            if line == EMPTY_KEY_LINE {
+                keys.insert(Vec::new());
+                continue;
+            }
             keys.insert(unescape(line).map_err(|r| (i + 2, r))?);
         }
         Ok(Whitelist {
@@ -122,7 +131,11 @@ impl Whitelist {
         out.extend_from_slice(WHITELIST_HEADER.as_bytes());
         out.push(b'\n');
         for k in self.keys.iter() {
-            escape_into(k, &mut out);
+            if k.is_empty() {
+                out.extend_from_slice(EMPTY_KEY_LINE);
+            } else {
+                escape_into(k, &mut out);
+            }
             out.push(b'\n');
         }
         out
@@ -173,6 +186,16 @@ impl Whitelist {
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.keys.iter().map(Vec::as_slice)
     }
+
+    /// The keys after `after` (all of them for `None`), sorted: one page
+    /// of a listing after another.
+    pub fn iter_after(&self, after: Option<&[u8]>) -> impl Iterator<Item = &[u8]> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let start = after.map_or(Unbounded, Excluded);
+        self.keys
+            .range::<[u8], _>((start, Unbounded))
+            .map(Vec::as_slice)
+    }
 }
 
 fn escape_into(key: &[u8], out: &mut Vec<u8>) {
@@ -217,6 +240,26 @@ mod tests {
         w.insert(b"a\nb\\c \x00\xff".to_vec());
         let parsed = Whitelist::parse(&w.to_bytes()).unwrap();
         assert_eq!(parsed, w);
+    }
+
+    /// The empty key (a raw filter's empty item) survives a round trip
+    /// beside a key that is a backslash and an `e`, and an empty line
+    /// still stands for nothing.
+    #[test]
+    fn empty_key_round_trips() {
+        let mut w = Whitelist::default();
+        w.insert(Vec::new());
+        w.insert(b"\\e".to_vec());
+        let bytes = w.to_bytes();
+        assert_eq!(
+            bytes,
+            format!("{WHITELIST_HEADER}\n\\e\n\\x5ce\n").into_bytes()
+        );
+        let parsed = Whitelist::parse(&bytes).unwrap();
+        assert_eq!(parsed, w);
+        assert!(parsed.contains(b"") && parsed.contains(b"\\e") && parsed.len() == 2);
+        let blank = Whitelist::parse(format!("{WHITELIST_HEADER}\n\nx\n").as_bytes()).unwrap();
+        assert!(!blank.contains(b"") && blank.len() == 1);
     }
 
     /// A clone shares the keys (one whitelist however often a served

@@ -200,16 +200,3 @@ impl Invalid {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(1234567), "1,234,567");
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(25_000_000_000), "23.3 GiB");
-    }
-}

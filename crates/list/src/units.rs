@@ -38,7 +38,9 @@ mod tests {
     fn numbers_read_as_people_write_them() {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1023), "1023 B");
         assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(25_000_000_000), "23.3 GiB");
     }
 }

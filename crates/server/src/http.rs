@@ -63,7 +63,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/filters/{name}/remove", post(remove))
         .route(
             "/v1/filters/{name}/whitelist",
-            post(whitelist::<true>).delete(whitelist::<false>),
+            get(whitelist_list)
+                .post(whitelist::<true>)
+                .delete(whitelist::<false>),
         )
         .route("/v1/filters/{name}/reload", post(reload))
         .route("/v1/filters/{name}/auth", get(nginx::by_path))
@@ -436,6 +438,84 @@ async fn whitelist<const ADD: bool>(
         })
         .collect();
     Ok(Json(json!({ "results": results })).into_response())
+}
+
+/// `GET /v1/filters/NAME/whitelist` paging: at most `limit` entries
+/// (default and most [`WHITELIST_PAGE`]) after the key `after` (or
+/// `after_hex`, a key that is not UTF-8, in hex).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhitelistPage {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    after_hex: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// Whitelist entries per `GET /v1/filters/NAME/whitelist` answer, at most.
+const WHITELIST_PAGE: usize = 10_000;
+
+/// `GET /v1/filters/NAME/whitelist`: the whitelisted keys (normalized, as
+/// lookups match them), sorted, a page at a time: `{"count", "entries",
+/// "next"}`, where `next` holds the query parameters of the next page
+/// (`{"after": KEY}` or `{"after_hex": HEX}`; `null` after the last). A key
+/// that is not UTF-8 (a raw key built from bytes) is given as
+/// `{"hex": "…"}`.
+async fn whitelist_list(
+    State(app): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(page): Query<WhitelistPage>,
+) -> ApiResult {
+    let n = named(&app, &headers, Access::Read, &name).await?;
+    let limit = page.limit.unwrap_or(WHITELIST_PAGE);
+    if !(1..=WHITELIST_PAGE).contains(&limit) {
+        return Err(ApiError::bad(format!(
+            "limit must be 1..={WHITELIST_PAGE}, got {limit}"
+        )));
+    }
+    let after: Option<Vec<u8>> = match (page.after, page.after_hex) {
+        (Some(_), Some(_)) => return Err(ApiError::bad("give 'after' or 'after_hex', not both")),
+        (Some(a), None) => Some(a.into_bytes()),
+        (None, Some(h)) => Some(unhex(&h).ok_or_else(|| ApiError::bad("after_hex is not hex"))?),
+        (None, None) => None,
+    };
+    let w = blocking(move || n.whitelisted()).await??;
+    let mut keys = w.iter_after(after.as_deref());
+    let page: Vec<&[u8]> = keys.by_ref().take(limit).collect();
+    let next = match (keys.next(), page.last()) {
+        (Some(_), Some(last)) => match std::str::from_utf8(last) {
+            Ok(s) => json!({ "after": s }),
+            Err(_) => json!({ "after_hex": hex(last) }),
+        },
+        _ => Value::Null,
+    };
+    let entries: Vec<Value> = page
+        .iter()
+        .map(|k| match std::str::from_utf8(k) {
+            Ok(s) => json!(s),
+            Err(_) => json!({ "hex": hex(k) }),
+        })
+        .collect();
+    Ok(Json(json!({"count": w.len(), "entries": entries, "next": next})).into_response())
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string (either case), or `None`.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// A create request. Unknown fields are refused (a misspelt `"polcy"`

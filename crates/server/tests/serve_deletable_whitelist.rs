@@ -49,16 +49,6 @@ fn info(s: &Server, name: &str) -> Value {
     v
 }
 
-fn add(s: &Server, name: &str, items: &[String]) {
-    let body = serde_json::to_string(items).unwrap();
-    let (st, v) = s.http(
-        "POST",
-        &format!("/v1/filters/{name}/add"),
-        Some(&body),
-        None,
-    );
-    assert_eq!(st, 200, "{name}: {v}");
-}
 
 /// Every filter answers `check` on `item` as `want`, and its info counts
 /// `entries` whitelist entries.
@@ -99,7 +89,7 @@ fn deletable_filters_take_whitelist_edits_as_bloom_filters_do() {
         let body = format!(r#"{{"name":"{name}","items":1000,"fp":0.0001,"layout":"{layout}"}}"#);
         let (st, v) = s.http("POST", "/v1/filters", Some(&body), None);
         assert_eq!(st, 201, "{name}: {v}");
-        add(&s, name, &items);
+        s.add(name, &items);
     }
 
     // The same replies, filter for filter.
@@ -122,8 +112,8 @@ fn deletable_filters_take_whitelist_edits_as_bloom_filters_do() {
 
     // Durable when answered: SIGKILL, with adds in the log only, which
     // replay leaves the whitelist out of.
-    add(&s, "cuckoo", &["d".to_string()]);
-    add(&s, "counting", &["d".to_string()]);
+    s.add("cuckoo", &["d".to_string()]);
+    s.add("counting", &["d".to_string()]);
     s.kill9();
     let s = start(d);
     assert_all(&s, "a", &whitelisted, 1, "after SIGKILL");
@@ -133,7 +123,7 @@ fn deletable_filters_take_whitelist_edits_as_bloom_filters_do() {
 
     // The chain grows: one whitelist, kept.
     let more: Vec<String> = (0..3000).map(|i| format!("k{i}")).collect();
-    add(&s, "cuckoo", &more);
+    s.add("cuckoo", &more);
     assert!(
         info(&s, "cuckoo")["filters"].as_u64().unwrap() > 1,
         "the chain grew"
@@ -163,12 +153,95 @@ fn deletable_filters_take_whitelist_edits_as_bloom_filters_do() {
     let body = r#"{"name":"cuckoo","items":1000,"fp":0.0001,"layout":"cuckoo"}"#;
     let (st, v) = s.http("POST", "/v1/filters", Some(body), None);
     assert_eq!(st, 201, "{v}");
-    add(&s, "cuckoo", &items);
+    s.add("cuckoo", &items);
     assert_eq!(
         verdict(&s, "cuckoo", "a"),
         json!({"hit": true, "whitelisted": false, "matched": "a"})
     );
     assert_eq!(info(&s, "cuckoo")["whitelist_entries"], 0);
+}
+
+/// Every entry of a listing of `GET /v1/filters/NAME/whitelist`, a page
+/// of `limit` at a time, following `next`; and the `count` each page gave.
+fn listing(s: &Server, name: &str, limit: usize) -> (Vec<Value>, Vec<Value>) {
+    let (mut entries, mut counts) = (Vec::new(), Vec::new());
+    let mut query = format!("limit={limit}");
+    loop {
+        let (st, v) = s.http(
+            "GET",
+            &format!("/v1/filters/{name}/whitelist?{query}"),
+            None,
+            None,
+        );
+        assert_eq!(st, 200, "{name}: {v}");
+        counts.push(v["count"].clone());
+        let page = v["entries"].as_array().unwrap();
+        assert!(page.len() <= limit, "{name}: {v}");
+        entries.extend(page.iter().cloned());
+        match &v["next"] {
+            Value::Null => return (entries, counts),
+            Value::Object(next) => {
+                let (k, after) = next.iter().next().unwrap();
+                let after = after.as_str().unwrap();
+                assert!(!page.is_empty(), "{name}: a next page after an empty one: {v}");
+                query = format!("limit={limit}&{k}={}", testkit::percent_encode(after));
+            }
+            other => panic!("{name}: next is {other}"),
+        }
+    }
+}
+
+/// `GET /v1/filters/NAME/whitelist` lists every kind's whitelist, sorted
+/// and paged, with the empty item of a raw filter among them; that empty
+/// item is still whitelisted after a restart (the file's `\e` line), as
+/// every other entry is.
+#[test]
+fn whitelists_are_listed_and_keep_the_empty_item_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut s = start(d);
+    let items: Vec<String> = ["", "a", "b", "c d", "é"].iter().map(|i| i.to_string()).collect();
+    for (name, layout) in FILTERS {
+        let body = format!(r#"{{"name":"{name}","items":1000,"fp":0.0001,"layout":"{layout}"}}"#);
+        let (st, v) = s.http("POST", "/v1/filters", Some(&body), None);
+        assert_eq!(st, 201, "{name}: {v}");
+        s.add(name, &items);
+        let (st, v) = whitelist(&s, name, true, &["", "c d", "é", "a"]);
+        assert_eq!(st, 200, "{name}: {v}");
+        assert_eq!(verdict(&s, name, "")["whitelisted"], true, "{name}");
+    }
+    let want = json!(["", "a", "c d", "é"]);
+    for limit in [1, 2, 3, 10_000] {
+        for (name, _) in FILTERS {
+            let (entries, counts) = listing(&s, name, limit);
+            assert_eq!(Value::from(entries), want, "{name}, pages of {limit}");
+            assert!(counts.iter().all(|c| c == 4), "{name}: {counts:?}");
+        }
+    }
+    let (st, v) = s.http("GET", "/v1/filters/bloom/whitelist?limit=0", None, None);
+    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("bad_request")), "{v}");
+    let (st, v) = s.http("GET", "/v1/filters/nope/whitelist", None, None);
+    assert_eq!(st, 404, "{v}");
+
+    // A restart from the files alone (snapshot on SIGTERM), then one after
+    // SIGKILL: the empty item is still whitelisted, in the listing and in
+    // the verdict.
+    assert!(s.term().success());
+    let mut s = start(d);
+    for (name, _) in FILTERS {
+        assert_eq!(Value::from(listing(&s, name, 10_000).0), want, "{name}: restarted");
+        assert_eq!(
+            verdict(&s, name, ""),
+            json!({"hit": false, "whitelisted": true, "matched": ""}),
+            "{name}: restarted"
+        );
+        assert_eq!(verdict(&s, name, "b")["hit"], true, "{name}");
+    }
+    s.kill9();
+    let s = start(d);
+    for (name, _) in FILTERS {
+        assert_eq!(verdict(&s, name, "")["whitelisted"], true, "{name}: after SIGKILL");
+    }
 }
 
 /// A whitelist file that does not parse makes its filter damaged (every

@@ -34,17 +34,6 @@ fn raws(tag: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{tag}-{i}")).collect()
 }
 
-/// HTTP add; asserts it was acknowledged.
-fn add(s: &Server, name: &str, items: &[String]) {
-    let body = serde_json::to_string(items).unwrap();
-    let (st, v) = s.http(
-        "POST",
-        &format!("/v1/filters/{name}/add"),
-        Some(&body),
-        None,
-    );
-    assert_eq!(st, 200, "{v}");
-}
 
 /// HTTP batch check: how many of `items` hit.
 fn hits(s: &Server, name: &str, items: &[String]) -> usize {
@@ -142,11 +131,11 @@ fn http_reload_keeps_live_adds_unless_dropped() {
         V::Simple("OK".into())
     );
     let (a, ka) = (urls("before", 300), raws("before", 300));
-    add(&s, "urls", &a);
+    s.add("urls", &a);
     resp_madd(&s, "k", &ka);
     snapshot(&s);
     let (b, kb) = (urls("after", 300), raws("after", 300));
-    add(&s, "urls", &b);
+    s.add("urls", &b);
     resp_madd(&s, "k", &kb);
 
     // Rebuilt files with other items only.
@@ -189,7 +178,7 @@ fn http_reload_keeps_live_adds_unless_dropped() {
     }
     // Live adds still only in the log when the drop comes.
     let x = urls("unsnapshotted", 200);
-    add(&s, "urls", &x);
+    s.add("urls", &x);
     let kx = raws("unsnapshotted", 200);
     resp_madd(&s, "k", &kx);
 
@@ -259,10 +248,10 @@ fn sighup_reload_keeps_live_adds() {
     );
     let s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
     let a = urls("before", 300);
-    add(&s, "cli", &a);
+    s.add("cli", &a);
     snapshot(&s);
     let b = urls("after", 300);
-    add(&s, "cli", &b);
+    s.add("cli", &b);
     // The operator drops a rebuilt file into place (atomic rename) and sends SIGHUP.
     let c = urls("rebuilt", 300);
     let tmp = out.path().join("cli.bgf");
@@ -306,10 +295,10 @@ fn sigkill_around_snapshot_and_reload_loses_nothing() {
     );
     assert_eq!(st, 201);
     let a = urls("before", 300);
-    add(&s, "urls", &a);
+    s.add("urls", &a);
     snapshot(&s);
     let b = urls("after", 300);
-    add(&s, "urls", &b);
+    s.add("urls", &b);
     // Crash between the snapshot and the reload.
     s.kill9();
     let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
@@ -326,7 +315,7 @@ fn sigkill_around_snapshot_and_reload_loses_nothing() {
     }
     // More adds, then a crash right after another reload (no snapshot since).
     let d = urls("later", 300);
-    add(&s, "urls", &d);
+    s.add("urls", &d);
     let e = urls("second", 300);
     let e_path = out.path().join("e.bgf");
     build(&e_path, KeyKind::Url, MatchMode::Prefix, &e);
@@ -336,7 +325,7 @@ fn sigkill_around_snapshot_and_reload_loses_nothing() {
         &serde_json::json!({ "path": e_path }).to_string(),
     );
     let f = urls("final", 300);
-    add(&s, "urls", &f);
+    s.add("urls", &f);
     s.kill9();
     let mut s = Server::start(dir.path(), &["--snapshot-secs", "100000"]);
     for set in [&a, &b, &d, &e, &f] {
@@ -345,7 +334,7 @@ fn sigkill_around_snapshot_and_reload_loses_nothing() {
     // The file replaced while the server is down (after a crash with
     // unsnapshotted adds): the journal and the log are replayed at startup.
     let g = urls("whiledown", 300);
-    add(&s, "urls", &g);
+    s.add("urls", &g);
     s.kill9();
     let h = urls("offline", 300);
     build(

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use testkit::{bg, ok, p, write_lines, Dir, Server, V};
+use testkit::{bg, ok, p, percent_encode, write_lines, Dir, Server, V};
 
 fn urls(tag: &str, n: usize) -> Vec<String> {
     (0..n)
@@ -180,7 +180,7 @@ fn ribbon_file_is_served_as_check_answers_for_every_key_kind() {
         for q in queries[..present].iter().step_by(97) {
             let (st, v) = s.http(
                 "GET",
-                &format!("/v1/filters/{name}/check?item={}", urlencode(q)),
+                &format!("/v1/filters/{name}/check?item={}", percent_encode(q)),
                 None,
                 None,
             );
@@ -216,17 +216,6 @@ fn ribbon_file_is_served_as_check_answers_for_every_key_kind() {
         "{v}"
     );
     assert_eq!(resp_hits(&s, "u", &q), vec![true, true]);
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[test]

@@ -142,6 +142,15 @@ impl Server {
         assert_eq!(st, 200, "{name} {item}: {v}");
         v
     }
+
+    /// `POST /v1/filters/NAME/add` of `items` (a JSON array); asserts it
+    /// was acknowledged (200) and returns the reply.
+    pub fn add(&self, name: &str, items: &[String]) -> serde_json::Value {
+        let body = serde_json::to_string(items).expect("strings serialize");
+        let (st, v) = self.http("POST", &format!("/v1/filters/{name}/add"), Some(&body), None);
+        assert_eq!(st, 200, "{name}: {v}");
+        v
+    }
 }
 
 impl Drop for Server {
@@ -149,6 +158,19 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `s` percent-encoded for a URL's query (every byte but the unreserved
+/// ASCII letters, digits and `-._~`).
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// A decoded RESP value.

@@ -513,6 +513,18 @@ impl Filter {
         }
     }
 
+    /// The filter's whitelist: its exact keys, sorted (`GET
+    /// /v1/filters/NAME/whitelist`). An error when the store cannot read
+    /// it (Redis unreachable).
+    pub fn whitelisted(&self) -> Result<bloomgate_blacklist::Whitelist, StoreError> {
+        match self {
+            Filter::Local(n) => Ok(n.whitelisted()),
+            Filter::Deletable(n) => Ok(n.whitelisted()),
+            Filter::Listed(n) => Ok(n.whitelisted()),
+            Filter::Redis(n) => n.whitelisted(),
+        }
+    }
+
     /// Answers many queries: `each` gets one verdict per query, in order,
     /// or why the query is not valid for the filter's key rules. The one
     /// lookup of every filter, whatever its kind or store: the verdict is

@@ -144,6 +144,12 @@ impl Listed {
         &self.name
     }
 
+    /// Its whitelist as it is now (shared with the list: a reference
+    /// count, not a copy).
+    pub fn whitelisted(&self) -> bloomgate_blacklist::Whitelist {
+        self.read().whitelist().clone()
+    }
+
     /// The layout's name (`ribbon`).
     pub fn layout(&self) -> &'static str {
         self.layout

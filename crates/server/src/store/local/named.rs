@@ -98,6 +98,12 @@ impl Named {
         &self.name
     }
 
+    /// Its whitelist as it is now (shared with the list: a reference
+    /// count, not a copy).
+    pub fn whitelisted(&self) -> Whitelist {
+        self.list.load().whitelist().clone()
+    }
+
     /// The current layers.
     pub fn layers(&self) -> LayersGuard {
         LayersGuard(self.list.load())

@@ -169,6 +169,12 @@ impl RedisNamed {
         &self.name
     }
 
+    /// Its whitelist as the handle last read it from Redis (re-read when
+    /// the filter's metadata or whitelist changed, as lookups see it).
+    pub fn whitelisted(&self) -> Result<bloomgate_blacklist::Whitelist, StoreError> {
+        Ok(self.read()?.whitelist().clone())
+    }
+
     /// Answers queries as the filter's file would: `each` gets one verdict per query.
     pub fn check_batch(
         &self,

@@ -106,6 +106,12 @@ impl CfNamed {
         &self.name
     }
 
+    /// Its whitelist as it is now (shared with the list: a reference
+    /// count, not a copy).
+    pub fn whitelisted(&self) -> bloomgate_blacklist::Whitelist {
+        read(&self.state).list.list().whitelist().clone()
+    }
+
     /// Answers many queries by the library's list
     /// ([`bloomgate_list::TableList::check_each`]), as the CLI's `check`
     /// answers them for the same file: a filter built by the CLI with key
