@@ -432,13 +432,18 @@ fn replace_replies(buf: &[u8], failed: &[(std::ops::Range<usize>, StoreError)]) 
     out.buf
 }
 
-/// `buf` with each of `inserts`' bytes inserted at its place (in order).
-fn insert_replies(buf: &[u8], inserts: &[(usize, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(buf.len() + inserts.iter().map(|i| i.1.len()).sum::<usize>());
+/// `buf` with each of `inserts`' bytes (a range of `replies`) inserted
+/// at its place (in order).
+fn insert_replies(
+    buf: &[u8],
+    replies: &[u8],
+    inserts: &[(usize, std::ops::Range<usize>)],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buf.len() + replies.len());
     let mut at = 0;
     for (place, bytes) in inserts {
         out.extend_from_slice(&buf[at..*place]);
-        out.extend_from_slice(bytes);
+        out.extend_from_slice(&replies[bytes.clone()]);
         at = *place;
     }
     out.extend_from_slice(&buf[at..]);
@@ -530,13 +535,14 @@ impl Conn {
     /// their replies where their commands' replies belong.
     async fn answer_queued(&mut self, out: &mut Out) {
         let mut inserts = Vec::with_capacity(self.queued.len());
+        // Every reply in one buffer, each insert a range of it.
         let mut reply = Out {
             buf: Vec::new(),
             proto: out.proto,
         };
         let mut errors = 0;
         for (later, place) in std::mem::take(&mut self.queued) {
-            reply.buf.clear();
+            let start = reply.buf.len();
             match later {
                 Later::Check { rx, multi, filter } => {
                     let checked = rx.await.unwrap_or_else(|_| Err(worker_gone()));
@@ -549,8 +555,8 @@ impl Conn {
                     Err(e) => reply.error(&error_reply(&add_failed(e))),
                 },
             }
-            errors += (reply.buf.first() == Some(&b'-')) as u64;
-            inserts.push((place, reply.buf.clone()));
+            errors += (reply.buf.get(start) == Some(&b'-')) as u64;
+            inserts.push((place, start..reply.buf.len()));
         }
         self.run.errors += errors;
         // Writes awaiting durability (none with a remote store) keep
@@ -564,7 +570,7 @@ impl Conn {
             }
             *r = r.start + shift..r.end + shift;
         }
-        out.buf = insert_replies(&out.buf, &inserts);
+        out.buf = insert_replies(&out.buf, &reply.buf, &inserts);
     }
 
     /// Whether the command `args` must wait for the queued requests before

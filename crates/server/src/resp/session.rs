@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::store::{Ack, AddOutcome, AddReply, Checked, Filter, LookupScratch};
+use crate::store::{Ack, AddOutcome, AddReply, CheckReply, Filter, LookupScratch};
 use crate::App;
 
 /// The per-connection state commands read and change.
@@ -52,7 +52,7 @@ pub(super) enum Later {
     /// `BF.EXISTS`/`BF.MEXISTS`; the filter's counters are added to when
     /// the answer arrives.
     Check {
-        rx: tokio::sync::oneshot::Receiver<Checked>,
+        rx: CheckReply,
         multi: bool,
         filter: Filter,
     },

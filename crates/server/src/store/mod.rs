@@ -91,7 +91,7 @@ pub use local::deletable::{
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{Listed, LocalStore, LookupScratch, Named};
 pub use redis::{
-    add_failed, worker_gone, AddReply, Added, Checked, RedisNamed, RedisOptions, RedisStore,
+    add_failed, worker_gone, AddReply, Added, CheckReply, Checked, RedisNamed, RedisOptions, RedisStore,
     StoreHealth,
 };
 
@@ -571,16 +571,14 @@ impl Filter {
     }
 
     /// Queues a lookup of `queries` in a remote store's batch and returns
-    /// the receiver of its verdicts (one per query, not yet counted in the
-    /// filter's counters), or `None` for a local filter (answer it with
-    /// [`Filter::check_many`]: it does not wait).
-    pub fn check_later(
-        &self,
-        queries: &[&[u8]],
-    ) -> Option<tokio::sync::oneshot::Receiver<Checked>> {
+    /// the reply of its verdicts (one per query, not yet counted in the
+    /// filter's counters; with the key that matched when `matched`), or
+    /// `None` for a local filter (answer it with [`Filter::check_many`]: it
+    /// does not wait).
+    pub fn check_later(&self, queries: &[&[u8]], matched: bool) -> Option<CheckReply> {
         match self {
             Filter::Local(_) | Filter::Deletable(_) | Filter::Listed(_) => None,
-            Filter::Redis(n) => Some(n.check_later(queries)),
+            Filter::Redis(n) => Some(n.check_later(queries, matched)),
         }
     }
 

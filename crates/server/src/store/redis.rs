@@ -69,7 +69,7 @@ use crate::Limits;
 mod named;
 
 use named::Broken;
-pub use named::{AddReply, Added, Checked, RedisNamed};
+pub use named::{AddReply, Added, CheckReply, Checked, RedisNamed};
 
 /// How long a server answers from a filter's metadata and whitelist
 /// before it checks them again (one `HMGET` per filter per interval).
@@ -630,7 +630,7 @@ impl RedisStore {
         entries: &[&[u8]],
         out: &mut Vec<AddOutcome>,
     ) -> Result<(), StoreError> {
-        let outcomes = named.wait_add(named.queue_add(entries))?;
+        let outcomes = named.wait(named.queue_add(entries))?;
         if self.opts.wait_replicas > 0 {
             let f = named.read()?;
             let keys: Vec<Vec<u8>> = entries

@@ -21,7 +21,7 @@ use crate::Limits;
 
 mod coalesce;
 
-pub use coalesce::{AddReply, Added, Checked};
+pub use coalesce::{AddReply, Added, CheckReply, Checked, Reply};
 
 /// One filter of the [`RedisStore`].
 pub struct RedisNamed {
@@ -65,13 +65,7 @@ impl RedisNamed {
         health: Arc<Health>,
     ) -> Arc<RedisNamed> {
         Arc::new_cyclic(|me| {
-            let batches = {
-                let f = filter
-                    .as_ref()
-                    .ok()
-                    .map(|f| f.read().unwrap_or_else(|p| p.into_inner()));
-                coalesce::Coalescer::new(me.clone(), f.as_deref(), limits.max_item_bytes)
-            };
+            let batches = coalesce::Coalescer::new(me.clone(), limits.max_item_bytes);
             RedisNamed {
                 name: name.to_string(),
                 filter,
@@ -84,11 +78,12 @@ impl RedisNamed {
     }
 
     /// Queues a lookup of `queries` with the filter's other lookups (see
-    /// `coalesce`); the verdicts, one per query, arrive on the receiver.
-    pub fn check_later(&self, queries: &[&[u8]]) -> tokio::sync::oneshot::Receiver<Checked> {
+    /// `coalesce`); the verdicts, one per query, arrive on the reply, with
+    /// the key that matched when `matched`.
+    pub fn check_later(&self, queries: &[&[u8]], matched: bool) -> CheckReply {
         match &self.filter {
-            Ok(_) => self.batches.check(queries),
-            Err(broken) => ready(Err(broken.error())),
+            Ok(_) => self.batches.check(queries, matched),
+            Err(broken) => Reply::ready(ready(Err(broken.error()))),
         }
     }
 
@@ -99,19 +94,8 @@ impl RedisNamed {
         }
     }
 
-    /// Waits (blocking the thread) for a queued add's answer.
-    pub(super) fn wait_add(
-        &self,
-        rx: AddReply,
-    ) -> Result<Vec<crate::store::AddOutcome>, StoreError> {
-        rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
-    }
-
     /// Waits (blocking the thread) for a queued request's answer.
-    pub(super) fn wait<T>(
-        &self,
-        rx: tokio::sync::oneshot::Receiver<Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+    pub(super) fn wait<T>(&self, rx: Reply<Result<T, StoreError>>) -> Result<T, StoreError> {
         rx.blocking_recv().unwrap_or_else(|_| Err(worker_gone()))
     }
 
@@ -181,7 +165,7 @@ impl RedisNamed {
         queries: &[&[u8]],
         mut each: impl FnMut(Result<Verdict, KeyError>),
     ) -> Result<(), StoreError> {
-        for v in self.health.note(self.wait(self.check_later(queries)))? {
+        for v in self.health.note(self.wait(self.check_later(queries, true)))? {
             each(v);
         }
         Ok(())

@@ -4,14 +4,14 @@
 //! A request (the queries of one `BF.EXISTS`/`BF.MEXISTS`, an HTTP check,
 //! the entries of one `BF.ADD`/`BF.MADD`, an HTTP add) is queued with a
 //! oneshot channel for its answer. Worker threads — [`CHECKERS`] for
-//! lookups, one per add lane ([`ADDERS`]) — each take everything queued
-//! (up to [`MAX_ITEMS`] items), answer it with the `bloomgate_redis`
-//! crate's batch calls, and complete every request. There is no fixed
-//! delay: a worker sends as soon as it is free, so one request alone goes
-//! out at once, and under load the queue fills while the previous batch is
-//! in Redis — the batch grows with the load ("send when the previous batch
-//! returns"). At most [`CHECKERS`] lookup batches and [`ADDERS`] add
-//! batches of a filter are in flight at a time.
+//! lookups, one for adds — each take everything queued (up to
+//! [`MAX_ITEMS`] items), answer it with the `bloomgate_redis` crate's
+//! batch calls, and complete every request. There is no fixed delay: a
+//! worker sends as soon as it is free, so one request alone goes out at
+//! once, and under load the queue fills while the previous batch is in
+//! Redis — the batch grows with the load ("send when the previous batch
+//! returns"). At most [`CHECKERS`] lookup batches and one add batch of a
+//! filter are in flight at a time.
 //!
 //! # What an add costs, and the wake-ups
 //!
@@ -25,14 +25,16 @@
 //! idle core left, the CPU per add is what sets the latency, so the adds
 //! are cut into as few batches as the delays allow:
 //!
-//! * A queued add does not wake its lane's worker; its [`AddReply`] does,
-//!   when it is first awaited, waited for or dropped. A connection queues
-//!   every add of a client's pipeline before it awaits the first answer,
-//!   so the pipeline goes as one batch instead of its first add alone and
+//! * A queued request does not wake a worker; its [`Reply`] does, when it
+//!   is first awaited, waited for or dropped. A connection queues every
+//!   request of a client's pipeline before it awaits the first answer, so
+//!   the pipeline goes as one batch instead of its first request alone and
 //!   the rest behind it; and a worker is woken (a system call) only when
-//!   it waits, not for every request.
-//! * One add lane ([`ADDERS`]): four lanes took a pipeline of 16 adds in
-//!   four batches of four.
+//!   it waits, not for every request (waking one per `BF.EXISTS` was a
+//!   tenth of the server's CPU under `redis-benchmark -P 16`).
+//! * One add worker: four add lanes (the entries of a request split by
+//!   shard, a batch in flight per lane) took a pipeline of 16 adds in four
+//!   batches of four.
 //! * The item count's `HINCRBY` is in the batch's transaction (the
 //!   crate's), not a third round trip.
 //!
@@ -48,18 +50,16 @@
 //! alone would have — and the others are answered. (A request with keys on
 //! several nodes, a URL query in prefix mode, fails if any of them does.)
 //!
-//! Adds go through [`ADDERS`] lanes, each with its own queue and worker:
-//! an entry's lane is its shard's (shard number modulo [`ADDERS`], from
-//! the filter's metadata as the add workers last read it, [`Placer`]), and a
-//! request with entries of several lanes is answered when every part is.
-//! So several add batches are in flight — a batch held up in Redis (a
-//! stalled round trip) delays only its lane's adds, and the others drain
-//! meanwhile — while every add of one item runs in its lane in the order
-//! queued: of two adds of one item, the first queued is the one told
-//! "new", as when they are sent one after the other. Lanes never share a
-//! shard, so their transactions (the crate's `WATCH` … `EXEC`) never abort
-//! each other. (A connection waits for its queued adds before it sends a
-//! lookup, and the reverse: see `resp::conn`.)
+//! Adds run in the order queued, one batch at a time: of two adds of one
+//! item, the first queued is the one told "new", as when they are sent one
+//! after the other. (A connection waits for its queued adds before it
+//! sends a lookup, and the reverse: see `resp::conn`.)
+//!
+//! A request's items are copied into one allocation ([`Packed`]), and a
+//! lookup's verdicts carry the key that matched only when the requester
+//! asks for it (HTTP does, the Redis protocol does not): allocations per
+//! `BF.EXISTS` were a sixth of the server's CPU, most of them freed on
+//! another thread than the one that made them.
 //!
 //! The worker re-validates the handle (`RedisNamed::read`) before each
 //! batch, so a request never waits on the network on the thread that
@@ -72,13 +72,13 @@ use std::time::Instant;
 
 use bloomgate_blacklist::Verdict;
 use bloomgate_list::check::{verdict, QueryKeys};
-use bloomgate_redis::layout::{self, Meta};
+use bloomgate_redis::layout;
 use bloomgate_redis::RedisFilter;
-use bloomgate_url::{entry_key, KeyError, KeyKind, MatchMode};
+use bloomgate_url::KeyError;
 use tokio::sync::oneshot;
 
 use super::RedisNamed;
-use crate::store::redis::{store_err, worker_gone};
+use crate::store::redis::store_err;
 use crate::store::{AddOutcome, StoreError};
 
 /// The answer to a queued lookup: one verdict per query, or why none can
@@ -92,11 +92,6 @@ pub type Added = Result<Vec<AddOutcome>, StoreError>;
 /// collected (and its replies decoded) while Redis runs the other.
 pub(super) const CHECKERS: usize = 2;
 
-/// Add lanes per filter: add batches in flight at once, each of the
-/// entries of its shards (see the module documentation). One: batches
-/// as large as the load makes them, at the least CPU per add.
-pub(super) const ADDERS: usize = 1;
-
 /// Items (queries or entries) per batch; a single larger request is
 /// taken alone. The crate cuts a batch into pipelines of 4,096 commands
 /// and spreads one of 2,048 keys or more over several connections.
@@ -104,91 +99,53 @@ pub(super) const MAX_ITEMS: usize = 4096;
 
 enum Job {
     Check {
-        queries: Vec<Vec<u8>>,
+        queries: Packed,
+        /// Whether the verdicts carry the key that matched.
+        matched: bool,
         reply: oneshot::Sender<Checked>,
     },
     Add {
-        entries: Vec<Vec<u8>>,
-        part: Part,
+        entries: Packed,
+        reply: oneshot::Sender<Added>,
         /// When it was queued (for the batch's `trace` event).
         queued: Instant,
     },
 }
 
-/// The entries of an add request that go through one lane: their places
-/// in the request, and the request's answer being put together.
-struct Part {
-    join: Arc<Mutex<Join>>,
-    at: Vec<usize>,
+/// A request's items in one allocation: each item's length (8 bytes,
+/// native order), then its bytes.
+struct Packed {
+    buf: Vec<u8>,
+    len: usize,
 }
 
-/// An add request's answer, filled in by the lanes of its parts.
-struct Join {
-    outcomes: Vec<Option<AddOutcome>>,
-    /// Parts not answered yet.
-    left: usize,
-    error: Option<StoreError>,
-    reply: Option<oneshot::Sender<Added>>,
-}
-
-impl Part {
-    /// Answers this part: its outcomes in order, or its error (the
-    /// request's answer is the first error of its parts). The last part
-    /// sends the request's answer.
-    fn done(self, answer: Result<Vec<AddOutcome>, StoreError>) {
-        let mut j = self.join.lock().unwrap_or_else(|p| p.into_inner());
-        match answer {
-            Ok(outcomes) => {
-                for (&i, o) in self.at.iter().zip(outcomes) {
-                    j.outcomes[i] = Some(o);
-                }
-            }
-            Err(e) => {
-                j.error.get_or_insert(e);
-            }
+impl Packed {
+    fn of(items: &[&[u8]]) -> Packed {
+        let mut buf = Vec::with_capacity(items.iter().map(|i| 8 + i.len()).sum());
+        for i in items {
+            buf.extend_from_slice(&(i.len() as u64).to_ne_bytes());
+            buf.extend_from_slice(i);
         }
-        j.left -= 1;
-        if j.left > 0 {
-            return;
-        }
-        let answer: Added = match j.error.take() {
-            Some(e) => Err(e),
-            None => std::mem::take(&mut j.outcomes)
-                .into_iter()
-                .map(|o| o.ok_or_else(worker_gone))
-                .collect(),
-        };
-        if let Some(reply) = j.reply.take() {
-            // A requester that went away (its connection closed) is not told.
-            let _ = reply.send(answer);
-        }
-    }
-}
-
-/// What the queueing side needs to pick an entry's add lane: the filter's
-/// key rules and shard geometry, as the add workers last read them.
-struct Placer {
-    kind: KeyKind,
-    mode: MatchMode,
-    meta: Meta,
-}
-
-impl Placer {
-    fn of(f: &RedisFilter) -> Placer {
-        Placer {
-            kind: f.kind(),
-            mode: f.mode(),
-            meta: f.meta().clone(),
+        Packed {
+            buf,
+            len: items.len(),
         }
     }
 
-    /// The add lane of `entry`: its shard's. An entry that is not a valid
-    /// key (its outcome says so) goes to lane 0.
-    fn lane(&self, entry: &[u8]) -> usize {
-        match entry_key(self.kind, self.mode, entry) {
-            Ok(k) => (self.meta.place(&k).shard % ADDERS as u64) as usize,
-            Err(_) => 0,
-        }
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The items, in order.
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest = &self.buf[..];
+        (0..self.len).map(move |_| {
+            let (n, tail) = rest.split_at(8);
+            let n = u64::from_ne_bytes(n.try_into().expect("8 bytes")) as usize;
+            let (item, tail) = tail.split_at(n);
+            rest = tail;
+            item
+        })
     }
 }
 
@@ -204,7 +161,7 @@ impl Job {
         // A requester that went away (its connection closed) is not told.
         match self {
             Job::Check { reply, .. } => drop(reply.send(Err(dup(e)))),
-            Job::Add { part, .. } => part.done(Err(dup(e))),
+            Job::Add { reply, .. } => drop(reply.send(Err(dup(e)))),
         }
     }
 }
@@ -271,41 +228,47 @@ impl Queue {
     }
 }
 
-/// The answer to a queued add, on its way (a future, or
-/// [`AddReply::blocking_recv`]). Queueing an add wakes no worker: this
+/// The answer to a queued request, on its way (a future, or
+/// [`Reply::blocking_recv`]). Queueing a request wakes no worker: this
 /// does, when it is first polled, waited for or dropped (see the module
-/// documentation), so that a connection's pipelined adds, all queued
+/// documentation), so that a connection's pipelined requests, all queued
 /// before it awaits the first, go in one batch.
-pub struct AddReply {
-    rx: Option<oneshot::Receiver<Added>>,
-    /// The add queues to wake, until they are.
-    wake: Option<Arc<Vec<Arc<Queue>>>>,
+pub struct Reply<T> {
+    rx: Option<oneshot::Receiver<T>>,
+    /// The queue to wake, until it is.
+    wake: Option<Arc<Queue>>,
 }
 
-impl AddReply {
+/// The answer to a queued add.
+pub type AddReply = Reply<Added>;
+
+/// The answer to a queued lookup.
+pub type CheckReply = Reply<Checked>;
+
+impl<T> Reply<T> {
     /// An answer that is already there (no queue to wake).
-    pub(crate) fn ready(rx: oneshot::Receiver<Added>) -> AddReply {
-        AddReply {
+    pub(crate) fn ready(rx: oneshot::Receiver<T>) -> Reply<T> {
+        Reply {
             rx: Some(rx),
             wake: None,
         }
     }
 
     fn wake(&mut self) {
-        if let Some(queues) = self.wake.take() {
-            queues.iter().for_each(|q| q.wake());
+        if let Some(queue) = self.wake.take() {
+            queue.wake();
         }
     }
 
     /// Waits for the answer, blocking the thread.
-    pub fn blocking_recv(mut self) -> Result<Added, oneshot::error::RecvError> {
+    pub fn blocking_recv(mut self) -> Result<T, oneshot::error::RecvError> {
         self.wake();
         self.rx.take().expect("not received yet").blocking_recv()
     }
 }
 
-impl std::future::Future for AddReply {
-    type Output = Result<Added, oneshot::error::RecvError>;
+impl<T> std::future::Future for Reply<T> {
+    type Output = Result<T, oneshot::error::RecvError>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
@@ -317,7 +280,7 @@ impl std::future::Future for AddReply {
     }
 }
 
-impl Drop for AddReply {
+impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         // A request nobody awaits still goes (the adds were asked for).
         self.wake();
@@ -327,10 +290,7 @@ impl Drop for AddReply {
 /// The queues of one filter and their workers (see the module doc).
 pub(super) struct Coalescer {
     checks: Arc<Queue>,
-    /// One queue per add lane.
-    adds: Arc<Vec<Arc<Queue>>>,
-    /// How entries are placed in lanes (`None` until the filter is read).
-    placer: Mutex<Option<Arc<Placer>>>,
+    adds: Arc<Queue>,
     /// The filter, for the workers (a weak reference: the workers stop
     /// when the filter is dropped).
     owner: Weak<RedisNamed>,
@@ -341,112 +301,64 @@ pub(super) struct Coalescer {
 impl Drop for Coalescer {
     fn drop(&mut self) {
         self.checks.close();
-        self.adds.iter().for_each(|q| q.close());
+        self.adds.close();
     }
 }
 
 impl Coalescer {
-    /// The queues of a filter whose handle is `filter` (`None`: broken,
-    /// its requests never queued).
-    pub(super) fn new(
-        owner: Weak<RedisNamed>,
-        filter: Option<&RedisFilter>,
-        max_item_bytes: usize,
-    ) -> Coalescer {
+    /// The queues of a filter (its workers start with its first request).
+    pub(super) fn new(owner: Weak<RedisNamed>, max_item_bytes: usize) -> Coalescer {
         Coalescer {
             checks: Arc::default(),
-            adds: Arc::new((0..ADDERS).map(|_| Arc::default()).collect()),
-            placer: Mutex::new(filter.map(|f| Arc::new(Placer::of(f)))),
+            adds: Arc::default(),
             owner,
             max_item_bytes,
         }
     }
 
-    /// Updates the placer after the handle was read again (a filter
-    /// replaced by a push has new metadata).
-    fn refresh(&self, f: &RedisFilter) {
-        let mut p = self.placer.lock().unwrap_or_else(|p| p.into_inner());
-        if p.as_ref()
-            .is_none_or(|p| p.meta.generation != f.meta().generation)
-        {
-            *p = Some(Arc::new(Placer::of(f)));
-        }
-    }
-
-    /// Queues a lookup of `queries`.
-    pub(super) fn check(&self, queries: &[&[u8]]) -> oneshot::Receiver<Checked> {
+    /// Queues a lookup of `queries`; the verdicts carry the key that
+    /// matched when `matched` (the worker is woken by the [`Reply`]).
+    pub(super) fn check(&self, queries: &[&[u8]], matched: bool) -> CheckReply {
         let (tx, rx) = oneshot::channel();
         let job = Job::Check {
-            queries: queries.iter().map(|q| q.to_vec()).collect(),
+            queries: Packed::of(queries),
+            matched,
             reply: tx,
         };
-        self.queue(&self.checks, CHECKERS, job, usize::MAX);
-        self.checks.wake();
-        rx
+        self.queue(&self.checks, CHECKERS, job);
+        Reply {
+            rx: Some(rx),
+            wake: Some(self.checks.clone()),
+        }
     }
 
-    /// Queues an add of `entries`, in parts by add lane (the workers are
-    /// woken by the [`AddReply`]).
+    /// Queues an add of `entries` (the worker is woken by the [`Reply`]).
     pub(super) fn add(&self, entries: &[&[u8]]) -> AddReply {
         let (tx, rx) = oneshot::channel();
-        let mut parts: Vec<Vec<usize>> = vec![Vec::new(); ADDERS];
-        if ADDERS == 1 {
-            parts[0].extend(0..entries.len());
-        } else {
-            let placer = self
-                .placer
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            for (i, e) in entries.iter().enumerate() {
-                let lane = match &placer {
-                    Some(p) if e.len() <= self.max_item_bytes => p.lane(e),
-                    _ => 0,
-                };
-                parts[lane].push(i);
-            }
-        }
-        let left = parts.iter().filter(|p| !p.is_empty()).count();
-        let queued = Instant::now();
-        if left == 0 {
+        if entries.is_empty() {
             let _ = tx.send(Ok(Vec::new()));
-            return AddReply::ready(rx);
+            return Reply::ready(rx);
         }
-        let join = Arc::new(Mutex::new(Join {
-            outcomes: vec![None; entries.len()],
-            left,
-            error: None,
-            reply: Some(tx),
-        }));
-        for (lane, at) in parts.into_iter().enumerate() {
-            if at.is_empty() {
-                continue;
-            }
-            let job = Job::Add {
-                entries: at.iter().map(|&i| entries[i].to_vec()).collect(),
-                part: Part {
-                    join: join.clone(),
-                    at,
-                },
-                queued,
-            };
-            self.queue(&self.adds[lane], 1, job, lane);
-        }
-        AddReply {
+        let job = Job::Add {
+            entries: Packed::of(entries),
+            reply: tx,
+            queued: Instant::now(),
+        };
+        self.queue(&self.adds, 1, job);
+        Reply {
             rx: Some(rx),
             wake: Some(self.adds.clone()),
         }
     }
 
-    /// Queues `job`, starting the queue's workers on first use (`lane`:
-    /// the add lane of the queue, for the workers' `trace` events).
-    fn queue(&self, queue: &Arc<Queue>, workers: usize, job: Job, lane: usize) {
+    /// Queues `job`, starting the queue's workers on first use.
+    fn queue(&self, queue: &Arc<Queue>, workers: usize, job: Job) {
         let mut s = queue.lock();
         while s.workers < workers {
             let (q, owner, max) = (queue.clone(), self.owner.clone(), self.max_item_bytes);
             let started = std::thread::Builder::new()
                 .name("bloomgate-redis-batch".into())
-                .spawn(move || work(&q, &owner, max, lane));
+                .spawn(move || work(&q, &owner, max));
             match started {
                 Ok(_) => s.workers += 1,
                 Err(e) if s.workers == 0 => {
@@ -463,7 +375,7 @@ impl Coalescer {
 }
 
 /// A worker: takes batches until the queue is closed.
-fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: usize) {
+fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize) {
     while let Some(jobs) = queue.take() {
         let Some(named) = owner.upgrade() else {
             let e = StoreError::NotFound("(a filter no longer served)".into());
@@ -477,7 +389,7 @@ fn work(queue: &Queue, owner: &Weak<RedisNamed>, max_item_bytes: usize, lane: us
             run_checks(&named, checks);
         }
         if !adds.is_empty() {
-            run_adds(&named, adds, max_item_bytes, lane);
+            run_adds(&named, adds, max_item_bytes);
         }
     }
 }
@@ -597,7 +509,7 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
     let mut keys = QueryKeys::default();
     for j in &jobs {
         if let Job::Check { queries, .. } = j {
-            for q in queries {
+            for q in queries.iter() {
                 keys.push(f.kind(), f.mode(), q);
             }
         }
@@ -610,7 +522,12 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
         .collect();
     let mut spans = keys.spans().iter();
     for j in jobs {
-        let Job::Check { queries, reply } = j else {
+        let Job::Check {
+            queries,
+            matched,
+            reply,
+        } = j
+        else {
             continue;
         };
         let mut verdicts = Vec::with_capacity(queries.len());
@@ -621,10 +538,18 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
                     failed.get_or_insert_with(|| e.clone());
                 }
             }
-            verdicts.push(
-                span.clone()
-                    .map(|r| verdict(f.whitelist(), &refs[r.clone()], &found[r]).to_verdict()),
-            );
+            verdicts.push(span.clone().map(|r| {
+                let v = verdict(f.whitelist(), &refs[r.clone()], &found[r]);
+                if matched {
+                    v.to_verdict()
+                } else {
+                    Verdict {
+                        hit: v.hit,
+                        whitelisted: v.whitelisted,
+                        matched: None,
+                    }
+                }
+            }));
         }
         // No partial answer: a key that could not be read voids the request.
         let _ = reply.send(match failed {
@@ -637,7 +562,7 @@ fn run_checks(named: &RedisNamed, jobs: Vec<Job>) {
 /// Runs a batch of adds of one lane (in the order queued), as
 /// `RedisStore::add` did for one request: entries too long or invalid get
 /// their outcome, the others are added by the crate's guarded adds.
-fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usize) {
+fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize) {
     let taken = Instant::now();
     let oldest = jobs
         .iter()
@@ -651,13 +576,12 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usi
         Ok(f) => f,
         Err(e) => return jobs.into_iter().for_each(|j| j.fail(&e)),
     };
-    named.batches.refresh(&f);
     let mut keys: Vec<Vec<u8>> = Vec::new();
     // Per entry: the index of its key, or its outcome.
     let mut slots: Vec<Result<usize, AddOutcome>> = Vec::new();
     for j in &jobs {
         if let Job::Add { entries, .. } = j {
-            for e in entries {
+            for e in entries.iter() {
                 if e.len() > max_item_bytes {
                     slots.push(Err(AddOutcome::TooLong));
                     continue;
@@ -680,7 +604,7 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usi
     let jobs_n = jobs.len();
     let mut slots = slots.into_iter();
     for j in jobs {
-        let Job::Add { entries, part, .. } = j else {
+        let Job::Add { entries, reply, .. } = j else {
             continue;
         };
         let mut outcomes = Vec::with_capacity(entries.len());
@@ -698,14 +622,14 @@ fn run_adds(named: &RedisNamed, jobs: Vec<Job>, max_item_bytes: usize, lane: usi
                 Err(o) => o,
             });
         }
-        part.done(match failed {
+        // A requester that went away (its connection closed) is not told.
+        let _ = reply.send(match failed {
             Some(e) => Err(dup(&e)),
             None => Ok(outcomes),
         });
     }
     tracing::trace!(
         at_us = bloomgate_redis::epoch_us(),
-        lane,
         jobs = jobs_n,
         items = refs.len(),
         queued_us = taken.duration_since(oldest).as_micros() as u64,
