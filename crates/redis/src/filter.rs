@@ -278,6 +278,12 @@ impl RedisFilter {
         &self.whitelist
     }
 
+    /// The whitelist as Redis holds it now (`SMEMBERS`), with the changes
+    /// other clients made since this handle read it.
+    pub fn whitelist_now(&self) -> Result<Whitelist> {
+        read_whitelist(&self.store, &self.address.name)
+    }
+
     /// Whether each normalized key is (probably) in the filter, in order.
     pub fn contains_keys<T: AsRef<[u8]> + Sync>(&self, keys: &[T]) -> Result<Vec<bool>> {
         let lanes = self.lanes_for(keys.len());

@@ -34,7 +34,6 @@ fn raws(tag: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{tag}-{i}")).collect()
 }
 
-
 /// HTTP batch check: how many of `items` hit.
 fn hits(s: &Server, name: &str, items: &[String]) -> usize {
     let mut n = 0;

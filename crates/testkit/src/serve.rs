@@ -147,7 +147,12 @@ impl Server {
     /// was acknowledged (200) and returns the reply.
     pub fn add(&self, name: &str, items: &[String]) -> serde_json::Value {
         let body = serde_json::to_string(items).expect("strings serialize");
-        let (st, v) = self.http("POST", &format!("/v1/filters/{name}/add"), Some(&body), None);
+        let (st, v) = self.http(
+            "POST",
+            &format!("/v1/filters/{name}/add"),
+            Some(&body),
+            None,
+        );
         assert_eq!(st, 200, "{name}: {v}");
         v
     }

@@ -91,8 +91,8 @@ pub use local::deletable::{
 pub use local::dump::{parse_dump_header, DUMP_CHUNK};
 pub use local::{Listed, LocalStore, LookupScratch, Named};
 pub use redis::{
-    add_failed, worker_gone, AddReply, Added, CheckReply, Checked, RedisNamed, RedisOptions, RedisStore,
-    StoreHealth,
+    add_failed, worker_gone, AddReply, Added, CheckReply, Checked, RedisNamed, RedisOptions,
+    RedisStore, StoreHealth,
 };
 
 /// The filters the server serves (see the [module doc](self)).

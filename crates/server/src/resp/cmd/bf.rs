@@ -375,7 +375,12 @@ fn exists(s: &mut Session, key: &[u8], items: &[&[u8]], multi: bool, out: &mut O
         }
     }
     if s.queueing && items.len() <= batch {
-        if let Some(rx) = s.last.named.as_ref().and_then(|n| n.check_later(items, false)) {
+        if let Some(rx) = s
+            .last
+            .named
+            .as_ref()
+            .and_then(|n| n.check_later(items, false))
+        {
             s.items_checked += items.len() as u64;
             let filter = s.last.named.clone().expect("a filter");
             s.later = Some(Later::Check { rx, multi, filter });

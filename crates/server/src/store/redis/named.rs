@@ -153,10 +153,13 @@ impl RedisNamed {
         &self.name
     }
 
-    /// Its whitelist as the handle last read it from Redis (re-read when
-    /// the filter's metadata or whitelist changed, as lookups see it).
+    /// Its whitelist as Redis holds it now (with the changes other
+    /// servers made, which lookups here see within about a second).
     pub fn whitelisted(&self) -> Result<bloomgate_blacklist::Whitelist, StoreError> {
-        Ok(self.read()?.whitelist().clone())
+        self.health.note(
+            self.read()
+                .and_then(|f| f.whitelist_now().map_err(store_err)),
+        )
     }
 
     /// Answers queries as the filter's file would: `each` gets one verdict per query.
@@ -165,7 +168,10 @@ impl RedisNamed {
         queries: &[&[u8]],
         mut each: impl FnMut(Result<Verdict, KeyError>),
     ) -> Result<(), StoreError> {
-        for v in self.health.note(self.wait(self.check_later(queries, true)))? {
+        for v in self
+            .health
+            .note(self.wait(self.check_later(queries, true)))?
+        {
             each(v);
         }
         Ok(())
