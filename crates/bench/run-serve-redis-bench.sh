@@ -15,7 +15,7 @@
 # Starts its own redis-server(s) on free ports in $WORK and kills them at the end.
 # The filter: BF.RESERVE f 0.0001 10000000 NONSCALING through the server (raw keys,
 # blocked layout, pushed to Redis). Prints one line per measurement and, at the end,
-# the medians and the ratios server / CLI.
+# the medians and the ratios server / CLI (per round, and their median).
 set -euo pipefail
 
 RUNS=${RUNS:-3}
@@ -182,8 +182,17 @@ python3 - "$WORK/nums.txt" <<'EOF'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 m = [statistics.median(c) for c in zip(*rows)]
-print(f"medians of {len(rows)}: server BF.EXISTS {m[0]:,.0f}/s, CLI check {m[1]:,.0f}/s, ratio {m[0]/m[1]:.2f}; "
-      f"server BF.ADD {m[2]:,.0f}/s, CLI add {m[3]:,.0f}/s, ratio {m[2]/m[3]:.2f}; "
+# The ratios are paired: server / CLI within each round (both measured
+# minutes apart on the same machine state), then the median of those. The
+# machine's speed drifts between rounds, so the ratio of the medians of
+# two columns would pair one round's server with another round's CLI.
+e_ratios = [r[0] / r[1] for r in rows]
+a_ratios = [r[2] / r[3] for r in rows]
+fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
+print(f"medians of {len(rows)}: server BF.EXISTS {m[0]:,.0f}/s, CLI check {m[1]:,.0f}/s, "
+      f"ratio per round {fmt(e_ratios)}: median {statistics.median(e_ratios):.2f}; "
+      f"server BF.ADD {m[2]:,.0f}/s, CLI add {m[3]:,.0f}/s, "
+      f"ratio per round {fmt(a_ratios)}: median {statistics.median(a_ratios):.2f}; "
       f"p99 -P 16: EXISTS {m[4]} ms, ADD {m[5]} ms; at half load: EXISTS {m[6]:,.0f}/s p99 {m[7]} ms, ADD {m[8]:,.0f}/s p99 {m[9]} ms; "
       f"Redis CPU per add (all nodes): server {m[10]} us, CLI {m[11]} us; "
       f"RedisBloom at the same half loads: EXISTS p99 {m[12]} ms, ADD p99 {m[13]} ms")
