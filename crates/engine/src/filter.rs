@@ -128,12 +128,6 @@ impl BlockedView<'_> {
         self.locator.block_as(id, item, self.blocks.len() as u64)
     }
 
-    #[inline(always)]
-    fn contains(&self, kernel: Kernel, item: &[u8]) -> bool {
-        let (block, h) = self.locate(item);
-        arch::block_contains(kernel, &self.blocks[block], h, self.k)
-    }
-
     /// The rolling-window pipeline of [`Filter::contains_batch`]; `out` has
     /// one slot per item. The hash id is tested once, and the loop
     /// compiled once per hash.
@@ -523,22 +517,34 @@ impl Filter {
 
     /// True if `item` is (probably) in the set. Never false for an inserted item.
     ///
-    /// The caller's part is a layout test and a call: the closures capture
-    /// two references (`self` and `&item`), which travel in two registers,
-    /// and every kernel's body, the scalar one included, is compiled in its
-    /// own function (`arch::dispatch`), so a caller looking up one item at a
-    /// time neither copies the filter's fields to the stack for the callee
-    /// nor saves the registers an inlined hash would need (the former shape
-    /// spent about 35 instructions per call on that, in its disassembly).
+    /// A blocked lookup hashes the item here, in the caller's code, and
+    /// hands the kernel's function (`arch::dispatch`) only the block, the
+    /// in-block hash and k. Inside a function compiled for AVX-512, LLVM
+    /// vectorizes the hash's 16-byte mixes (one vector XOR, then `vmovq` and
+    /// `vpextrq` to feed the 64×64-bit multiply), which lengthens every
+    /// lookup's chain of dependent instructions; here the mixes are scalar
+    /// loads XORed straight into the multiply. On the AMD EPYC of
+    /// BENCHMARKS.md ("Single lookups: the hash outside the kernel's
+    /// function") single in-cache lookups went from 1.45× sbbf-rs's time
+    /// to 1.37× (hits) and 1.41× (misses), paired medians. The classic
+    /// layout's closure captures two references (`self` and `&item`), which
+    /// travel in two registers, so a caller neither copies the filter's
+    /// fields to the stack for the callee nor saves the registers an
+    /// inlined hash would need.
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
         let item = &item;
         match self.params.layout {
-            Layout::Blocked => arch::dispatch(
-                self.kernel,
-                #[inline(always)]
-                move |kernel| self.blocked_view().contains(kernel, item),
-            ),
+            Layout::Blocked => {
+                let view = self.blocked_view();
+                let (block, h) = view.locate(item);
+                let (block, k) = (&view.blocks[block], view.k);
+                arch::dispatch(
+                    self.kernel,
+                    #[inline(always)]
+                    move |kernel| arch::block_contains(kernel, block, h, k),
+                )
+            }
             Layout::Classic => arch::dispatch(
                 self.kernel,
                 #[inline(always)]
