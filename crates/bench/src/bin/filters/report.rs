@@ -44,6 +44,9 @@ struct Row {
     samples: Vec<f64>,
     /// median ns/op of bloomgate-blocked measured alongside (paired), if any
     paired_blocked: Option<f64>,
+    /// median over the repetitions of its ns/op ÷ bloomgate-blocked's in
+    /// the same repetition, when the two alternated rep by rep
+    per_rep: Option<f64>,
 }
 
 struct FpRow {
@@ -86,7 +89,19 @@ impl Report {
             op,
             samples,
             paired_blocked: paired,
+            per_rep: None,
         });
+    }
+
+    /// [`Report::add`] for a subject measured rep by rep alternately with
+    /// bloomgate-blocked (`blocked[i]` in the same repetition as
+    /// `samples[i]`): its ratio is the median of the per-rep ratios.
+    pub(crate) fn add_per_rep(&mut self, name: &str, op: Op, samples: Vec<f64>, blocked: &[f64]) {
+        assert_eq!(samples.len(), blocked.len(), "one blocked sample per rep");
+        let ratios: Vec<f64> = samples.iter().zip(blocked).map(|(s, b)| s / b).collect();
+        self.add(name, op, samples, None);
+        let row = self.rows.last_mut().expect("just added");
+        row.per_rep = Some(median(&ratios));
     }
 
     pub(crate) fn check_fp(&mut self, s: &dyn Subject, n: u64, fps: u64, queries: u64) {
@@ -162,9 +177,10 @@ impl Report {
                 let med = median(&r.samples);
                 let lo = r.samples.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = r.samples.iter().cloned().fold(0.0, f64::max);
-                let ratio = match r.paired_blocked {
-                    Some(pb) => format!("{:.2}× (paired)", med / pb),
-                    None => format!("{:.2}×", med / bmed),
+                let ratio = match (r.per_rep, r.paired_blocked) {
+                    (Some(x), _) => format!("{x:.2}× (paired per rep)"),
+                    (None, Some(pb)) => format!("{:.2}× (paired)", med / pb),
+                    (None, None) => format!("{:.2}×", med / bmed),
                 };
                 println!(
                     "| {} | {:.2} | {:.2}–{:.2} | {:.1} | {} |",
