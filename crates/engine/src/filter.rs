@@ -523,10 +523,12 @@ impl Filter {
     /// vectorizes the hash's 16-byte mixes (one vector XOR, then `vmovq` and
     /// `vpextrq` to feed the 64×64-bit multiply), which lengthens every
     /// lookup's chain of dependent instructions; here the mixes are scalar
-    /// loads XORed straight into the multiply. On the AMD EPYC of
+    /// loads XORed straight into the multiply. The closure is a pointer and
+    /// one word (h and k packed), which travel in two registers; with three
+    /// captures it went through the stack. On the AMD EPYC of
     /// BENCHMARKS.md ("Single lookups: the hash outside the kernel's
-    /// function") single in-cache lookups went from 1.45× sbbf-rs's time
-    /// to 1.37× (hits) and 1.41× (misses), paired medians. The classic
+    /// function") the two steps took single in-cache lookups from 1.45×
+    /// sbbf-rs's time to 1.33× (hits) and 1.30× (misses), paired medians. The classic
     /// layout's closure captures two references (`self` and `&item`), which
     /// travel in two registers, so a caller neither copies the filter's
     /// fields to the stack for the callee nor saves the registers an
@@ -538,11 +540,14 @@ impl Filter {
             Layout::Blocked => {
                 let view = self.blocked_view();
                 let (block, h) = view.locate(item);
-                let (block, k) = (&view.blocks[block], view.k);
+                let block = &view.blocks[block];
+                // Two captures (a pointer and one word holding h and k)
+                // travel in two registers; three would go through the stack.
+                let hk = u64::from(h) | u64::from(view.k) << 32;
                 arch::dispatch(
                     self.kernel,
                     #[inline(always)]
-                    move |kernel| arch::block_contains(kernel, block, h, k),
+                    move |kernel| arch::block_contains(kernel, block, hk as u32, (hk >> 32) as u32),
                 )
             }
             Layout::Classic => arch::dispatch(
