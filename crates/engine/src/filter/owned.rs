@@ -72,21 +72,21 @@ impl Filter {
         if !self.owned_path() {
             return self.insert(item);
         }
-        let item = &item;
-        let kernel = self.kernel;
-        arch::dispatch(
+        let (k, kernel, locator) = (self.params.k, self.kernel, &self.locator);
+        *self.touched.get_mut() = true;
+        let words = self.bits.words_mut();
+        let (at, h) = locate(locator, locator.id(), (words.len() / 8) as u64, item);
+        let block: &mut [u64; 8] = (&mut words[at..at + 8])
+            .try_into()
+            .expect("a block is 8 words");
+        let hk = u64::from(h) | u64::from(k) << 32;
+        let new = arch::dispatch(
             kernel,
             #[inline(always)]
-            move |kernel| {
-                let (k, locator) = (self.params.k, &self.locator);
-                *self.touched.get_mut() = true;
-                let words = self.bits.words_mut();
-                let (at, h) = locate(locator, locator.id(), (words.len() / 8) as u64, item);
-                let new = set(kernel, words, at, h, k);
-                *self.items.get_mut() += new as u64;
-                new
-            },
-        )
+            move |kernel| arch::block_insert(kernel, block, hk as u32, (hk >> 32) as u32),
+        );
+        *self.items.get_mut() += new as u64;
+        new
     }
 
     /// [`Filter::insert_batch`] for a filter the caller holds exclusively:
