@@ -139,6 +139,18 @@ impl QueryKeys {
             .collect()
     }
 
+    /// [`QueryKeys::keys`] into `out` (emptied first), keeping its buffer:
+    /// a caller that answers batch after batch allocates it once.
+    pub fn keys_into<'a>(&'a self, out: &mut Vec<&'a [u8]>) {
+        out.clear();
+        let mut start = 0;
+        out.extend(self.ends.iter().map(|&end| {
+            let key = &self.arena[start..end];
+            start = end;
+            key
+        }));
+    }
+
     /// Per query pushed, in order: the range of its keys in
     /// [`QueryKeys::keys`], or why it is not a valid query.
     pub fn spans(&self) -> &[Result<Range<usize>, KeyError>] {

@@ -32,6 +32,15 @@
 //! then sent once more; a batch with writes is an error
 //! ([`Error::Unavailable`]), as is a read that fails twice.
 //!
+//! Several batches that must fail apart (a server's lookups, grouped by
+//! the master of their keys) can go at once on one thread
+//! ([`Store::run_batches_into`]): every batch's pipelines are sent before
+//! any reply is read, and each batch gets the outcome it would get alone,
+//! its retry included. A caller that runs batch after batch passes its
+//! own buffer of replies ([`Store::run_batch_into`]); a batch that goes to
+//! a single node is written as it was encoded, not copied command by
+//! command into a pipeline of its own.
+//!
 //! A [`Store`] is shared by threads: each node has a pool of idle
 //! connections, and a busy pool opens another.
 
@@ -108,14 +117,32 @@ impl Routes {
     }
 }
 
-/// The replies to a batch that may have failed part way.
-pub(crate) struct Partial {
-    /// Per command, its reply, or `None` when none came back: the command
-    /// may or may not have run (its node failed after it was sent, or while
-    /// it was being sent), or was not sent.
-    pub(crate) replies: Vec<Option<Value>>,
-    /// The first failure, naming the node that failed.
-    pub(crate) error: Option<Error>,
+/// Pipelines sent, their replies not read yet: per node, its connection
+/// and which commands it was sent; and the first failure to send.
+struct Sent {
+    open: Vec<(Node, bool, Group, Connection)>,
+    first_err: Option<Error>,
+}
+
+/// A batch sent to a cluster's nodes, and its commands that no node
+/// served (sent after the replies are read, through the cluster client).
+struct ClusterSent {
+    sent: Sent,
+    unmapped: Vec<usize>,
+}
+
+/// Which master serves each slot, as [`Store::slot_masters`] read it.
+pub struct SlotMasters(Option<Arc<SlotMap>>);
+
+impl SlotMasters {
+    /// The index of the master of `slot` (0 for a single server;
+    /// `u32::MAX` when no node serves it now).
+    pub fn of(&self, slot: u16) -> u32 {
+        match &self.0 {
+            None => 0,
+            Some(map) => map.master[slot as usize],
+        }
+    }
 }
 
 /// Which node serves each slot (and its replicas).
@@ -316,57 +343,71 @@ impl Store {
     /// Runs the commands of `batch` (pipelined per node) and returns one
     /// reply per command, in order; an error reply fails the batch.
     pub(crate) fn run_batch(&self, batch: &Batch) -> Result<Vec<Value>> {
-        match self.run_once(batch) {
+        let mut replies = Vec::new();
+        self.run_batch_into(batch, &mut replies)?;
+        Ok(replies
+            .into_iter()
+            .map(|v| v.expect("every reply came back"))
+            .collect())
+    }
+
+    /// [`Store::run_batch`] into `replies` (emptied first, then one reply
+    /// per command when it succeeds: each is `Some`), so that a caller
+    /// that runs batch after batch keeps one buffer of replies.
+    pub(crate) fn run_batch_into(
+        &self,
+        batch: &Batch,
+        replies: &mut Vec<Option<Value>>,
+    ) -> Result<()> {
+        match self.run_once(batch, replies) {
             // A batch of reads that met a dead connection (the server
             // restarted, a replica took over) is sent once more on new
             // connections to a fresh slot map: reads can be repeated. Writes
             // cannot (they may have run), so their error stands.
             Err(e) if e.is_unavailable() && batch.all(READ) => {
                 tracing::debug!(error = %e, "reads failed; retrying once on new connections");
-                self.run_once(batch)
+                self.run_once(batch, replies)
             }
             other => other,
         }
     }
 
-    fn run_once(&self, batch: &Batch) -> Result<Vec<Value>> {
-        let Partial { replies, error } = self.run_partial(batch);
-        if let Some(e) = error {
+    fn run_once(&self, batch: &Batch, replies: &mut Vec<Option<Value>>) -> Result<()> {
+        if let Some(e) = self.run_partial_into(batch, replies) {
             return Err(e);
         }
-        let values: Vec<Value> = replies
-            .into_iter()
-            .map(|v| v.expect("every reply came back"))
-            .collect();
-        for v in &values {
-            if let Value::ServerError(e) = v {
+        self.no_error_reply(replies)
+    }
+
+    /// The first error reply among `replies`, as an error.
+    fn no_error_reply(&self, replies: &[Option<Value>]) -> Result<()> {
+        for v in replies {
+            if let Some(Value::ServerError(e)) = v {
                 return Err(self.err(e.clone().into()));
             }
         }
-        Ok(values)
+        Ok(())
     }
 
-    /// Runs the commands of `batch` once (pipelined per node) and returns
-    /// every reply that came back, with the first failure: when one node
-    /// fails, the replies of the others (and those it sent before failing)
-    /// are still there. Error replies are replies (`Value::ServerError`).
-    /// Nothing is sent again, so each command ran at most once.
-    pub(crate) fn run_partial(&self, batch: &Batch) -> Partial {
-        let mut replies = vec![None; batch.len()];
+    /// Runs the commands of `batch` once (pipelined per node) and leaves in
+    /// `replies` (emptied first, one entry per command) every reply that
+    /// came back; returns the first failure. When one node fails, the
+    /// replies of the others (and those it sent before failing) are still
+    /// there. Error replies are replies (`Value::ServerError`). Nothing is
+    /// sent again, so each command ran at most once.
+    fn run_partial_into(&self, batch: &Batch, replies: &mut Vec<Option<Value>>) -> Option<Error> {
+        replies.clear();
+        replies.resize(batch.len(), None);
         if batch.is_empty() {
-            return Partial {
-                replies,
-                error: None,
-            };
+            return None;
         }
-        let error = match (&self.single, &self.cluster) {
+        match (&self.single, &self.cluster) {
             (Some(node), _) => self
-                .pipelines(&[(node.clone(), false, Group::All)], batch, &mut replies)
+                .pipelines(vec![(node.clone(), false, Group::All)], batch, replies)
                 .err(),
-            (None, Some(cluster)) => self.run_cluster(cluster, batch, &mut replies).err(),
+            (None, Some(cluster)) => self.run_cluster(cluster, batch, replies).err(),
             (None, None) => unreachable!("a store is a server or a cluster"),
-        };
-        Partial { replies, error }
+        }
     }
 
     /// Sends one pipeline per `(node, replica, commands)`, all before
@@ -374,15 +415,23 @@ impl Store {
     /// back, when a node fails).
     fn pipelines(
         &self,
-        groups: &[(Node, bool, Group)],
+        groups: Vec<(Node, bool, Group)>,
         batch: &Batch,
         out: &mut [Option<Value>],
     ) -> Result<()> {
-        let mut open = Vec::with_capacity(groups.len());
-        let mut first_err = None;
+        let sent = self.send_pipelines(groups, batch);
+        self.recv_pipelines(sent, batch, out)
+    }
+
+    /// The sending half of [`Store::pipelines`].
+    fn send_pipelines(&self, groups: Vec<(Node, bool, Group)>, batch: &Batch) -> Sent {
+        let mut sent = Sent {
+            open: Vec::with_capacity(groups.len()),
+            first_err: None,
+        };
         let mut packed = Vec::new();
         for (node, replica, group) in groups {
-            let bytes = match group {
+            let bytes = match &group {
                 Group::All => batch.all_bytes(),
                 Group::Some(idx) => {
                     packed.clear();
@@ -392,18 +441,27 @@ impl Store {
                     &packed[..]
                 }
             };
-            match self.take(node, *replica).and_then(|mut c| {
+            match self.take(&node, replica).and_then(|mut c| {
                 c.send_packed_command(bytes)
-                    .map_err(|e| self.node_err(node, e))?;
+                    .map_err(|e| self.node_err(&node, e))?;
                 Ok(c)
             }) {
-                Ok(c) => open.push((node, *replica, group, c)),
+                Ok(c) => sent.open.push((node, replica, group, c)),
                 Err(e) => {
-                    self.drop_pool(node, *replica);
-                    first_err.get_or_insert(e);
+                    self.drop_pool(&node, replica);
+                    sent.first_err.get_or_insert(e);
                 }
             }
         }
+        sent
+    }
+
+    /// The reading half of [`Store::pipelines`].
+    fn recv_pipelines(&self, sent: Sent, batch: &Batch, out: &mut [Option<Value>]) -> Result<()> {
+        let Sent {
+            open,
+            mut first_err,
+        } = sent;
         for (node, replica, group, mut c) in open {
             let mut ok = true;
             for i in group.indexes(batch.len()) {
@@ -412,15 +470,15 @@ impl Store {
                     Err(e) => {
                         // The node's other idle connections most likely
                         // died with this one (a restart, a failover).
-                        self.drop_pool(node, replica);
-                        first_err.get_or_insert(self.node_err(node, e));
+                        self.drop_pool(&node, replica);
+                        first_err.get_or_insert(self.node_err(&node, e));
                         ok = false;
                         break;
                     }
                 }
             }
             if ok {
-                self.give_back(node, replica, c);
+                self.give_back(&node, replica, c);
             }
         }
         match first_err {
@@ -435,6 +493,13 @@ impl Store {
         batch: &Batch,
         out: &mut [Option<Value>],
     ) -> Result<()> {
+        let sent = self.send_cluster(cluster, batch)?;
+        self.recv_cluster(cluster, sent, batch, out)
+    }
+
+    /// The sending half of [`Store::run_cluster`]: the batch cut by the
+    /// slot map into one pipeline per node, each sent.
+    fn send_cluster(&self, cluster: &Cluster, batch: &Batch) -> Result<ClusterSent> {
         let map = self.slot_map(cluster)?;
         let read_only = cluster.read_from_replicas && batch.all(REPLICA_OK);
 
@@ -456,11 +521,37 @@ impl Store {
             };
             groups.entry((node, replica)).or_default().push(i);
         }
+        let one_node = groups.len() == 1 && unmapped.is_empty();
         let groups: Vec<(Node, bool, Group)> = groups
             .into_iter()
-            .map(|((n, r), idx)| (map.nodes[n as usize].clone(), r, Group::Some(idx)))
+            .map(|((n, r), idx)| {
+                // Every command, in order: the batch's bytes as they are.
+                let group = if one_node {
+                    Group::All
+                } else {
+                    Group::Some(idx)
+                };
+                (map.nodes[n as usize].clone(), r, group)
+            })
             .collect();
-        if let Err(e) = self.pipelines(&groups, batch, out) {
+        Ok(ClusterSent {
+            sent: self.send_pipelines(groups, batch),
+            unmapped,
+        })
+    }
+
+    /// The reading half of [`Store::run_cluster`]: the replies, and the
+    /// commands redirected (or of slots no node served) sent again through
+    /// the cluster client.
+    fn recv_cluster(
+        &self,
+        cluster: &Cluster,
+        sent: ClusterSent,
+        batch: &Batch,
+        out: &mut [Option<Value>],
+    ) -> Result<()> {
+        let ClusterSent { sent, unmapped } = sent;
+        if let Err(e) = self.recv_pipelines(sent, batch, out) {
             // The node may have failed over: read the map again next time.
             self.forget_map(cluster);
             return Err(e);
@@ -503,6 +594,53 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Runs several batches, each with the outcome [`Store::run_batch_into`]
+    /// would give it alone (`replies[b]` gets batch `b`'s replies), on this
+    /// thread: in a cluster, every batch's pipelines are sent before any
+    /// reply is read, so the nodes work at once, and a node that fails
+    /// fails only the batches with commands on it. (A batch whose reads
+    /// met a dead connection is sent once more after the others are read.)
+    pub(crate) fn run_batches_into(
+        &self,
+        batches: &[Batch],
+        replies: &mut [Vec<Option<Value>>],
+    ) -> Vec<Result<()>> {
+        let Some(cluster) = &self.cluster else {
+            return batches
+                .iter()
+                .zip(replies.iter_mut())
+                .map(|(b, r)| self.run_batch_into(b, r))
+                .collect();
+        };
+        let sent: Vec<Option<Result<ClusterSent>>> = batches
+            .iter()
+            .map(|b| (!b.is_empty()).then(|| self.send_cluster(cluster, b)))
+            .collect();
+        batches
+            .iter()
+            .zip(replies.iter_mut())
+            .zip(sent)
+            .map(|((b, out), sent)| {
+                out.clear();
+                out.resize(b.len(), None);
+                let Some(sent) = sent else {
+                    return Ok(());
+                };
+                let once = sent
+                    .and_then(|s| self.recv_cluster(cluster, s, b, out))
+                    .and_then(|()| self.no_error_reply(out));
+                match once {
+                    // As in `run_batch_into`.
+                    Err(e) if e.is_unavailable() && b.all(READ) => {
+                        tracing::debug!(error = %e, "reads failed; retrying once on new connections");
+                        self.run_once(b, out)
+                    }
+                    other => other,
+                }
+            })
+            .collect()
     }
 
     fn forget_map(&self, cluster: &Cluster) {
@@ -707,6 +845,19 @@ impl Store {
         Error::Protocol {
             server: self.server.clone(),
             problem: problem.into(),
+        }
+    }
+
+    /// Per slot, the index of its master among the nodes of
+    /// [`Store::masters_by_slot`] (`u32::MAX` for a slot no node serves),
+    /// without copying the slot map: a lookup batch groups its keys by
+    /// master with it, and copying the map's 16,384 entries per batch was
+    /// a 64 KiB allocation each time.
+    pub fn slot_masters(&self) -> Result<SlotMasters> {
+        match (&self.single, &self.cluster) {
+            (Some(_), _) => Ok(SlotMasters(None)),
+            (None, Some(c)) => Ok(SlotMasters(Some(self.slot_map(c)?))),
+            (None, None) => unreachable!("a store is a server or a cluster"),
         }
     }
 

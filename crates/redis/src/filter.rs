@@ -14,6 +14,15 @@
 //! the whole batch ([`Error::Unavailable`]), never "absent": a down node
 //! must not create false negatives.
 //!
+//! A thread keeps its lookup buffers (the items' places, the encoded
+//! commands, the replies) from batch to batch: allocated afresh for each,
+//! they were most of the large allocations of a server's lookup worker,
+//! each of which runs glibc's `malloc_consolidate` over the small chunks
+//! freed since the last. [`RedisFilter::contains_groups`] looks up
+//! several groups of keys at once on one thread, each group answered or
+//! failed as [`RedisFilter::contains_keys`] of its keys alone would (the
+//! server's lookups on a cluster, grouped by master).
+//!
 //! # Adds
 //!
 //! In [`add`](self::add): transactions of block writes that check each
@@ -58,7 +67,8 @@ use crate::address::Address;
 use crate::batch::{Batch, READ, REPLICA_OK};
 use crate::client::Store;
 use crate::error::{Error, Result};
-use crate::layout::{self, Meta, BLOCK_BYTES};
+use crate::layout::{self, ItemPlace, Meta, BLOCK_BYTES};
+use bloomgate_engine::place::Locator;
 
 /// Commands per pipeline: large enough to hide the round trip (each is a
 /// few dozen bytes), small enough to bound the memory of the replies.
@@ -71,6 +81,34 @@ pub const LANES: usize = 4;
 
 /// Keys per lane: a batch smaller than twice this runs on one connection.
 pub const LANE_MIN: usize = 1024;
+
+/// The buffers of one thread's lookups, kept from batch to batch: the
+/// items' places, the encoded `GETRANGE`s and the replies (a batch of
+/// 4,096 lookups is about 250 KB of commands; allocated afresh per batch,
+/// these buffers were most of the large allocations of a server's lookup
+/// worker).
+#[derive(Default)]
+struct LookupScratch {
+    places: Vec<ItemPlace>,
+    cmds: Batch,
+    replies: Vec<Option<Value>>,
+}
+
+/// The buffers of [`RedisFilter::contains_groups`]: a [`LookupScratch`]
+/// per group, the commands of all groups side by side.
+#[derive(Default)]
+struct GroupScratch {
+    places: Vec<Vec<ItemPlace>>,
+    cmds: Vec<Batch>,
+    replies: Vec<Vec<Option<Value>>>,
+}
+
+thread_local! {
+    static LOOKUP_SCRATCH: std::cell::Cell<Option<LookupScratch>> =
+        const { std::cell::Cell::new(None) };
+    static GROUP_SCRATCH: std::cell::Cell<Option<GroupScratch>> =
+        const { std::cell::Cell::new(None) };
+}
 
 /// A filter stored in Redis or Redis Cluster.
 #[derive(Debug)]
@@ -311,33 +349,129 @@ impl RedisFilter {
 
     fn contains_lane<T: AsRef<[u8]>>(&self, keys: &[T]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
-        let mut cmds = Batch::new();
+        // The thread's buffers, unless a caller up the stack holds them.
+        let scratch = LOOKUP_SCRATCH.with(|s| s.take());
+        let mut s = scratch.unwrap_or_default();
+        let done = self.contains_lane_with(keys, &mut s, &mut out);
+        LOOKUP_SCRATCH.with(|cell| cell.set(Some(s)));
+        done.map(|()| out)
+    }
+
+    fn contains_lane_with<T: AsRef<[u8]>>(
+        &self,
+        keys: &[T],
+        s: &mut LookupScratch,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        let locator = Locator::new(&self.meta.params);
         for batch in keys.chunks(PIPELINE) {
-            let places: Vec<_> = batch.iter().map(|k| self.meta.place(k.as_ref())).collect();
-            cmds.clear();
-            for p in &places {
-                cmds.start(4, b"GETRANGE", self.shard_key(p.shard).as_bytes());
-                cmds.arg_u64(p.offset);
-                cmds.arg_u64(p.offset + BLOCK_BYTES - 1);
-                cmds.end(READ | REPLICA_OK);
-            }
-            for (place, reply) in places.iter().zip(self.store.run_batch(&cmds)?) {
-                let block = bytes(&self.store, reply)?;
-                if block.len() as u64 != BLOCK_BYTES {
-                    // A block of a whole shard is 64 bytes: the key is
-                    // missing (`""`) or was overwritten shorter.
-                    return Err(self.damaged(
-                        place.shard,
-                        match block.len() {
-                            0 => "missing".to_string(),
-                            n => format!("too short ({n} bytes at offset {})", place.offset),
-                        },
-                    ));
-                }
-                out.push(place.found_in(&block));
-            }
+            s.places.clear();
+            s.places.extend(
+                batch
+                    .iter()
+                    .map(|k| self.meta.place_with(&locator, k.as_ref())),
+            );
+            self.encode_lookups(&s.places, &mut s.cmds);
+            self.store.run_batch_into(&s.cmds, &mut s.replies)?;
+            self.decode_lookups(&s.places, &mut s.replies, out)?;
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The `GETRANGE`s of the blocks at `places`, into `cmds`.
+    fn encode_lookups(&self, places: &[ItemPlace], cmds: &mut Batch) {
+        cmds.clear();
+        for p in places {
+            cmds.start(4, b"GETRANGE", self.shard_key(p.shard).as_bytes());
+            cmds.arg_u64(p.offset);
+            cmds.arg_u64(p.offset + BLOCK_BYTES - 1);
+            cmds.end(READ | REPLICA_OK);
+        }
+    }
+
+    /// Whether each item at `places` is in its block as `replies` (one
+    /// per place, all there) hold them, appended to `out`; the replies are
+    /// taken.
+    fn decode_lookups(
+        &self,
+        places: &[ItemPlace],
+        replies: &mut Vec<Option<Value>>,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        for (place, reply) in places.iter().zip(replies.drain(..)) {
+            let reply = reply.expect("every reply came back");
+            let found = match &reply {
+                Value::BulkString(b) if b.len() as u64 == BLOCK_BYTES => place.found_in(b),
+                _ => {
+                    let block = bytes(&self.store, reply)?;
+                    if block.len() as u64 != BLOCK_BYTES {
+                        // A block of a whole shard is 64 bytes: the key is
+                        // missing (`""`) or was overwritten shorter.
+                        return Err(self.damaged(
+                            place.shard,
+                            match block.len() {
+                                0 => "missing".to_string(),
+                                n => format!("too short ({n} bytes at offset {})", place.offset),
+                            },
+                        ));
+                    }
+                    place.found_in(&block)
+                }
+            };
+            out.push(found);
+        }
+        Ok(())
+    }
+
+    /// [`RedisFilter::contains_keys`] of several groups of `keys` (each
+    /// group the indexes of its keys; in a cluster, those of one master),
+    /// on this thread: every group's pipelines are sent before any reply
+    /// is read, so the nodes work at once, and each group gets the answer
+    /// or the error that `contains_keys` of its keys alone gives, so a node
+    /// that fails fails only the groups with keys on it. A group too large
+    /// for one pipeline on one connection (see [`LANE_MIN`]) is looked up
+    /// by `contains_keys` after the others.
+    pub fn contains_groups(&self, keys: &[&[u8]], groups: &[Vec<usize>]) -> Vec<Result<Vec<bool>>> {
+        let small = |g: &Vec<usize>| g.len() <= PIPELINE && self.lanes_for(g.len()) == 1;
+        let locator = Locator::new(&self.meta.params);
+        let mut s = GROUP_SCRATCH.with(|s| s.take()).unwrap_or_default();
+        let n = groups.iter().filter(|g| small(g)).count();
+        if s.places.len() < n {
+            s.places.resize_with(n, Vec::new);
+            s.cmds.resize_with(n, Batch::default);
+            s.replies.resize_with(n, Vec::new);
+        }
+        for (j, g) in groups.iter().filter(|g| small(g)).enumerate() {
+            let places = &mut s.places[j];
+            places.clear();
+            places.extend(g.iter().map(|&i| self.meta.place_with(&locator, keys[i])));
+            self.encode_lookups(places, &mut s.cmds[j]);
+        }
+        let mut ran = self
+            .store
+            .run_batches_into(&s.cmds[..n], &mut s.replies[..n])
+            .into_iter();
+        let mut j = 0;
+        let out = groups
+            .iter()
+            .map(|g| {
+                if !small(g) {
+                    let part: Vec<&[u8]> = g.iter().map(|&i| keys[i]).collect();
+                    return self.contains_keys(&part);
+                }
+                let at = j;
+                j += 1;
+                let mut found = Vec::with_capacity(g.len());
+                ran.next()
+                    .expect("a result per group run")
+                    .and_then(|()| {
+                        self.decode_lookups(&s.places[at], &mut s.replies[at], &mut found)
+                    })
+                    .map(|()| found)
+            })
+            .collect();
+        GROUP_SCRATCH.with(|cell| cell.set(Some(s)));
+        out
     }
 
     /// Sets how many connections per node a large batch is spread over
