@@ -69,8 +69,9 @@ impl Filter {
     /// [`Filter::contains`]), and the kernel gets the block and one word
     /// holding h and k, which travel in two registers. Measured on the AMD
     /// EPYC of BENCHMARKS.md ("The floors on the AMD EPYC after this pass"):
-    /// in-cache single inserts 2.08× → 1.96× sbbf-rs's time; hashed inside
-    /// with three captures through the stack, 2.17×.
+    /// in-cache single inserts 2.15× → 2.08× sbbf-rs's time (six paired
+    /// rounds each); hashed outside with three captures through the stack,
+    /// 2.17×.
     #[inline]
     pub fn insert_owned(&mut self, item: &[u8]) -> bool {
         if !self.owned_path() {
