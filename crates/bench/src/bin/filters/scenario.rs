@@ -199,7 +199,8 @@ pub(crate) fn dram(cfg: &Cfg) -> Report {
         miss_inner: 1,
     };
 
-    let build = |rep: &mut Report, s: &mut dyn Subject, synthetic: bool| {
+    // Untimed: everything but the reserved keys, then the huge-page check.
+    let fill = |rep: &mut Report, s: &mut dyn Subject, synthetic: bool| {
         let t = Instant::now();
         if synthetic && s.prefill_synthetic(fill_hi - sets.hits.len() as u64) {
             // Random bits at the density of the untimed keys, then the
@@ -227,63 +228,46 @@ pub(crate) fn dram(cfg: &Cfg) -> Report {
                 ));
             }
         }
-        let mut single = vec![];
-        let mut batched = vec![];
-        let mut shared: [Vec<f64>; 2] = [vec![], vec![]];
-        let part = |j: usize| &res[j * chunk as usize..(j + 1) * chunk as usize];
-        let mut inserted = vec![];
-        for r in 0..cfg.reps {
-            let (c1, c2) = (part(4 * r), part(4 * r + 1));
-            let t = Instant::now();
-            s.insert_all(black_box(c1));
-            single.push(t.elapsed().as_nanos() as f64 / chunk as f64);
-            let t = Instant::now();
-            if s.has_batch() {
-                s.insert_all_batch(black_box(c2));
-                batched.push(t.elapsed().as_nanos() as f64 / chunk as f64);
-            } else {
-                s.insert_all(c2);
-            }
-            inserted.extend([c1, c2]);
-            if s.has_shared() {
-                for (b, times) in shared.iter_mut().enumerate() {
-                    let t = Instant::now();
-                    s.insert_all_shared(black_box(part(4 * r + 2 + b)), b == 1);
-                    times.push(t.elapsed().as_nanos() as f64 / chunk as f64);
-                }
-            } else {
-                // Untimed: the lookup samples may name these keys.
-                s.insert_all_batch(part(4 * r + 2));
-                s.insert_all_batch(part(4 * r + 3));
-            }
-            inserted.extend([part(4 * r + 2), part(4 * r + 3)]);
-        }
-        rep.add(&s.name(), Op::Insert, single, None);
-        if !batched.is_empty() {
-            rep.add(&s.name(), Op::InsertBatch, batched, None);
-        }
-        if s.has_shared() {
-            let name = format!("{} (shared &Filter)", s.name());
-            let [one, many] = shared;
-            rep.add(&name, Op::Insert, one, None);
-            rep.add(&name, Op::InsertBatch, many, None);
-        }
-        // Every timed-inserted key must be there.
-        let found: u64 = inserted.iter().map(|c| s.count(c)).sum();
-        expect_all(
-            &s.name(),
-            "reserved keys",
-            found,
-            inserted.len() * chunk as usize,
-        );
     };
+    let part = |j: usize| &res[j * chunk as usize..(j + 1) * chunk as usize];
 
+    // bloomgate-blocked and sbbf-rs are filled (untimed) and held together,
+    // so that their timed inserts alternate step by step in every rep (which
+    // goes first alternates too): on a shared machine two medians taken
+    // minutes apart differ by more than the gap between the two filters.
     let mut blocked = Ours::new(Layout::Blocked, bits, n, false);
-    build(&mut rep, &mut blocked, false);
+    fill(&mut rep, &mut blocked, false);
+    let mut sbbf = Sbbf::new(bits);
+    fill(&mut rep, &mut sbbf, false);
+    let mut ours_ins = DramInserts::default();
+    let mut sbbf_ins = DramInserts::default();
+    for r in 0..cfg.reps {
+        for step in 0..4 {
+            let keys = part(4 * r + step);
+            if r % 2 == 0 {
+                ours_ins.step(&mut blocked, step, keys);
+                sbbf_ins.step(&mut sbbf, step, keys);
+            } else {
+                sbbf_ins.step(&mut sbbf, step, keys);
+                ours_ins.step(&mut blocked, step, keys);
+            }
+        }
+    }
+    ours_ins.finish(&mut rep, &blocked, None);
+    sbbf_ins.finish(&mut rep, &sbbf, Some(&ours_ins));
     measure_lookups(&mut rep, n, &blocked, None, &sets, cfg.reps, true);
+    measure_lookups(&mut rep, n, &sbbf, Some(&blocked), &sets, cfg.reps, true);
+    drop(sbbf);
 
+    // The other peers one at a time beside blocked (their inserts unpaired).
     type Make = Box<dyn Fn() -> Box<dyn Subject>>;
-    let mut peers: Vec<(Make, bool)> = vec![(Box::new(move || Box::new(Sbbf::new(bits))), false)];
+    let mut peers: Vec<(Make, bool)> = vec![];
+    if cfg.with_slow_peers {
+        peers.push((
+            Box::new(move || Box::new(FastBloom::new(bits, n))),
+            cfg.synthetic,
+        ));
+    }
     if cfg.with_classic {
         peers.push((
             Box::new(move || Box::new(Ours::new(Layout::Classic, bits, n, false))),
@@ -291,13 +275,6 @@ pub(crate) fn dram(cfg: &Cfg) -> Report {
         ));
     }
     if cfg.with_slow_peers {
-        peers.insert(
-            0,
-            (
-                Box::new(move || Box::new(FastBloom::new(bits, n))),
-                cfg.synthetic,
-            ),
-        );
         peers.push((
             Box::new(move || Box::new(BloomFilterCrate::new(bits, n))),
             cfg.synthetic,
@@ -311,9 +288,92 @@ pub(crate) fn dram(cfg: &Cfg) -> Report {
     }
     for (make, synthetic) in peers {
         let mut s = make();
-        build(&mut rep, &mut *s, synthetic);
+        fill(&mut rep, &mut *s, synthetic);
+        let mut ins = DramInserts::default();
+        for r in 0..cfg.reps {
+            for step in 0..4 {
+                ins.step(&mut *s, step, part(4 * r + step));
+            }
+        }
+        ins.finish(&mut rep, &*s, None);
         measure_lookups(&mut rep, n, &*s, Some(&blocked), &sets, cfg.reps, true);
         drop(s);
     }
     rep
+}
+
+/// The timed inserts of one subject at DRAM size, into its filled filter.
+/// Each rep inserts four chunks of the reserved keys: one at a time, then
+/// batched (untimed one at a time without a batched path), then the shared
+/// paths one at a time and batched (untimed batched without them: the
+/// lookup samples may name these keys).
+#[derive(Default)]
+struct DramInserts<'k> {
+    single: Vec<f64>,
+    batched: Vec<f64>,
+    shared: [Vec<f64>; 2],
+    /// Every chunk inserted, timed or not, to check that all are found.
+    inserted: Vec<&'k [&'k [u8]]>,
+}
+
+impl<'k> DramInserts<'k> {
+    /// Step `step` (0..4) of a rep: inserts `keys` into `s`, timed where the
+    /// subject has that path.
+    fn step(&mut self, s: &mut dyn Subject, step: usize, keys: &'k [&'k [u8]]) {
+        let t = Instant::now();
+        let times = match step {
+            0 => {
+                s.insert_all(black_box(keys));
+                Some(&mut self.single)
+            }
+            1 if s.has_batch() => {
+                s.insert_all_batch(black_box(keys));
+                Some(&mut self.batched)
+            }
+            1 => {
+                s.insert_all(keys);
+                None
+            }
+            2 | 3 if s.has_shared() => {
+                s.insert_all_shared(black_box(keys), step == 3);
+                Some(&mut self.shared[step - 2])
+            }
+            _ => {
+                s.insert_all_batch(keys);
+                None
+            }
+        };
+        if let Some(times) = times {
+            times.push(t.elapsed().as_nanos() as f64 / keys.len() as f64);
+        }
+        self.inserted.push(keys);
+    }
+
+    /// Adds the subject's insert rows (its single and batched ones as
+    /// per-rep ratios against `paired`, bloomgate-blocked's inserts of the
+    /// same reps, when given) and checks that every inserted key is found.
+    fn finish(&self, rep: &mut Report, s: &dyn Subject, paired: Option<&DramInserts>) {
+        let name = s.name();
+        match paired {
+            Some(b) => rep.add_per_rep(&name, Op::Insert, self.single.clone(), &b.single),
+            None => rep.add(&name, Op::Insert, self.single.clone(), None),
+        }
+        if !self.batched.is_empty() {
+            match paired {
+                Some(b) => {
+                    rep.add_per_rep(&name, Op::InsertBatch, self.batched.clone(), &b.batched)
+                }
+                None => rep.add(&name, Op::InsertBatch, self.batched.clone(), None),
+            }
+        }
+        if s.has_shared() {
+            let shared = format!("{name} (shared &Filter)");
+            let [one, many] = self.shared.clone();
+            rep.add(&shared, Op::Insert, one, None);
+            rep.add(&shared, Op::InsertBatch, many, None);
+        }
+        let found: u64 = self.inserted.iter().map(|c| s.count(c)).sum();
+        let total = self.inserted.iter().map(|c| c.len()).sum();
+        expect_all(&name, "reserved keys", found, total);
+    }
 }
