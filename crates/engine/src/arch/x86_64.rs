@@ -111,22 +111,22 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
 }
 
 /// AVX-512F twin of [`super::scalar::block_contains`]: sixteen probes per
-/// round, so the usual `k ≤ 16` is one round: one multiply, one variable
-/// rotate, one permute of the whole block (`vpermd` on a 512-bit register)
-/// and one masked test.
+/// round, so the usual `k ≤ 16` is one round: one multiply, one permute of
+/// the whole block (`vpermd` on a 512-bit register), one variable rotate and
+/// one masked test.
 ///
-/// The rotate (`vprolvd` of 1) takes its count modulo 32, so `x >> 23` (the
-/// bit's position in the block, 0..511) gives each lane its probed bit
-/// `1 << ((x >> 23) & 31)` without the `& 31` a shift needs; and `vpermd`
-/// reads only the low 4 bits of each index, so `x >> 28` needs no mask
-/// either. The bits depend on h alone, so they are ready before the block
-/// arrives, and a lookup's chain after the block's load is the permute and
-/// the test. (The kernel rotated the permuted words down to bit 0 before,
-/// a third step after the load: 2.8 → 2.7 ns per in-cache probe in a
-/// loop of pre-hashed probes, BENCHMARKS.md, "Single lookups and the owned
-/// insert's mask, fifth pass".) `k ≤ 16` (the planner's k at p = 10⁻⁴ is 12) takes one
-/// round with no loop, whose lane mask the compiler keeps out of a lookup
-/// loop; larger `k` loops over rounds of sixteen.
+/// The rotate (`vprorvd`) takes its count modulo 32, so `x >> 23` (the bit's
+/// position in the block, 0..511) rotates the probed word's bit
+/// `(x >> 23) & 31` down to bit 0 without the `& 31` a shift needs; and
+/// `vpermd` reads only the low 4 bits of each index, so `x >> 28` needs no
+/// mask either. (Rotating 1 up to the probed bit instead, from h alone
+/// before the block arrives, takes the rotate off the chain after the load
+/// but adds a load of the constant: no gain above the noise, BENCHMARKS.md,
+/// "Single lookups and the owned insert's mask, fifth pass".)
+///
+/// `k ≤ 16` (the planner's k at p = 10⁻⁴ is 12) takes one round with no
+/// loop, whose lane mask the compiler keeps out of a lookup loop; larger
+/// `k` loops over rounds of sixteen.
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -173,17 +173,14 @@ unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmas
     // so the unaligned 64-byte load reads POWERS[i..i+16], in bounds.
     let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().add(i as usize).cast()) };
     let x = _mm512_mullo_epi32(hv, mults);
-    // The probed bit of each lane, built from h alone, so it is ready
-    // before the block arrives: a lookup's chain after the block's load is
-    // the permute and the test only.
-    let bit = _mm512_rolv_epi32(_mm512_set1_epi32(1), _mm512_srli_epi32::<23>(x));
     let probed = _mm512_permutexvar_epi32(_mm512_srli_epi32::<28>(x), words);
+    let got = _mm512_rorv_epi32(probed, _mm512_srli_epi32::<23>(x));
     let lanes: __mmask16 = if live >= 16 {
         0xFFFF
     } else {
         ((1u32 << live) - 1) as __mmask16
     };
-    _mm512_mask_testn_epi32_mask(lanes, probed, bit)
+    _mm512_mask_testn_epi32_mask(lanes, got, _mm512_set1_epi32(1))
 }
 
 /// The probe mask of `h` in one 512-bit register: the same bits as
