@@ -191,13 +191,14 @@ unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmas
 /// lanes of the block, the lane's first bit subtracted, and `vpsllvd` of 1
 /// by the difference gives the probe's bit in its own lane and 0 in every
 /// other (a count that is negative, read as unsigned, or above 31 shifts
-/// everything out). Two probes are merged into the mask per `vpternlogd`.
+/// everything out).
 ///
-/// This is what an insert pays for probes that may share a word: about 2.5
+/// This is what an insert pays for probes that may share a word: three
 /// vector operations per probe, where sbbf-rs's eight probes, one per word,
-/// take one shift for all. Building the mask any other way measured slower
-/// (BENCHMARKS.md, "Single lookups and the owned insert's mask, fifth
-/// pass").
+/// take one shift for all of them. Merging two probes per `vpternlogd`, a
+/// lane selector from a table, a `kmov` mask per probe, 64-bit lanes and a
+/// scalar mask measured no faster or slower (BENCHMARKS.md, "Single lookups
+/// and the owned insert's mask, fifth pass").
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -222,19 +223,9 @@ unsafe fn mask_avx512(h: u32, k: u32) -> __m512i {
             let x = _mm512_mullo_epi32(hv, mults);
             _mm512_storeu_si512(positions.as_mut_ptr().cast(), _mm512_srli_epi32::<23>(x));
         }
-        let probe = |pos: u32| {
+        for &pos in &positions[..(k - i).min(16)] {
             let shift = _mm512_sub_epi32(_mm512_set1_epi32(pos as i32), first_bit);
-            _mm512_sllv_epi32(ones, shift)
-        };
-        // Two probes merged per `vpternlogd` (a | b | c): half the ORs,
-        // and a chain of k/2 of them instead of k.
-        let live = &positions[..(k - i).min(16)];
-        let mut pairs = live.chunks_exact(2);
-        for pair in &mut pairs {
-            mask = _mm512_ternarylogic_epi32::<0xFE>(mask, probe(pair[0]), probe(pair[1]));
-        }
-        if let [last] = pairs.remainder() {
-            mask = _mm512_or_si512(mask, probe(*last));
+            mask = _mm512_or_si512(mask, _mm512_sllv_epi32(ones, shift));
         }
         i += 16;
     }
