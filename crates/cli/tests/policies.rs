@@ -217,7 +217,10 @@ fn clear_empties_the_state_at_its_threshold() {
 fn a_rotating_state_survives_a_first_run_that_moved_past_its_first_file() {
     // G = 4, N = 1000: 5,000 new URLs leave the ring on layer files 1–4;
     // the first-layer file must still be written, and the next run must
-    // find the state (not start a new one over its `.meta`).
+    // find the state (not start a new one over its `.meta`). The rate is
+    // 1e-9 so that the count of new URLs is exact: at dedup's default 1e-6,
+    // up to four live layers and a random seed, one of the 5,000 new URLs
+    // is a false positive in up to one run in fifty (seen once: 4,999).
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("r.bgf");
     let args = [
@@ -227,6 +230,8 @@ fn a_rotating_state_survives_a_first_run_that_moved_past_its_first_file() {
         "4",
         "--window",
         "1000",
+        "--error-rate",
+        "1e-9",
         "--state",
         p(&state),
     ];

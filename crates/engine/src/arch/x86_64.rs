@@ -195,10 +195,11 @@ unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmas
 ///
 /// This is what an insert pays for probes that may share a word: three
 /// vector operations per probe, where sbbf-rs's eight probes, one per word,
-/// take one shift for all of them. Merging two probes per `vpternlogd`, a
-/// lane selector from a table, a `kmov` mask per probe, 64-bit lanes and a
-/// scalar mask measured no faster or slower (BENCHMARKS.md, "Single lookups
-/// and the owned insert's mask, fifth pass").
+/// take one shift for all of them. Merging two probes per `vpternlogd`
+/// measured no faster; a lane selector from a table, a `kmov` mask per
+/// probe, 64-bit lanes, a register broadcast by `vpermd` and a scalar mask
+/// measured slower (BENCHMARKS.md, "Single lookups and the owned insert's
+/// mask, fifth pass").
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
