@@ -1,6 +1,7 @@
 //! The in-block kernels alone, fed pre-placed items: on the in-cache
-//! filter beside its lookups, and on a DRAM-sized random bit array
-//! (`filters kernel-dram`).
+//! filter beside its lookups (with sbbf-rs's kernel and the candidate
+//! kernels of `candidate.rs`, lookups and inserts), and on a DRAM-sized
+//! random bit array (`filters kernel-dram`).
 
 use std::hint::black_box;
 use std::sync::atomic::AtomicU64;
@@ -12,6 +13,10 @@ use bloomgate_engine::hash::{hash_item, hash_item64, reduce};
 use bloomgate_engine::place::Locator;
 use bloomgate_engine::{HashId, Layout};
 
+use bloomgate_bench::sbbf::Sbbf;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::candidate::{self, Block16};
 use crate::measure::{expect_all, LookupSets};
 use crate::ours::Ours;
 use crate::peers::random_words;
@@ -19,7 +24,10 @@ use crate::report::{Op, Report};
 use crate::subject::{Subject, SEED};
 
 /// SIMD vs scalar in-block kernel on the in-cache blocked filter, fed
-/// pre-hashed (block, h) pairs so only the kernel + block load is timed.
+/// pre-hashed (block, h) pairs so only the kernel + block load is timed;
+/// beside them sbbf-rs's kernel on the same items, pre-hashed, and the
+/// candidate kernels of `candidate.rs` (lookups and inserts), whose rates
+/// go to the false-positive table.
 pub(crate) fn kernel_comparison(
     rep: &mut Report,
     blocked: &dyn Subject,
@@ -63,37 +71,135 @@ pub(crate) fn kernel_comparison(
             }
         }
     }
+    // Beside the engine's kernels on these blocks: the candidate kernels
+    // (`candidate.rs`; other probes, so their answers are not this
+    // filter's) and sbbf-rs's own, pre-hashed, on an sbbf-rs filter of the
+    // same bits holding the same items. Every row times the same items in
+    // the same repetitions.
+    let best = Kernel::best();
+    let b16: Vec<Block16> = words
+        .chunks_exact(8)
+        .map(|b| Block16::from_words(arch::load_block(b.try_into().unwrap())))
+        .collect();
+    let sbbf_hash = |keys: &[&[u8]]| -> Vec<u64> {
+        keys.iter()
+            .map(|key| xxh3_64_with_seed(key, SEED))
+            .collect()
+    };
+    let (sh, sm) = (sbbf_hash(&sets.hits), sbbf_hash(&sets.misses));
+    let mut sbbf = Sbbf::new(bits);
+    for &h in &sh {
+        sbbf.insert_hash(h);
+    }
+    let candidate_ks = [k.min(16), 16];
     let mut names: Vec<String> = kernels
         .iter()
         .map(|k| format!("kernel: {}", kernel_label(*k)))
         .collect();
     names.push("kernel: mask-and-compare (harness candidate)".into());
-    for (op, p) in [(Op::HitSingle, &hp), (Op::MissSingle, &mp)] {
+    let engine_rows = names.len();
+    for ck in candidate_ks {
+        names.push(format!("kernel: {}", candidate_label(ck)));
+    }
+    names.push("kernel: sbbf-rs (256-bit bucket, 8 lanes; pre-hashed)".into());
+    let (hb, mb) = (by_block(&hp), by_block(&mp));
+    for (op, p, pb, sp) in [
+        (Op::HitSingle, &hp, &hb, &sh),
+        (Op::MissSingle, &mp, &mb, &sm),
+    ] {
         let inner = (4_000_000 / p.len()).max(1);
+        let run = |which: usize| -> u64 {
+            if let Some(&kernel) = kernels.get(which) {
+                count_kernel(kernel, black_box(&words), black_box(p), k)
+            } else if which == kernels.len() {
+                count_mask_compare(black_box(&words), black_box(p), k)
+            } else if let Some(&ck) = candidate_ks.get(which - engine_rows) {
+                candidate::count(best, black_box(&b16), black_box(pb), ck)
+            } else {
+                black_box(sp)
+                    .iter()
+                    .map(|&h| sbbf.contains_hash(h) as u64)
+                    .sum()
+            }
+        };
         let mut samples = vec![vec![]; names.len()];
         let mut counts = vec![0u64; names.len()];
         for _ in 0..reps {
             for which in 0..names.len() {
                 let t = Instant::now();
                 for _ in 0..inner {
-                    counts[which] = match kernels.get(which) {
-                        Some(&kernel) => count_kernel(kernel, black_box(&words), black_box(p), k),
-                        None => count_mask_compare(black_box(&words), black_box(p), k),
-                    };
+                    counts[which] = run(which);
                 }
                 samples[which].push(t.elapsed().as_nanos() as f64 / (p.len() * inner) as f64);
             }
         }
+        let engine = &counts[..engine_rows];
         assert!(
-            counts.iter().all(|&c| c == counts[0]),
-            "kernels disagree: {counts:?}"
+            engine.iter().all(|&c| c == counts[0]),
+            "kernels disagree: {engine:?}"
         );
         if op == Op::HitSingle {
             expect_all("kernels", "hits", counts[0], p.len());
+            expect_all("sbbf-rs kernel", "hits", counts[names.len() - 1], p.len());
         }
         for (i, s) in samples.into_iter().enumerate() {
             rep.add(&names[i], op, s, None);
         }
+    }
+    // Inserts alone: the same items, pre-placed, into zeroed blocks (the
+    // zeroing untimed); the engine's single-writer kernel (`block_insert`,
+    // what `insert_owned` runs), the candidates', and sbbf-rs's.
+    let owned_pairs = &hb;
+    let mut ins_names = vec![format!("kernel: {} insert (the owned path's)", best.name())];
+    for ck in candidate_ks {
+        ins_names.push(format!("kernel: {} insert", candidate_label(ck)));
+    }
+    ins_names.push("kernel: sbbf-rs insert (pre-hashed)".into());
+    let mut ins_samples = vec![vec![]; ins_names.len()];
+    let blocks = b16.len();
+    for _ in 0..reps {
+        for (which, samples) in ins_samples.iter_mut().enumerate() {
+            let mut owned = vec![[0u64; 8]; blocks];
+            let mut cand = vec![Block16::default(); blocks];
+            let mut sb = Sbbf::new(bits);
+            let t = Instant::now();
+            let new = if which == 0 {
+                insert_owned(best, &mut owned, black_box(owned_pairs), k)
+            } else if let Some(&ck) = candidate_ks.get(which - 1) {
+                candidate::insert(best, &mut cand, black_box(owned_pairs), ck)
+            } else {
+                for &h in black_box(&sh) {
+                    sb.insert_hash(h);
+                }
+                sh.len() as u64
+            };
+            samples.push(t.elapsed().as_nanos() as f64 / hp.len() as f64);
+            // Almost every item is new (a few share all their bits).
+            assert!(
+                new * 100 >= hp.len() as u64 * 99,
+                "{}: {new} new",
+                ins_names[which]
+            );
+        }
+    }
+    for (name, s) in ins_names.iter().zip(ins_samples) {
+        rep.add(name, Op::Insert, s, None);
+    }
+    // What the candidates answer: the same items inserted for real, the
+    // misses counted, beside the subjects' rates in the false-positive table.
+    for ck in candidate_ks {
+        let mut cand = vec![Block16::default(); blocks];
+        candidate::insert(best, &mut cand, owned_pairs, ck);
+        let found = candidate::count(best, &cand, owned_pairs, ck);
+        expect_all("candidate kernel", "hits", found, owned_pairs.len());
+        let fps = candidate::count(best, &cand, &mb, ck);
+        rep.check_fp_of(
+            &candidate_label(ck),
+            bits,
+            ck,
+            candidate::rate(n, blocks as u64, ck),
+            (fps, mp.len() as u64),
+        );
     }
     // Hash cost alone (the filter's hash), to decompose a lookup.
     let hash = f.f.params().hash;
@@ -116,6 +222,36 @@ pub(crate) fn kernel_comparison(
         hs,
         None,
     );
+}
+
+/// `(word, h)` pairs as `(block, h)`.
+fn by_block(pairs: &[(usize, u32)]) -> Vec<(usize, u32)> {
+    pairs.iter().map(|&(w, h)| (w / 8, h)).collect()
+}
+
+/// The row name of a candidate kernel with `k` probes.
+fn candidate_label(k: u32) -> String {
+    if k >= 16 {
+        "candidate, 16 probes one per word (sbbf-rs's layout at 512 bits)".into()
+    } else {
+        format!("candidate, {k} probes in distinct words (bloomgate's rate)")
+    }
+}
+
+/// Inserts the pre-placed `(block, h)` pairs with the engine's
+/// single-writer kernel, in a loop compiled for `kernel`; how many were new.
+fn insert_owned(kernel: Kernel, blocks: &mut [[u64; 8]], pairs: &[(usize, u32)], k: u32) -> u64 {
+    arch::dispatch(
+        kernel,
+        #[inline(always)]
+        |kernel| {
+            let mut c = 0u64;
+            for &(b, h) in pairs {
+                c += arch::block_insert(kernel, &mut blocks[b], h, k) as u64;
+            }
+            c
+        },
+    )
 }
 
 pub(crate) fn block_at(words: &[AtomicU64], w: usize) -> &arch::Block {
@@ -152,6 +288,8 @@ pub(crate) fn count_kernel(
 }
 
 /// Candidate: build the mask (as insert does) and compare all 8 words.
+/// Out of line, so its code does not depend on the loop it is timed in.
+#[inline(never)]
 pub(crate) fn count_mask_compare(words: &[AtomicU64], pairs: &[(usize, u32)], k: u32) -> u64 {
     let mut c = 0u64;
     for &(w, h) in pairs {

@@ -19,8 +19,10 @@
 //! through, `ours.rs` bloomgate's filters, `peers.rs` the other libraries,
 //! `measure.rs` the timed loops, `report.rs` the results and tables,
 //! `scenario.rs` the in-cache and DRAM runs, `kernels.rs` the in-block
-//! kernels alone.
+//! kernels alone, `candidate.rs` in-block kernels of a layout bloomgate does
+//! not write (one probe per 32-bit word), timed beside the engine's.
 
+mod candidate;
 mod kernels;
 mod measure;
 mod ours;

@@ -105,27 +105,51 @@ impl Report {
     }
 
     pub(crate) fn check_fp(&mut self, s: &dyn Subject, n: u64, fps: u64, queries: u64) {
-        let predicted = s.predicted_fp(n);
-        let expected = predicted * queries as f64;
-        let measured = fps as f64;
+        let row = FpRow {
+            name: s.name(),
+            bits: s.bits(),
+            k: s.k(),
+            predicted: s.predicted_fp(n),
+            fps,
+            queries,
+        };
+        self.check_fp_row(row);
+    }
+
+    /// [`Report::check_fp`] for a filter that is not a [`Subject`] (the
+    /// candidate kernels' blocks), its prediction computed by the caller.
+    pub(crate) fn check_fp_of(
+        &mut self,
+        name: &str,
+        bits: u64,
+        k: u32,
+        predicted: f64,
+        (fps, queries): (u64, u64),
+    ) {
+        self.check_fp_row(FpRow {
+            name: name.into(),
+            bits,
+            k: k.to_string(),
+            predicted,
+            fps,
+            queries,
+        });
+    }
+
+    fn check_fp_row(&mut self, row: FpRow) {
+        let expected = row.predicted * row.queries as f64;
+        let measured = row.fps as f64;
         // Loud failure for anything a Poisson count cannot explain
         // (6 sigma + 2x slack on the model for peers' approximate formulas).
         let ok = measured <= 2.0 * expected + 6.0 * expected.sqrt() + 10.0
             && measured >= 0.5 * expected - 6.0 * expected.sqrt() - 10.0;
         if !ok {
             self.failures.push(format!(
-                "{}: {fps} false positives in {queries} queries, predicted {expected:.0}",
-                s.name()
+                "{}: {} false positives in {} queries, predicted {expected:.0}",
+                row.name, row.fps, row.queries
             ));
         }
-        self.fp.push(FpRow {
-            name: s.name(),
-            bits: s.bits(),
-            k: s.k(),
-            predicted,
-            fps,
-            queries,
-        });
+        self.fp.push(row);
     }
 
     pub(crate) fn print(&self, title: &str, n: u64, bytes: u64) {

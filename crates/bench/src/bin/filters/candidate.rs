@@ -1,0 +1,294 @@
+//! Candidate in-block kernels: what bloomgate-blocked's 512-bit block would
+//! cost if its probes were placed the way sbbf-rs places its own, one per
+//! 32-bit word. Not a format bloomgate writes: kernels timed beside the
+//! engine's on the same pre-placed items (`kernels.rs`), so that "which part
+//! of the gap is the price of the lower rate" is a row of every run.
+//!
+//! The candidate keeps the blocked layout's shape and in-block hash `h` and
+//! changes only the probes: lane `i` of the sixteen 32-bit words gets bit
+//! `(h · G^(i+1)) >> 27`, and only `k` lanes take part, the `k` consecutive
+//! words (mod 16) from word `(h >> 1) & 15`. No two probes share a word, so
+//!
+//! * an insert's mask is one multiply, one shift and one variable shift for
+//!   all probes (bloomgate's probes may share a word: about three vector
+//!   operations per probe, `arch::x86_64::mask_avx512`);
+//! * a lookup needs no permute of the block (bloomgate's `vpermd` brings
+//!   each probe's word to its lane), only an and-not and a test.
+//!
+//! With `k = 16` every word is probed: sbbf-rs's layout at 512 bits, whose
+//! rate at bloomgate's 22.03 bits per item is 1.43·10⁻⁴ (bloomgate's
+//! 0.96·10⁻⁴; [`rate`]). With `k = 12`, the planner's k at 10⁻⁴, the rate
+//! is bloomgate's to within a hair, but the lanes taking part depend on `h`.
+//!
+//! Each kernel is written twice: portable Rust over sixteen `u32` lanes (the
+//! reference), and AVX-512 (a `vpmulld`, a `vpsrld`, a `vpsllvd`, an and-not
+//! and a test; an insert adds an or and a store), which the tests compare
+//! with it.
+
+use bloomgate_engine::arch::{self, Kernel};
+
+/// 2³²/φ rounded to odd, the engine's probe multiplier; lane `i` uses its
+/// power `i + 1`.
+const G: u32 = 0x9E37_79B9;
+
+/// `G^(i+1) mod 2³²` for the sixteen lanes.
+const POWERS: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut x: u32 = 1;
+    let mut i = 0;
+    while i < 16 {
+        x = x.wrapping_mul(G);
+        t[i] = x;
+        i += 1;
+    }
+    t
+};
+
+/// One 64-byte block as sixteen 32-bit words, on its own cache line.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+pub(crate) struct Block16(pub(crate) [u32; 16]);
+
+impl Block16 {
+    /// The block of eight little-endian 64-bit words (word `j`'s low half
+    /// is lane `2j`, as the engine's kernels read a block).
+    pub(crate) fn from_words(words: [u64; 8]) -> Block16 {
+        let mut b = Block16::default();
+        for (j, w) in words.into_iter().enumerate() {
+            b.0[2 * j] = w as u32;
+            b.0[2 * j + 1] = (w >> 32) as u32;
+        }
+        b
+    }
+}
+
+/// The probe mask of in-block hash `h`: word `i`'s bit, or 0 for the words
+/// the `k` probes skip.
+///
+/// Plain loops: `std::array::from_fn` is not inlined into the dispatched
+/// kernel, so it would run without the kernel's instruction set.
+#[inline(always)]
+fn mask(h: u32, k: u32) -> [u32; 16] {
+    let mut m = [0u32; 16];
+    if k >= 16 {
+        for (m, g) in m.iter_mut().zip(POWERS) {
+            *m = 1 << (h.wrapping_mul(g) >> 27);
+        }
+        return m;
+    }
+    let start = (h >> 1) & 15;
+    for (i, (m, g)) in m.iter_mut().zip(POWERS).enumerate() {
+        let live = ((i as u32).wrapping_sub(start) & 15) < k;
+        *m = (live as u32) << (h.wrapping_mul(g) >> 27);
+    }
+    m
+}
+
+/// True when every probe of `h` finds its bit set in `block`.
+#[inline(always)]
+fn test(block: &Block16, h: u32, k: u32) -> bool {
+    let m = mask(h, k);
+    (0..16).fold(0, |acc, i| acc | (m[i] & !block.0[i])) == 0
+}
+
+/// Sets the probes' bits; whether one was new (what bloomgate's inserts
+/// return, and how they skip writing a block that has them all).
+#[inline(always)]
+fn set(block: &mut Block16, h: u32, k: u32) -> bool {
+    let m = mask(h, k);
+    if (0..16).fold(0, |acc, i| acc | (m[i] & !block.0[i])) == 0 {
+        return false;
+    }
+    for (w, m) in block.0.iter_mut().zip(m) {
+        *w |= m;
+    }
+    true
+}
+
+/// How many of the pre-placed `(block, h)` pairs the candidate finds, in a
+/// loop compiled for `kernel` (as `kernels::count_kernel` times the
+/// engine's): the AVX-512 kernel where `kernel` is AVX-512, the portable one
+/// otherwise.
+pub(crate) fn count(kernel: Kernel, blocks: &[Block16], pairs: &[(usize, u32)], k: u32) -> u64 {
+    arch::dispatch(
+        kernel,
+        #[inline(always)]
+        |kernel| {
+            let mut c = 0u64;
+            for &(b, h) in pairs {
+                c += contains_with(kernel, &blocks[b], h, k) as u64;
+            }
+            c
+        },
+    )
+}
+
+/// Inserts the pre-placed pairs; how many were new.
+pub(crate) fn insert(
+    kernel: Kernel,
+    blocks: &mut [Block16],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
+    arch::dispatch(
+        kernel,
+        #[inline(always)]
+        |kernel| {
+            let mut c = 0u64;
+            for &(b, h) in pairs {
+                c += insert_with(kernel, &mut blocks[b], h, k) as u64;
+            }
+            c
+        },
+    )
+}
+
+#[inline(always)]
+fn contains_with(kernel: Kernel, block: &Block16, h: u32, k: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if kernel.name() == "avx512" {
+        // SAFETY: `Kernel::best` names AVX-512 only on a CPU that has it.
+        return unsafe { avx512::contains(block, h, k) };
+    }
+    let _ = kernel;
+    test(block, h, k)
+}
+
+#[inline(always)]
+fn insert_with(kernel: Kernel, block: &mut Block16, h: u32, k: u32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if kernel.name() == "avx512" {
+        // SAFETY: as in `contains_with`.
+        return unsafe { avx512::insert(block, h, k) };
+    }
+    let _ = kernel;
+    set(block, h, k)
+}
+
+/// The candidate's AVX-512 twins of [`test`] and [`set`]. Written out
+/// because the compiler vectorizes the portable ones across the loop over
+/// items (gathers) instead of across the sixteen lanes of one item.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{Block16, POWERS};
+
+    /// The probe mask of `h` (the portable [`super::mask`]).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn mask(h: u32, k: u32) -> __m512i {
+        // SAFETY: POWERS is 64 readable bytes; the load needs no alignment.
+        let g = unsafe { _mm512_loadu_si512(POWERS.as_ptr().cast()) };
+        let x = _mm512_mullo_epi32(_mm512_set1_epi32(h as i32), g);
+        let lanes: __mmask16 = if k >= 16 {
+            0xFFFF
+        } else {
+            // k lanes from lane (h >> 1) & 15, wrapping: a rotate of the low k.
+            let low = (1u32 << k) - 1;
+            ((low | low << 16) >> (16 - ((h >> 1) & 15))) as __mmask16
+        };
+        _mm512_maskz_sllv_epi32(lanes, _mm512_set1_epi32(1), _mm512_srli_epi32::<27>(x))
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) unsafe fn contains(block: &Block16, h: u32, k: u32) -> bool {
+        let m = mask(h, k);
+        // SAFETY: `block` is 64 readable bytes.
+        let words = unsafe { _mm512_loadu_si512(block.0.as_ptr().cast()) };
+        _mm512_test_epi32_mask(_mm512_andnot_si512(words, m), m) == 0
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) unsafe fn insert(block: &mut Block16, h: u32, k: u32) -> bool {
+        let m = mask(h, k);
+        // SAFETY: `block` is 64 bytes held exclusively (`&mut`).
+        unsafe {
+            let cur = _mm512_loadu_si512(block.0.as_ptr().cast());
+            let missing = _mm512_andnot_si512(cur, m);
+            if _mm512_test_epi32_mask(missing, missing) == 0 {
+                return false;
+            }
+            _mm512_storeu_si512(block.0.as_mut_ptr().cast(), _mm512_or_si512(cur, m));
+        }
+        true
+    }
+}
+
+/// The predicted rate of `blocks` blocks holding `n` items: a Poisson
+/// mixture over a block's load `j`. A word is probed by an item with
+/// probability `k/16` and then gets one of 32 bits, so `j` items leave a
+/// given bit of it clear with probability `(1 − k/512)^j`:
+/// `fp = Σ_j P(j) · (1 − (1 − k/512)^j)^k` (exact for `k = 16`, sbbf-rs's
+/// formula with sixteen words; for `k < 16` it treats the words' loads as
+/// independent).
+pub(crate) fn rate(n: u64, blocks: u64, k: u32) -> f64 {
+    let lambda = n as f64 / blocks as f64;
+    let clear = 1.0 - f64::from(k) / 512.0;
+    let mut p = (-lambda).exp();
+    let mut fp = 0.0;
+    for j in 0..100_000 {
+        if j > 0 {
+            p *= lambda / j as f64;
+        }
+        fp += p * (1.0 - clear.powi(j)).powi(k as i32);
+        if j as f64 > lambda * 4.0 + 50.0 {
+            break;
+        }
+    }
+    fp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomgate_bench::mix64;
+
+    #[test]
+    fn probes_are_k_distinct_words_one_bit_each() {
+        for k in [1, 12, 16] {
+            for i in 0..10_000u64 {
+                let h = mix64(i) as u32 | 1;
+                let m = mask(h, k);
+                assert_eq!(m.iter().filter(|&&w| w != 0).count() as u32, k);
+                assert!(m.iter().all(|w| w.count_ones() <= 1));
+            }
+        }
+    }
+
+    #[test]
+    fn every_inserted_item_is_found_and_the_rate_is_as_predicted() {
+        let (n, nblocks) = (20_000u64, 800usize);
+        let place = |i: u64| {
+            let x = mix64(i ^ 0x5eed);
+            ((((x >> 32) * nblocks as u64) >> 32) as usize, x as u32 | 1)
+        };
+        for k in [12, 16] {
+            let kernel = Kernel::best();
+            let mut blocks = vec![Block16::default(); nblocks];
+            let added: Vec<_> = (0..n).map(place).collect();
+            insert(kernel, &mut blocks, &added, k);
+            let mut portable = vec![Block16::default(); nblocks];
+            insert(Kernel::SCALAR, &mut portable, &added, k);
+            assert!(blocks.iter().zip(&portable).all(|(a, b)| a.0 == b.0));
+            assert_eq!(count(kernel, &blocks, &added, k), n);
+            // The machine's kernel agrees with the portable one.
+            let probes: Vec<_> = (n..n + 400_000).map(place).collect();
+            let fps = count(kernel, &blocks, &probes, k);
+            assert_eq!(fps, count(Kernel::SCALAR, &blocks, &probes, k));
+            let want = rate(n, nblocks as u64, k) * probes.len() as f64;
+            // A Poisson count: within 5 standard deviations of the prediction.
+            let fps = fps as f64;
+            assert!(
+                (fps - want).abs() <= 5.0 * want.sqrt(),
+                "k = {k}: {fps} false positives, predicted {want:.0}"
+            );
+        }
+    }
+}
