@@ -5,15 +5,17 @@
 //! of the gap is the price of the lower rate" is a row of every run.
 //!
 //! The candidate keeps the blocked layout's shape and in-block hash `h` and
-//! changes only the probes: lane `i` of the sixteen 32-bit words gets bit
-//! `(h · G^(i+1)) >> 27`, and only `k` lanes take part, the `k` consecutive
-//! words (mod 16) from word `(h >> 1) & 15`. No two probes share a word, so
+//! changes only the probes: probe `i < k ≤ 16` is bit `(h · G^(i+1)) >> 27`
+//! of the 32-bit word `(s + i) mod 16`, `s = (h >> 1) mod 16`: the `k`
+//! probes lie in `k` consecutive words (mod 16) from a start word the hash
+//! picks. No two probes share a word, so
 //!
-//! * an insert's mask is one multiply, one shift and one variable shift for
-//!   all probes (bloomgate's probes may share a word: about three vector
-//!   operations per probe, `arch::x86_64::mask_avx512`);
-//! * a lookup needs no permute of the block (bloomgate's `vpermd` brings
-//!   each probe's word to its lane), only an and-not and a test.
+//! * an insert's mask is one multiply, two shifts, a variable shift and one
+//!   permute (`vpermd`) for all probes, where bloomgate's probes may share a
+//!   word: about three vector operations per probe
+//!   (`arch::x86_64::mask_avx512`);
+//! * a lookup is bloomgate's kernel with another permute index (`s + i`
+//!   instead of `x_i >> 28`) and shift (27 instead of 23).
 //!
 //! With `k = 16` every word is probed: sbbf-rs's layout at 512 bits, whose
 //! rate at bloomgate's 22.03 bits per item is 1.43·10⁻⁴ (bloomgate's
@@ -64,24 +66,17 @@ impl Block16 {
     }
 }
 
-/// The probe mask of in-block hash `h`: word `i`'s bit, or 0 for the words
-/// the `k` probes skip.
+/// The probe mask of in-block hash `h`: probe `i`'s bit in word
+/// `(s + i) mod 16`, 0 in the words the `k` probes skip.
 ///
 /// Plain loops: `std::array::from_fn` is not inlined into the dispatched
 /// kernel, so it would run without the kernel's instruction set.
 #[inline(always)]
 fn mask(h: u32, k: u32) -> [u32; 16] {
+    let start = (h >> 1) as usize;
     let mut m = [0u32; 16];
-    if k >= 16 {
-        for (m, g) in m.iter_mut().zip(POWERS) {
-            *m = 1 << (h.wrapping_mul(g) >> 27);
-        }
-        return m;
-    }
-    let start = (h >> 1) & 15;
-    for (i, (m, g)) in m.iter_mut().zip(POWERS).enumerate() {
-        let live = ((i as u32).wrapping_sub(start) & 15) < k;
-        *m = (live as u32) << (h.wrapping_mul(g) >> 27);
+    for (i, g) in POWERS.iter().enumerate().take(k as usize) {
+        m[(start + i) & 15] = 1 << (h.wrapping_mul(*g) >> 27);
     }
     m
 }
@@ -176,32 +171,63 @@ mod avx512 {
 
     use super::{Block16, POWERS};
 
-    /// The probe mask of `h` (the portable [`super::mask`]).
+    /// The probe mask of `h` (the portable [`super::mask`]): probe `i`'s bit
+    /// in lane `i`, then the lanes moved to their words, word `w` taking
+    /// lane `(w − s) mod 16` (one `vpermd`).
     #[target_feature(enable = "avx512f")]
     #[inline]
     fn mask(h: u32, k: u32) -> __m512i {
-        // SAFETY: POWERS is 64 readable bytes; the load needs no alignment.
-        let g = unsafe { _mm512_loadu_si512(POWERS.as_ptr().cast()) };
-        let x = _mm512_mullo_epi32(_mm512_set1_epi32(h as i32), g);
-        let lanes: __mmask16 = if k >= 16 {
+        // SAFETY: POWERS and IOTA are 64 readable bytes each.
+        let (g, iota) = unsafe {
+            (
+                _mm512_loadu_si512(POWERS.as_ptr().cast()),
+                _mm512_loadu_si512(IOTA.as_ptr().cast()),
+            )
+        };
+        let hv = _mm512_set1_epi32(h as i32);
+        let x = _mm512_mullo_epi32(hv, g);
+        let lanes = if k >= 16 {
             0xFFFF
         } else {
-            // k lanes from lane (h >> 1) & 15, wrapping: a rotate of the low k.
-            let low = (1u32 << k) - 1;
-            ((low | low << 16) >> (16 - ((h >> 1) & 15))) as __mmask16
+            ((1u32 << k) - 1) as __mmask16
         };
-        _mm512_maskz_sllv_epi32(lanes, _mm512_set1_epi32(1), _mm512_srli_epi32::<27>(x))
+        let bits = _mm512_maskz_sllv_epi32(lanes, _mm512_set1_epi32(1), _mm512_srli_epi32::<27>(x));
+        let from = _mm512_sub_epi32(iota, _mm512_srli_epi32::<1>(hv));
+        _mm512_permutexvar_epi32(from, bits)
     }
 
+    /// `0, 1, …, 15`: lane `i`'s offset from the start word.
+    static IOTA: [u32; 16] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
+    /// The lookup as the engine's kernel does it: the block's words permuted
+    /// so that lane `i` holds word `(s + i) mod 16` (`vpermd` reads the low
+    /// 4 bits of each index), each rotated so the probed bit is bit 0, and
+    /// the low `k` lanes tested, a constant lane mask.
+    ///
     /// # Safety
     /// The CPU must support AVX-512F.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub(super) unsafe fn contains(block: &Block16, h: u32, k: u32) -> bool {
-        let m = mask(h, k);
-        // SAFETY: `block` is 64 readable bytes.
-        let words = unsafe { _mm512_loadu_si512(block.0.as_ptr().cast()) };
-        _mm512_test_epi32_mask(_mm512_andnot_si512(words, m), m) == 0
+        // SAFETY: `block` and IOTA and POWERS are 64 readable bytes each.
+        let (words, iota, g) = unsafe {
+            (
+                _mm512_loadu_si512(block.0.as_ptr().cast()),
+                _mm512_loadu_si512(IOTA.as_ptr().cast()),
+                _mm512_loadu_si512(POWERS.as_ptr().cast()),
+            )
+        };
+        let hv = _mm512_set1_epi32(h as i32);
+        let x = _mm512_mullo_epi32(hv, g);
+        let idx = _mm512_add_epi32(_mm512_srli_epi32::<1>(hv), iota);
+        let probed = _mm512_permutexvar_epi32(idx, words);
+        let got = _mm512_rorv_epi32(probed, _mm512_srli_epi32::<27>(x));
+        let lanes = if k >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << k) - 1) as __mmask16
+        };
+        _mm512_mask_testn_epi32_mask(lanes, got, _mm512_set1_epi32(1)) == 0
     }
 
     /// # Safety
