@@ -39,7 +39,8 @@ fn plan_worked_example() {
         assert!((0.00006..0.00007).contains(&fp), "{fp}");
         let blocked = layouts.iter().find(|l| l["layout"] == "blocked").unwrap();
         let bpi = blocked["bits_per_item"].as_f64().unwrap();
-        assert!((22.0..22.1).contains(&bpi), "{bpi}");
+        // Sized for hash id 3's probes (22.03 for hash ids 1 and 2).
+        assert!((22.1..22.2).contains(&bpi), "{bpi}");
         assert!(blocked["bytes"].as_u64().unwrap() < 30_000_000_000);
         assert!(blocked["predicted_fp"].as_f64().unwrap() <= 1e-4);
         let opt = v["classic_optimum"]["bits_per_item"].as_f64().unwrap();

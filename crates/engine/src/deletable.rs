@@ -133,10 +133,7 @@ impl AnyFilter {
     /// Bloom filter, from its item count as `Layout::predicted_fp`).
     pub fn predicted_fp(&self) -> f64 {
         match self {
-            AnyFilter::Bloom(f) => {
-                let p = f.params();
-                p.layout.predicted_fp(p.bits, f.items() as f64, p.k)
-            }
+            AnyFilter::Bloom(f) => f.params().predicted_fp(f.items() as f64),
             AnyFilter::Counting(f) => f.predicted_fp(),
             AnyFilter::Cuckoo(f) => f.predicted_fp(),
         }

@@ -87,7 +87,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use rayon::prelude::*;
 
-use crate::arch::{self, Block, Kernel};
+use crate::arch::{self, Block, Kernel, Probes};
 use crate::error::{Error, Result};
 use crate::hash::{reduce, HashId};
 use crate::math::{self, Layout, Plan, BLOCK_BITS};
@@ -115,7 +115,7 @@ struct BlockedView<'a> {
 }
 
 impl BlockedView<'_> {
-    /// The block `item` lives in and its 32-bit in-block hash (odd).
+    /// The block `item` lives in and its 32-bit in-block hash.
     #[inline(always)]
     fn locate(&self, item: &[u8]) -> (usize, u32) {
         self.locate_as(self.id, item)
@@ -134,6 +134,9 @@ impl BlockedView<'_> {
     #[inline(always)]
     fn contains_batch<T: AsRef<[u8]>>(&self, kernel: Kernel, items: &[T], out: &mut [bool]) {
         match self.id {
+            HashId::Xxh3_64Words => {
+                self.contains_batch_as(HashId::Xxh3_64Words, kernel, items, out)
+            }
             HashId::Xxh3_64 => self.contains_batch_as(HashId::Xxh3_64, kernel, items, out),
             HashId::Xxh3_128 => self.contains_batch_as(HashId::Xxh3_128, kernel, items, out),
         }
@@ -159,7 +162,7 @@ impl BlockedView<'_> {
                 *slot = self.locate_as(id, next.as_ref());
                 arch::prefetch(self.blocks.as_ptr().wrapping_add(slot.0));
             }
-            *answer = arch::block_contains(kernel, &self.blocks[block], h, self.k);
+            *answer = arch::block_contains(kernel, id.probes(), &self.blocks[block], h, self.k);
         }
     }
 }
@@ -409,7 +412,8 @@ impl Filter {
     fn contains_prepared_with(&self, kernel: Kernel, p: &Prepared) -> bool {
         match self.params.layout {
             Layout::Blocked => {
-                arch::block_contains(kernel, self.block(p.a), p.b as u32, self.params.k)
+                let probes = self.params.hash.probes();
+                arch::block_contains(kernel, probes, self.block(p.a), p.b as u32, self.params.k)
             }
             Layout::Classic => {
                 let words = self.bits.words();
@@ -487,7 +491,8 @@ impl Filter {
                 self.prefetch(p);
                 // The mask needs no lock: built before it, its work is not
                 // held up behind the barrier.
-                let mask = arch::block_mask_with(self.kernel, p.b as u32, self.params.k);
+                let probes = self.params.hash.probes();
+                let mask = arch::block_mask_with(self.kernel, probes, p.b as u32, self.params.k);
                 let _guard = self.regions.lock(self.regions.of_word(p.a));
                 or_block_locked(self.block(p.a), &mask)
             }
@@ -542,13 +547,29 @@ impl Filter {
                 let (block, h) = view.locate(item);
                 let block = &view.blocks[block];
                 // Two captures (a pointer and one word holding h and k)
-                // travel in two registers; three would go through the stack.
+                // travel in two registers; three would go through the
+                // stack. One closure per probe scheme, so that each kernel
+                // is compiled for its own (a scheme tested inside the
+                // kernel's function measured slower).
                 let hk = u64::from(h) | u64::from(view.k) << 32;
-                arch::dispatch(
-                    self.kernel,
-                    #[inline(always)]
-                    move |kernel| arch::block_contains(kernel, block, hk as u32, (hk >> 32) as u32),
-                )
+                match view.id.probes() {
+                    Probes::Words => arch::dispatch(
+                        self.kernel,
+                        #[inline(always)]
+                        move |kernel| {
+                            let (h, k) = (hk as u32, (hk >> 32) as u32);
+                            arch::block_contains(kernel, Probes::Words, block, h, k)
+                        },
+                    ),
+                    Probes::Anywhere => arch::dispatch(
+                        self.kernel,
+                        #[inline(always)]
+                        move |kernel| {
+                            let (h, k) = (hk as u32, (hk >> 32) as u32);
+                            arch::block_contains(kernel, Probes::Anywhere, block, h, k)
+                        },
+                    ),
+                }
             }
             Layout::Classic => arch::dispatch(
                 self.kernel,
@@ -710,13 +731,11 @@ impl Filter {
 
     /// False-positive rate predicted for `n` items in this filter.
     pub fn predicted_fp_for(&self, n: u64) -> f64 {
-        self.params
-            .layout
-            .predicted_fp(self.params.bits, n as f64, self.params.k)
+        self.params.predicted_fp(n as f64)
     }
 
     /// False-positive rate predicted from the bits actually set: for classic
-    /// `fill^k`; for blocked the Putze formula at the fill-estimated count
+    /// `fill^k`; for blocked its probes' formula at the fill-estimated count
     /// (its per-block variance makes `fill^k` an underestimate).
     pub fn fp_at_fill(&self) -> f64 {
         let ones = self.ones();
@@ -726,9 +745,7 @@ impl Filter {
             Layout::Blocked => {
                 let n = math::estimate_items(self.params.bits, self.params.k, ones);
                 if n.is_finite() {
-                    self.params
-                        .layout
-                        .predicted_fp(self.params.bits, n, self.params.k)
+                    self.params.predicted_fp(n)
                 } else {
                     1.0
                 }

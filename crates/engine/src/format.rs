@@ -203,9 +203,9 @@ impl Header {
         if bits == 0 || bits % BLOCK_BITS != 0 || bits >= 1 << 63 {
             return Err(bad(format!("bit count {bits}")));
         }
-        if !hash.allows(layout, bits) {
+        if !hash.allows(layout, bits, k) {
             return Err(bad(format!(
-                "hash function id {hash_id} ({hash}) for a {layout} filter of {bits} bits"
+                "hash function id {hash_id} ({hash}) for a {layout} filter of {bits} bits and k = {k}"
             )));
         }
         let data_len = u64_at(OFF_DATA_LEN);

@@ -44,6 +44,7 @@
 
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
+use crate::arch::Probes;
 use crate::math::{Layout, BLOCK_BITS};
 
 /// Identifier of the hash function in the file header: XXH3-128 with a 64-bit seed.
@@ -53,41 +54,65 @@ pub const HASH_XXH3_128: u8 = 1;
 /// 64-bit seed (blocked filters of at most [`MAX_XXH3_64_BLOCKS`] blocks).
 pub const HASH_XXH3_64: u8 = 2;
 
+/// Identifier of the hash function in the file header: XXH3-64 with a
+/// 64-bit seed, like [`HASH_XXH3_64`], and the probes in consecutive words
+/// of the block ([`Probes::Words`]; blocked filters of at most
+/// [`MAX_XXH3_64_BLOCKS`] blocks and 16 probes).
+pub const HASH_XXH3_64_WORDS: u8 = 3;
+
 /// The most blocks a filter hashed with XXH3-64 may have: 2³², so that the
 /// block index (the high bits of the hash) and the in-block hash (its low
 /// 32 bits) never share a bit.
 pub const MAX_XXH3_64_BLOCKS: u64 = 1 << 32;
 
 /// The hash function of a Bloom filter, as its file header's hash id names
-/// it; it decides, with the layout, where every item's bits are.
+/// it; it decides, with the layout, where every item's bits are: which
+/// function hashes the item and, in a blocked filter, how the probes are
+/// spread over the block ([`HashId::probes`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum HashId {
     /// XXH3-128 (hash id 1): every classic filter, every file written
     /// before hash id 2, and blocked filters above 2³² blocks.
     Xxh3_128,
-    /// XXH3-64 (hash id 2): new blocked filters of at most 2³² blocks.
+    /// XXH3-64 (hash id 2): blocked filters of at most 2³² blocks written
+    /// before hash id 3, and new ones with more than 16 probes.
     Xxh3_64,
+    /// XXH3-64 with the probes in consecutive words (hash id 3): new
+    /// blocked filters of at most 2³² blocks and 16 probes.
+    Xxh3_64Words,
 }
 
 impl HashId {
-    /// The id a new filter of `layout` and `bits` is built with: XXH3-64
-    /// for a blocked filter it can address ([`HashId::allows`]), XXH3-128
-    /// otherwise.
-    pub fn for_filter(layout: Layout, bits: u64) -> HashId {
-        if HashId::Xxh3_64.allows(layout, bits) {
-            HashId::Xxh3_64
-        } else {
-            HashId::Xxh3_128
+    /// The id a new filter of `layout`, `bits` and `k` probes is built
+    /// with: the first of hash ids 3, 2 and 1 that allows it
+    /// ([`HashId::allows`]).
+    pub fn for_filter(layout: Layout, bits: u64, k: u32) -> HashId {
+        [HashId::Xxh3_64Words, HashId::Xxh3_64]
+            .into_iter()
+            .find(|id| id.allows(layout, bits, k))
+            .unwrap_or(HashId::Xxh3_128)
+    }
+
+    /// Whether a filter of `layout`, `bits` and `k` may use this hash:
+    /// XXH3-128 any; XXH3-64 only the blocked layout with at most
+    /// [`MAX_XXH3_64_BLOCKS`] blocks; hash id 3 also at most 16 probes
+    /// ([`Probes::max_k`]).
+    pub fn allows(self, layout: Layout, bits: u64, k: u32) -> bool {
+        let addressable = layout == Layout::Blocked && bits / BLOCK_BITS <= MAX_XXH3_64_BLOCKS;
+        match self {
+            HashId::Xxh3_128 => true,
+            HashId::Xxh3_64 => addressable,
+            HashId::Xxh3_64Words => addressable && k <= Probes::Words.max_k(),
         }
     }
 
-    /// Whether a filter of `layout` and `bits` may use this hash: XXH3-128
-    /// any; XXH3-64 only the blocked layout with at most
-    /// [`MAX_XXH3_64_BLOCKS`] blocks.
-    pub fn allows(self, layout: Layout, bits: u64) -> bool {
+    /// How a blocked filter of this hash spreads an item's probes over its
+    /// block (the classic layout has no blocks).
+    #[inline(always)]
+    pub fn probes(self) -> Probes {
         match self {
-            HashId::Xxh3_128 => true,
-            HashId::Xxh3_64 => layout == Layout::Blocked && bits / BLOCK_BITS <= MAX_XXH3_64_BLOCKS,
+            HashId::Xxh3_128 | HashId::Xxh3_64 => Probes::Anywhere,
+            HashId::Xxh3_64Words => Probes::Words,
         }
     }
 
@@ -96,6 +121,7 @@ impl HashId {
         match self {
             HashId::Xxh3_128 => HASH_XXH3_128,
             HashId::Xxh3_64 => HASH_XXH3_64,
+            HashId::Xxh3_64Words => HASH_XXH3_64_WORDS,
         }
     }
 
@@ -104,15 +130,18 @@ impl HashId {
         match code {
             HASH_XXH3_128 => Some(HashId::Xxh3_128),
             HASH_XXH3_64 => Some(HashId::Xxh3_64),
+            HASH_XXH3_64_WORDS => Some(HashId::Xxh3_64Words),
             _ => None,
         }
     }
 
-    /// The name `info` and `plan` print (`xxh3-128`, `xxh3-64`).
+    /// The name `info` and `plan` print (`xxh3-128`, `xxh3-64`,
+    /// `xxh3-64-words`).
     pub fn name(self) -> &'static str {
         match self {
             HashId::Xxh3_128 => "xxh3-128",
             HashId::Xxh3_64 => "xxh3-64",
+            HashId::Xxh3_64Words => "xxh3-64-words",
         }
     }
 }
@@ -359,25 +388,29 @@ mod tests {
 
     #[test]
     fn hash_ids_round_trip_and_say_what_they_allow() {
-        for id in [HashId::Xxh3_128, HashId::Xxh3_64] {
+        for id in [HashId::Xxh3_128, HashId::Xxh3_64, HashId::Xxh3_64Words] {
             assert_eq!(HashId::from_code(id.code()), Some(id));
         }
         assert_eq!(HashId::from_code(0), None);
-        assert_eq!(HashId::from_code(3), None);
-        assert_eq!((HASH_XXH3_128, HASH_XXH3_64), (1, 2));
+        assert_eq!(HashId::from_code(4), None);
+        assert_eq!((HASH_XXH3_128, HASH_XXH3_64, HASH_XXH3_64_WORDS), (1, 2, 3));
         let max_bits = MAX_XXH3_64_BLOCKS * BLOCK_BITS;
-        assert_eq!(HashId::for_filter(Layout::Blocked, 512), HashId::Xxh3_64);
+        let blocked = |bits, k| HashId::for_filter(Layout::Blocked, bits, k);
+        assert_eq!(blocked(512, 12), HashId::Xxh3_64Words);
+        assert_eq!(blocked(512, 16), HashId::Xxh3_64Words);
+        assert_eq!(blocked(512, 17), HashId::Xxh3_64);
+        assert_eq!(blocked(max_bits, 12), HashId::Xxh3_64Words);
+        assert_eq!(blocked(max_bits + BLOCK_BITS, 12), HashId::Xxh3_128);
+        assert_eq!(blocked(max_bits + BLOCK_BITS, 20), HashId::Xxh3_128);
         assert_eq!(
-            HashId::for_filter(Layout::Blocked, max_bits),
-            HashId::Xxh3_64
-        );
-        assert_eq!(
-            HashId::for_filter(Layout::Blocked, max_bits + BLOCK_BITS),
+            HashId::for_filter(Layout::Classic, 512, 12),
             HashId::Xxh3_128
         );
-        assert_eq!(HashId::for_filter(Layout::Classic, 512), HashId::Xxh3_128);
-        assert!(!HashId::Xxh3_64.allows(Layout::Classic, 512));
-        assert!(HashId::Xxh3_128.allows(Layout::Blocked, 1 << 62));
+        assert!(!HashId::Xxh3_64.allows(Layout::Classic, 512, 12));
+        assert!(!HashId::Xxh3_64Words.allows(Layout::Classic, 512, 12));
+        assert!(HashId::Xxh3_128.allows(Layout::Blocked, 1 << 62, 64));
+        assert_eq!(HashId::Xxh3_64.probes(), Probes::Anywhere);
+        assert_eq!(HashId::Xxh3_64Words.probes(), Probes::Words);
     }
 
     #[test]

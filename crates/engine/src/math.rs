@@ -95,6 +95,11 @@
 mod counting;
 mod cuckoo;
 mod ribbon;
+mod words;
+
+pub use words::words_fp;
+
+use crate::arch::Probes;
 
 pub use counting::*;
 pub use cuckoo::*;
@@ -318,11 +323,24 @@ impl Layout {
         }
     }
 
-    /// Predicted false-positive rate of this layout for `m` bits, `n` items, `k` probes.
+    /// Predicted false-positive rate of a filter of this layout for `m`
+    /// bits, `n` items, `k` probes, whichever probes its hash id gives it:
+    /// what the planner sizes by. For the blocked layout with at most 16
+    /// probes that is the larger of the two probes' rates (a plan may be
+    /// built with either: hash id 3 where it can address the filter, 1
+    /// above 2³² blocks); with more, only hash ids 1 and 2 exist. A built
+    /// filter's own rate is [`filter_fp`].
     pub fn predicted_fp(self, m_bits: u64, n: f64, k: u32) -> f64 {
         match self {
             Layout::Classic => classic_fp(m_bits as f64, n, k),
-            Layout::Blocked => blocked_fp(m_bits as f64, n, k, BLOCK_BITS as f64),
+            Layout::Blocked => {
+                let anywhere = blocked_fp(m_bits as f64, n, k, BLOCK_BITS as f64);
+                if k <= Probes::Words.max_k() {
+                    anywhere.max(words_fp(m_bits as f64, n, k))
+                } else {
+                    anywhere
+                }
+            }
         }
     }
 
@@ -358,6 +376,17 @@ impl Layout {
                 )
             }
         }
+    }
+}
+
+/// Predicted false-positive rate of a built filter of `layout` whose hash
+/// id spreads its probes as `probes`: `m` bits, `n` items, `k` probes. The
+/// classic layout ignores `probes`.
+pub fn filter_fp(layout: Layout, probes: Probes, m_bits: u64, n: f64, k: u32) -> f64 {
+    match (layout, probes) {
+        (Layout::Classic, _) => classic_fp(m_bits as f64, n, k),
+        (Layout::Blocked, Probes::Anywhere) => blocked_fp(m_bits as f64, n, k, BLOCK_BITS as f64),
+        (Layout::Blocked, Probes::Words) => words_fp(m_bits as f64, n, k),
     }
 }
 

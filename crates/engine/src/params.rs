@@ -44,7 +44,7 @@ impl Params {
             bits: plan.bits,
             k: plan.k,
             seed,
-            hash: HashId::for_filter(plan.layout, plan.bits),
+            hash: HashId::for_filter(plan.layout, plan.bits, plan.k),
             key_kind: 0,
             match_mode: 0,
             planned_items: plan.items,
@@ -72,10 +72,18 @@ impl Params {
                 self.k
             )));
         }
-        if !self.hash.allows(self.layout, self.bits) {
+        if !self.hash.allows(self.layout, self.bits, self.k) {
             return Err(Error::InvalidParams(format!(
-                "hash {} cannot address a {} filter of {} bits (it is for blocked filters of at most 2^32 blocks)",
-                self.hash, self.layout, self.bits
+                "hash {} cannot address a {} filter of {} bits and k = {} (it is for blocked filters of at most 2^32 blocks{})",
+                self.hash,
+                self.layout,
+                self.bits,
+                self.k,
+                if self.hash == HashId::Xxh3_64Words {
+                    " and 16 probes"
+                } else {
+                    ""
+                }
             )));
         }
         check_counts(self.planned_items, self.target_fp).map_err(Error::InvalidParams)?;
@@ -85,6 +93,13 @@ impl Params {
     /// Number of 64-bit words.
     pub fn words(&self) -> u64 {
         self.bits / 64
+    }
+
+    /// The false-positive rate a filter of these parameters has after `n`
+    /// distinct insertions: its layout's formula for its probes
+    /// ([`crate::math::filter_fp`]).
+    pub fn predicted_fp(&self, n: f64) -> f64 {
+        crate::math::filter_fp(self.layout, self.hash.probes(), self.bits, n, self.k)
     }
 }
 

@@ -11,15 +11,19 @@
 //!
 //! * **Blocked, hash id 1 (XXH3-128)**: block `reduce(hi, blocks)`,
 //!   in-block hash the low 32 bits of `lo`, made odd.
-//! * **Blocked, hash id 2 (XXH3-64)**: one 64-bit hash `h`; block
+//! * **Blocked, hash ids 2 and 3 (XXH3-64)**: one 64-bit hash `h`; block
 //!   `reduce(h, blocks)` (its high bits), in-block hash the low 32 bits of
-//!   `h`, made odd. At most 2³² blocks, so the two never share a bit.
+//!   `h`, made odd for id 2, as they are for id 3 (whose probes start at
+//!   word `h mod 16`, see `arch`). At most 2³² blocks, so the two never
+//!   share a bit.
 //! * **Classic (hash id 1 only)**: the two halves of XXH3-128 start the
 //!   enhanced double hashing (see `filter.rs`).
 //!
-//! The in-block probes of a hash are [`crate::arch::block_mask`]'s, the
-//! same for both hash ids.
+//! The in-block probes of a hash are [`crate::arch::block_mask`]'s for the
+//! hash id's [`crate::arch::Probes`] ([`HashId::probes`]): anywhere in the
+//! block for ids 1 and 2, in consecutive words for id 3.
 
+use crate::arch::Probes;
 use crate::hash::{reduce, HashId, SeededHash};
 use crate::math::{Layout, BLOCK_BITS};
 use crate::params::Params;
@@ -29,7 +33,8 @@ use crate::params::Params;
 pub struct Prepared {
     /// Blocked: word index of the block. Classic: first double-hashing value.
     pub(crate) a: u64,
-    /// Blocked: the 32-bit in-block hash (odd). Classic: second value.
+    /// Blocked: the 32-bit in-block hash (odd but for hash id 3). Classic:
+    /// second value.
     pub(crate) b: u64,
 }
 
@@ -60,13 +65,23 @@ impl Locator {
         self.id
     }
 
-    /// A blocked item's block among `blocks` and its odd 32-bit in-block
+    /// How the hash spreads an item's probes over its block.
+    #[inline(always)]
+    pub fn probes(&self) -> Probes {
+        self.id.probes()
+    }
+
+    /// A blocked item's block among `blocks` and its 32-bit in-block
     /// hash, under hash `id`. The hot loops match on [`Locator::id`] once
     /// and pass the constant, so each loop is compiled for one hash; every
     /// other caller uses [`Locator::block`].
     #[inline(always)]
     pub fn block_as(&self, id: HashId, item: &[u8], blocks: u64) -> (usize, u32) {
         match id {
+            HashId::Xxh3_64Words => {
+                let h = self.hasher.hash64(item);
+                (reduce(h, blocks) as usize, h as u32)
+            }
             HashId::Xxh3_64 => {
                 let h = self.hasher.hash64(item);
                 (reduce(h, blocks) as usize, h as u32 | 1)
@@ -114,6 +129,13 @@ mod tests {
     fn by_the_spec(params: &Params, item: &[u8]) -> Prepared {
         let blocks = params.bits / BLOCK_BITS;
         match (params.layout, params.hash) {
+            (Layout::Blocked, HashId::Xxh3_64Words) => {
+                let h = hash_item64(params.seed, item);
+                Prepared {
+                    a: ((h as u128 * blocks as u128) >> 64) as u64 * 8,
+                    b: (h as u32) as u64,
+                }
+            }
             (Layout::Blocked, HashId::Xxh3_64) => {
                 let h = hash_item64(params.seed, item);
                 Prepared {
@@ -138,6 +160,7 @@ mod tests {
     #[test]
     fn every_hash_id_places_items_as_the_format_says() {
         for (layout, hash) in [
+            (Layout::Blocked, HashId::Xxh3_64Words),
             (Layout::Blocked, HashId::Xxh3_64),
             (Layout::Blocked, HashId::Xxh3_128),
             (Layout::Classic, HashId::Xxh3_128),

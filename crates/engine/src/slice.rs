@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::arch;
+use crate::arch::{self, Probes};
 use crate::atomic::{create_temp, sync_dir};
 use crate::error::{io_err, Error, Result};
 use crate::filter::Prepared;
@@ -118,7 +118,7 @@ pub fn position_of(params: &Params, item: &[u8]) -> Prepared {
 pub fn for_each_position(params: &Params, p: &Prepared, mut f: impl FnMut(u64, u64)) {
     match params.layout {
         Layout::Blocked => {
-            let mask = arch::block_mask(p.b as u32, params.k);
+            let mask = arch::block_mask(params.hash.probes(), p.b as u32, params.k);
             for (i, m) in mask.into_iter().enumerate() {
                 if m != 0 {
                     f(p.a + i as u64, m);
@@ -153,9 +153,9 @@ pub fn can_spill(params: &Params, range: &Range<u64>) -> bool {
 
 /// Sets a blocked item's bits in the block at word `at`; whether one was new.
 #[inline]
-fn set_block(words: &[AtomicU64], at: usize, h: u32, k: u32) -> bool {
+fn set_block(words: &[AtomicU64], probes: Probes, at: usize, h: u32, k: u32) -> bool {
     let mut changed = false;
-    for (i, m) in arch::block_mask(h, k).into_iter().enumerate() {
+    for (i, m) in arch::block_mask(probes, h, k).into_iter().enumerate() {
         changed |= m != 0 && set_word(&words[at + i], m);
     }
     changed
@@ -391,7 +391,7 @@ impl Slice {
             }),
             None => {
                 let words = self.bits.words();
-                let k = self.params.k;
+                let (k, probes) = (self.params.k, self.params.hash.probes());
                 let mut new = 0;
                 self.blocked_ring(
                     items.iter().map(|item| {
@@ -399,7 +399,7 @@ impl Slice {
                         spill(&p);
                         ((), p)
                     }),
-                    |(), at, h| new += set_block(words, at, h, k) as u64,
+                    |(), at, h| new += set_block(words, probes, at, h, k) as u64,
                 );
                 self.new.fetch_add(new, Relaxed);
             }
@@ -622,13 +622,13 @@ impl Slice {
     /// returns how many were new.
     fn write_blocks(&self, records: &[u64]) -> u64 {
         let words = self.bits.words();
-        let k = self.params.k;
+        let (k, probes) = (self.params.k, self.params.hash.probes());
         let mut new = 0;
         for (i, &r) in records.iter().enumerate() {
             if let Some(&ahead) = records.get(i + PIPELINE) {
                 arch::prefetch(words[((ahead >> 32) * 8) as usize..].as_ptr());
             }
-            new += set_block(words, ((r >> 32) * 8) as usize, r as u32, k) as u64;
+            new += set_block(words, probes, ((r >> 32) * 8) as usize, r as u32, k) as u64;
         }
         new
     }
@@ -668,11 +668,11 @@ impl Slice {
             return;
         }
         let words = self.bits.words();
-        let k = self.params.k;
+        let (k, probes) = (self.params.k, self.params.hash.probes());
         let base = out.len();
         out.resize(base + prepared.len(), None);
         let test = |(at, h): (usize, u32)| {
-            let mask = arch::block_mask(h, k);
+            let mask = arch::block_mask(probes, h, k);
             mask.iter()
                 .enumerate()
                 .any(|(i, &m)| words[at + i].load(Relaxed) & m != m)

@@ -67,6 +67,27 @@ fn blocked_fp_with_xxh3_64_matches_prediction() {
     check_hash(Layout::Blocked, HashId::Xxh3_64, 200_000, 1e-2, 1_000_000);
 }
 
+/// Hash id 3 (the probes in consecutive words, what a new blocked filter
+/// gets) meets its own prediction (`math::words_fp`), the one its plan was
+/// sized by.
+#[test]
+fn blocked_fp_with_word_probes_matches_prediction() {
+    check_hash(
+        Layout::Blocked,
+        HashId::Xxh3_64Words,
+        1_000_000,
+        1e-4,
+        10_000_000,
+    );
+    check_hash(
+        Layout::Blocked,
+        HashId::Xxh3_64Words,
+        200_000,
+        1e-2,
+        1_000_000,
+    );
+}
+
 #[test]
 fn classic_fp_matches_prediction() {
     check(Layout::Classic, 1_000_000, 1e-4, 10_000_000);
@@ -80,6 +101,7 @@ fn beyond_two_to_the_32_bits() {
     for (layout, hash) in [
         (Layout::Blocked, HashId::Xxh3_128),
         (Layout::Blocked, HashId::Xxh3_64),
+        (Layout::Blocked, HashId::Xxh3_64Words),
         (Layout::Classic, HashId::Xxh3_128),
     ] {
         let params = Params {

@@ -53,7 +53,6 @@
 //! watch one shard.
 
 use bloomgate_blacklist::Whitelist;
-use bloomgate_engine::Layout;
 use bloomgate_url::{entry_key, query_keys, KeyError, KeyKind, MatchMode};
 use redis::Value;
 
@@ -587,7 +586,7 @@ impl RedisFilter {
         let p = &self.meta.params;
         let n = bloomgate_engine::math::estimate_items(p.bits, p.k, ones);
         if n.is_finite() {
-            Layout::Blocked.predicted_fp(p.bits, n, p.k)
+            p.predicted_fp(n)
         } else {
             1.0
         }
@@ -670,7 +669,7 @@ impl RedisFilter {
     /// The predicted false-positive rate per lookup at `items` items.
     pub fn predicted_fp(&self, items: u64) -> f64 {
         let p = &self.meta.params;
-        Layout::Blocked.predicted_fp(p.bits, items as f64, p.k)
+        p.predicted_fp(items as f64)
     }
 
     /// Whitelists an item (normalized with the key kind). Returns whether

@@ -36,7 +36,7 @@
 //! shards and cheaper than smaller ones (120 bytes per key), small enough that writing, migrating (`MIGRATE` during a
 //! reshard) or deleting one key blocks Redis for about a millisecond, and
 //! fine enough that a filter of a few GB spreads over thousands of slots
-//! (10¹⁰ URLs at 10⁻⁴, 27.5 GB: 26,224 shards). The size is recorded in the
+//! (10¹⁰ URLs at 10⁻⁴, 27.7 GB: 26,423 shards). The size is recorded in the
 //! metadata ([`Meta::shard_blocks`]), so it can change without a format
 //! change.
 //!
@@ -124,6 +124,11 @@ pub const FORMAT: u32 = 1;
 /// id 2 never read the `hash` field, so a filter they could misplace
 /// items in carries a version they refuse ([`Meta::format_for`]).
 pub const FORMAT_XXH3_64: u32 = 2;
+
+/// The layout version of a filter with hash id 3 (XXH3-64, the probes in
+/// consecutive words of the block): the same shards, keys and bit order
+/// again; a build that knows only versions 1 and 2 would test other bits.
+pub const FORMAT_XXH3_64_WORDS: u32 = 3;
 
 /// CRC16 as Redis Cluster defines it (XMODEM: polynomial 0x1021, initial
 /// value 0, no reflection); `crc16(b"123456789") == 0x31C3`.
@@ -284,7 +289,8 @@ pub struct Meta {
     /// Items added (the `.bgf` header's count at push, plus each add that
     /// set a new bit).
     pub items: u64,
-    /// Layout version ([`FORMAT`], or [`FORMAT_XXH3_64`] for hash id 2).
+    /// Layout version ([`FORMAT`], or [`FORMAT_XXH3_64`] for hash id 2,
+    /// [`FORMAT_XXH3_64_WORDS`] for hash id 3).
     pub format: u32,
     /// A random number written by each push (0 for filters pushed before
     /// this field existed): open handles compare it to notice that the
@@ -320,6 +326,7 @@ impl Meta {
         match hash {
             HashId::Xxh3_128 => FORMAT,
             HashId::Xxh3_64 => FORMAT_XXH3_64,
+            HashId::Xxh3_64Words => FORMAT_XXH3_64_WORDS,
         }
     }
 
@@ -411,9 +418,9 @@ impl Meta {
             }
         };
         let format: u32 = num("format", get("format")?)?;
-        if format != FORMAT && format != FORMAT_XXH3_64 {
+        if ![FORMAT, FORMAT_XXH3_64, FORMAT_XXH3_64_WORDS].contains(&format) {
             return Err(format!(
-                "layout version {format} is not known to this build (it reads versions {FORMAT} and {FORMAT_XXH3_64})"
+                "layout version {format} is not known to this build (it reads versions {FORMAT}, {FORMAT_XXH3_64} and {FORMAT_XXH3_64_WORDS})"
             ));
         }
         // Hash 0 was written by early pushes and meant XXH3-128.
@@ -561,7 +568,7 @@ mod tests {
         // A filter several shards long: set each item's bits at its place
         // (through Redis bit numbers, translated back as Redis would store
         // them) and compare the bytes with the engine's own filter.
-        for hash in [HashId::Xxh3_64, HashId::Xxh3_128] {
+        for hash in [HashId::Xxh3_64Words, HashId::Xxh3_64, HashId::Xxh3_128] {
             let mut params = blocked(20_000, 7);
             params.hash = hash;
             places_agree_with_the_engine_for(params);
@@ -622,7 +629,7 @@ mod tests {
         let mut meta = Meta::new(p, 42).unwrap();
         assert_eq!(
             (meta.format, meta.params.hash),
-            (FORMAT_XXH3_64, HashId::Xxh3_64)
+            (FORMAT_XXH3_64_WORDS, HashId::Xxh3_64Words)
         );
         meta.generation = u64::MAX - 7;
         meta.whitelist_changes = 3;
@@ -642,10 +649,10 @@ mod tests {
         let old = Meta::from_fields(&without("generation")).unwrap();
         assert_eq!((old.generation, old.whitelist_changes), (0, 3));
         let mut future = fields.clone();
-        future[0].1 = "3".into();
+        future[0].1 = "4".into();
         assert!(Meta::from_fields(&future)
             .unwrap_err()
-            .contains("version 3"));
+            .contains("version 4"));
         // Numbers from the store are range-checked before any shard range
         // or loop is computed from them.
         let with = |name: &str, v: &str| -> Vec<(String, String)> {
@@ -718,8 +725,25 @@ mod tests {
         );
         let e = with(&[("hash", "7"), ("format", "2")]).unwrap_err();
         assert!(e.contains("\"hash\" is 7"), "{e}");
+        let e = with(&[("hash", "3"), ("format", "2")]).unwrap_err();
+        assert!(
+            e.contains("layout version 2 with hash function id 3"),
+            "{e}"
+        );
+        let words = with(&[("hash", "3"), ("format", "3")]).unwrap();
+        assert_eq!(words.params.hash, HashId::Xxh3_64Words);
         let new = with(&[("hash", "2"), ("format", "2")]).unwrap();
         assert_eq!(new.params.hash, HashId::Xxh3_64);
+        // Hash ids 2 and 3 put the same key in the same block, at other bits.
+        let moved = (0..64u32)
+            .filter(|i| {
+                let key = format!("k{i}");
+                let (a, b) = (new.place(key.as_bytes()), words.place(key.as_bytes()));
+                assert_eq!((a.shard, a.offset), (b.shard, b.offset));
+                a.mask != b.mask
+            })
+            .count();
+        assert!(moved > 60, "{moved}");
         // The two hashes place the same key differently: the metadata's
         // hash decides, as the file's hash id does.
         let places = (0..64u32)

@@ -32,7 +32,7 @@
 //!
 //! ```text
 //! cargo run --release -p bloomgate-bench --bin lookup_breakdown -- [--gib 2] [--keys 2000000] [--reps 5]
-//!     [--hash-id 1|2]   the engine filter's hash (rows 4e, 6e, 4m; default: a new filter's)
+//!     [--hash-id 1|2|3]   the engine filter's hash (rows 4e, 6e, 4m; default: a new filter's)
 //!     [--paired [--shuffled] [--passes N] [--sbbf-4k]]
 //! ```
 //!
@@ -50,12 +50,16 @@
 use std::time::Instant;
 
 use bloomgate_bench::{anon_huge_bytes, cpu_model, median, num_arg, sample_ids, AlignedBuf, Keys};
-use bloomgate_engine::arch::{self, Block, Kernel};
+use bloomgate_engine::arch::{self, Block, Kernel, Probes};
 use bloomgate_engine::{Filter, HashId, Layout, Params};
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 const SEED: u64 = 0x5EED;
 const K: u32 = 12;
+/// How the harness's own block arrays place an item's probes: as hash ids
+/// 1 and 2 do (the rows compare hashes and pipelines on one layout); the
+/// engine's filter (rows 4e, 6e, 4m) takes its hash id's own.
+const PROBES: Probes = Probes::Anywhere;
 const AHEAD: usize = 16;
 
 /// Block index and 32-bit in-block hash, exactly as the engine derives them.
@@ -99,7 +103,7 @@ fn rolling(
             ring[i % AHEAD] = locate(mem.len(), k);
             arch::prefetch(mem.as_ptr().wrapping_add(ring[i % AHEAD].0));
         }
-        hits += arch::block_contains(kernel, &mem[b], h, K) as u64;
+        hits += arch::block_contains(kernel, PROBES, &mem[b], h, K) as u64;
     }
     hits
 }
@@ -119,7 +123,7 @@ fn one_at_a_time(
             keys.iter()
                 .map(|k| {
                     let (b, h) = locate(mem.len(), std::hint::black_box(k));
-                    arch::block_contains(kk, &mem[b], h, K) as u64
+                    arch::block_contains(kk, PROBES, &mem[b], h, K) as u64
                 })
                 .sum()
         },
@@ -159,7 +163,7 @@ fn main() {
     let fill = |mem: &[Block], locate: fn(usize, &[u8]) -> (usize, u32)| {
         for k in &ks {
             let (b, h) = locate(mem.len(), k);
-            for (w, m) in mem[b].iter().zip(arch::block_mask(h, K)) {
+            for (w, m) in mem[b].iter().zip(arch::block_mask(PROBES, h, K)) {
                 w.fetch_or(m, std::sync::atomic::Ordering::Relaxed);
             }
         }
@@ -167,11 +171,12 @@ fn main() {
     fill(mem, locate);
     fill(mem64, locate64);
     // The engine's own filter over the same bits, k and seed: the same
-    // blocks as `mem`, reached through the public API.
+    // blocks as `mem` under hash ids 1 and 2 (the harness's own arrays are
+    // probed as those are, `PROBES`), reached through the public API.
     let bits = bytes as u64 * 8;
     let hash = match num_arg(&args, "--hash-id") {
-        Some(id) => HashId::from_code(id as u8).expect("--hash-id: 1 or 2"),
-        None => HashId::for_filter(Layout::Blocked, bits),
+        Some(id) => HashId::from_code(id as u8).expect("--hash-id: 1, 2 or 3"),
+        None => HashId::for_filter(Layout::Blocked, bits, K),
     };
     let filter = Filter::new(Params {
         layout: Layout::Blocked,
@@ -354,7 +359,7 @@ fn main() {
             arch::prefetch(mem.as_ptr().wrapping_add(b));
         }
         let (b, h) = pre[i];
-        arch::block_contains(kernel, &mem[b], h, K) as u64
+        arch::block_contains(kernel, PROBES, &mem[b], h, K) as u64
     };
     row(
         "1. prefetch + probe, addresses known (no hashing)",
@@ -501,7 +506,7 @@ fn main() {
                             arch::prefetch(mem.as_ptr().wrapping_add(slot.0));
                         }
                         for &(b, h) in &ring[..chunk.len()] {
-                            hits += arch::block_contains(kk, &mem[b], h, K) as u64;
+                            hits += arch::block_contains(kk, PROBES, &mem[b], h, K) as u64;
                         }
                     }
                     hits

@@ -288,7 +288,8 @@ impl Layers {
 }
 
 /// True if a key's hash for a filter of parameters `a` addresses one of
-/// parameters `b` too (same layout, size, probes and seed).
+/// parameters `b` too (same layout, size, probes, seed and hash id: two
+/// hash ids place a key at different bits).
 fn same_addressing(a: &Params, b: &Params) -> bool {
-    a.layout == b.layout && a.bits == b.bits && a.k == b.k && a.seed == b.seed
+    a.layout == b.layout && a.bits == b.bits && a.k == b.k && a.seed == b.seed && a.hash == b.hash
 }

@@ -626,9 +626,7 @@ fn build_sliced(
         stats.new = c.count();
         writer.set_items(stats.new);
     }
-    let predicted = params
-        .layout
-        .predicted_fp(params.bits, stats.new as f64, params.k);
+    let predicted = params.predicted_fp(stats.new as f64);
     refuse_useless(
         a,
         &stats,

@@ -82,7 +82,7 @@ pub fn run(a: PlanArgs) -> Result<i32> {
                 "bytes": pl.bytes(),
                 "bits_per_item": pl.bits_per_item(),
                 "k": pl.k,
-                "hash": HashId::for_filter(pl.layout, pl.bits).name(),
+                "hash": HashId::for_filter(pl.layout, pl.bits, pl.k).name(),
                 "predicted_fp": pl.predicted_fp,
                 "predicted_fp_per_query": 1.0 - (1.0 - pl.predicted_fp).powi(lookups as i32),
             })).chain(extra.as_ref().map(|r| r.json.clone())).collect::<Vec<_>>(),
@@ -163,8 +163,8 @@ pub fn run(a: PlanArgs) -> Result<i32> {
     writeln!(
         o,
         "hash: blocked {}, classic {} (the file's hash id; `info` shows a file's)",
-        HashId::for_filter(Layout::Blocked, layouts[0].bits),
-        HashId::for_filter(Layout::Classic, layouts[1].bits)
+        HashId::for_filter(Layout::Blocked, layouts[0].bits, layouts[0].k),
+        HashId::for_filter(Layout::Classic, layouts[1].bits, layouts[1].k)
     )?;
     if ribbon.is_some() {
         writeln!(o, "ribbon: static (built once from all entries with --layout ribbon; adds go to a small delta in the 1/32 of the rate kept for them, folded in by the next build; no union), near the {:.2}-bit bound, one or two cache lines per lookup", -per_lookup.log2())?;

@@ -39,6 +39,32 @@
 //! pattern entropy: 23/2¹⁷ ≈ 1.8·10⁻⁴, more than the target rate itself —
 //! the reason that scheme was rejected. Forcing the low bit to 1 avoids the
 //! degenerate `h` with ≥ 23 trailing zeros, whose probes would all coincide.
+//!
+//! # Probes in consecutive words (hash id 3)
+//!
+//! Above, two probes may land in the same 32-bit word, so an insert's mask
+//! cannot be built with one shift per lane: each probe is merged on its own
+//! (about three vector operations per probe). Hash id 3 places the probes
+//! in distinct words instead, [`Probes::Words`]:
+//!
+//! ```text
+//! s = h mod 16                     (a start word: the low 4 bits of h)
+//! position_i = 32 · ((s + i) mod 16) + (x_i >> 27),   i < k ≤ 16
+//! ```
+//!
+//! so the `k` probes fill `k` consecutive words (mod 16) with one bit each.
+//! An insert's mask is then one shift per lane and one permute that moves
+//! lane `i` to word `s + i`; a lookup permutes the block by `h + i` (the
+//! permute reads the low 4 bits), an index ready before the multiply is.
+//! Here `h` is the hash's low 32 bits as they are, not made odd: the start
+//! needs all 16 values, and an even `h` still gives uniform top bits `x_i >>
+//! 27` (for a fixed `s`, the other 28 bits of `h` range over all values,
+//! and so do the top bits of the product); only `h = 0`, probability 2⁻³²,
+//! puts every probe at bit 0 of its word. Its false-positive rate is not
+//! the Putze formula's: `math::words` computes it exactly, 4.5 % above the
+//! formula's at the same bits (p = 10⁻⁴, k = 12), so plans are 0.6 % larger.
+//! Measured (BENCHMARKS.md, "Hash id 3: the probes in consecutive words"):
+//! the in-block insert kernel 3.0 ns against 9.4, lookups unchanged.
 
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
@@ -48,6 +74,35 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// One block of the blocked layout: eight 64-bit words, one cache line.
 pub type Block = [AtomicU64; 8];
+
+/// How the `k` probes of an in-block hash are spread over its block; a
+/// filter's hash id decides (`HashId::probes`). See the module docs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Probes {
+    /// Hash ids 1 and 2: probe `i` at bit `x_i >> 23` of the block, anywhere
+    /// (two probes may share a word). At most 64 probes.
+    Anywhere,
+    /// Hash id 3: probe `i` in word `(h + i) mod 16`, one bit per word. At
+    /// most 16 probes.
+    Words,
+}
+
+impl Probes {
+    /// The most probes an item may have.
+    pub const fn max_k(self) -> u32 {
+        match self {
+            Probes::Anywhere => 64,
+            Probes::Words => 16,
+        }
+    }
+
+    /// `k` capped at [`Probes::max_k`] (a filter's parameters never exceed
+    /// it; the kernels cap it anyway so that no input indexes past a table).
+    #[inline(always)]
+    pub fn clamp(self, k: u32) -> u32 {
+        k.min(self.max_k())
+    }
+}
 
 /// `G^(i+1) mod 2³²` for `i` in `0..64`: the multipliers of the probes.
 pub(crate) const POWERS: [u32; 64] = {
@@ -168,15 +223,15 @@ fn run_scalar<R>(f: impl FnOnce(Kernel) -> R) -> R {
 /// Safe to call while other threads set bits in the block: each word is read
 /// once, as an old or a new value, and bits are never cleared.
 #[inline(always)]
-pub fn block_contains(kernel: Kernel, block: &Block, h: u32, k: u32) -> bool {
+pub fn block_contains(kernel: Kernel, probes: Probes, block: &Block, h: u32, k: u32) -> bool {
     match kernel.0 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
-        Isa::Avx512 => unsafe { x86_64::block_contains_avx512(block, h, k) },
+        Isa::Avx512 => unsafe { x86_64::block_contains_avx512(probes, block, h, k) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
-        Isa::Avx2 => unsafe { x86_64::block_contains_avx2(block, h, k) },
-        _ => scalar::block_contains(&load_block(block), h, k),
+        Isa::Avx2 => unsafe { x86_64::block_contains_avx2(probes, block, h, k) },
+        _ => scalar::block_contains(probes, &load_block(block), h, k),
     }
 }
 
@@ -188,8 +243,8 @@ pub fn load_block(block: &Block) -> [u64; 8] {
 
 /// The 512-bit mask of the probes of `h`, as eight 64-bit words.
 #[inline]
-pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
-    scalar::block_mask(h, k)
+pub fn block_mask(probes: Probes, h: u32, k: u32) -> [u64; 8] {
+    scalar::block_mask(probes, h, k)
 }
 
 /// [`block_mask`] built with `kernel`: the same eight words. AVX-512 builds
@@ -197,12 +252,12 @@ pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
 /// reference. For writers that cannot use [`block_insert`] because they
 /// store word by word (a shared filter's atomic stores).
 #[inline(always)]
-pub fn block_mask_with(kernel: Kernel, h: u32, k: u32) -> [u64; 8] {
+pub fn block_mask_with(kernel: Kernel, probes: Probes, h: u32, k: u32) -> [u64; 8] {
     match kernel.0 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
-        Isa::Avx512 => unsafe { x86_64::block_mask_avx512(h, k) },
-        _ => scalar::block_mask(h, k),
+        Isa::Avx512 => unsafe { x86_64::block_mask_avx512(probes, h, k) },
+        _ => scalar::block_mask(probes, h, k),
     }
 }
 
@@ -214,12 +269,12 @@ pub fn block_mask_with(kernel: Kernel, h: u32, k: u32) -> [u64; 8] {
 /// AVX-512 builds the mask in a vector register; AVX2 and scalar use the
 /// scalar reference, which the compiler vectorizes where it can.
 #[inline(always)]
-pub fn block_insert(kernel: Kernel, block: &mut [u64; 8], h: u32, k: u32) -> bool {
+pub fn block_insert(kernel: Kernel, probes: Probes, block: &mut [u64; 8], h: u32, k: u32) -> bool {
     match kernel.0 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
-        Isa::Avx512 => unsafe { x86_64::block_insert_avx512(block, h, k) },
-        _ => scalar::block_insert(block, h, k),
+        Isa::Avx512 => unsafe { x86_64::block_insert_avx512(probes, block, h, k) },
+        _ => scalar::block_insert(probes, block, h, k),
     }
 }
 
@@ -276,56 +331,85 @@ mod tests {
         assert_expected_kernels();
     }
 
+    /// Both probe schemes, with a `k` each allows.
+    fn probes_and_k() -> impl Strategy<Value = (Probes, u32)> {
+        prop_oneof![
+            (1u32..=64).prop_map(|k| (Probes::Anywhere, k)),
+            (1u32..=16).prop_map(|k| (Probes::Words, k)),
+        ]
+    }
+
     proptest! {
         #[test]
-        fn every_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
+        fn every_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), (probes, k) in probes_and_k(), sparse in any::<bool>()) {
             // Dense random blocks say "yes" rarely; OR-ing in a rotation makes "yes" common too.
             let mut words = words;
             if sparse { words.iter_mut().for_each(|w| *w = !*w | w.rotate_left(7)); }
-            let h = h | 1;
+            // Every h, even ones: hash id 3 uses the low 32 bits as they are.
             let block = atomic(words);
-            let mask = atomic(block_mask(h, k));
-            let want = scalar::block_contains(&words, h, k);
+            let mask = atomic(block_mask(probes, h, k));
+            let want = scalar::block_contains(probes, &words, h, k);
             assert_expected_kernels();
             for kernel in Kernel::supported() {
                 // Called directly and through `dispatch` (the inlined form the engine uses).
-                prop_assert_eq!(block_contains(kernel, &block, h, k), want, "kernel {}", kernel);
-                prop_assert_eq!(dispatch(kernel, |kk| block_contains(kk, &block, h, k)), want, "kernel {}", kernel);
+                prop_assert_eq!(block_contains(kernel, probes, &block, h, k), want, "kernel {}", kernel);
+                prop_assert_eq!(dispatch(kernel, |kk| block_contains(kk, probes, &block, h, k)), want, "kernel {}", kernel);
                 // A block holding exactly the mask always contains it; with one
                 // of its bits cleared, never.
-                prop_assert!(block_contains(kernel, &mask, h, k));
-                let m = block_mask(h, k);
+                prop_assert!(block_contains(kernel, probes, &mask, h, k));
+                let m = block_mask(probes, h, k);
                 let (w, bit) = m.iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i, w.trailing_zeros())).unwrap();
                 let holed = atomic(m);
                 holed[w].fetch_and(!(1u64 << bit), Relaxed);
-                prop_assert!(!block_contains(kernel, &holed, h, k), "kernel {}", kernel);
+                prop_assert!(!block_contains(kernel, probes, &holed, h, k), "kernel {}", kernel);
             }
         }
     }
 
     proptest! {
         #[test]
-        fn every_insert_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), k in 1u32..=64, sparse in any::<bool>()) {
+        fn every_insert_kernel_matches_scalar(words in proptest::array::uniform8(any::<u64>()), h in any::<u32>(), (probes, k) in probes_and_k(), sparse in any::<bool>()) {
             // Random blocks rarely hold a whole mask; sparse ones (and the
             // second insert below) cover "nothing new" too.
             let words = if sparse { words.map(|w| w & w.rotate_left(13) & w.rotate_left(29)) } else { words };
-            let h = h | 1;
+            // Every h, even ones: hash id 3 uses the low 32 bits as they are.
             let mut want = words;
-            let want_new = scalar::block_insert(&mut want, h, k);
-            let mask = block_mask(h, k);
+            let want_new = scalar::block_insert(probes, &mut want, h, k);
+            let mask = block_mask(probes, h, k);
             let or: [u64; 8] = std::array::from_fn(|i| words[i] | mask[i]);
             prop_assert_eq!(want, or);
             prop_assert_eq!(want_new, or != words);
             assert_expected_kernels();
             for kernel in Kernel::supported() {
-                prop_assert_eq!(block_mask_with(kernel, h, k), mask, "kernel {}", kernel);
-                prop_assert_eq!(dispatch(kernel, |kk| block_mask_with(kk, h, k)), mask, "kernel {}", kernel);
+                prop_assert_eq!(block_mask_with(kernel, probes, h, k), mask, "kernel {}", kernel);
+                prop_assert_eq!(dispatch(kernel, |kk| block_mask_with(kk, probes, h, k)), mask, "kernel {}", kernel);
                 let mut got = words;
-                let new = dispatch(kernel, |kk| block_insert(kk, &mut got, h, k));
+                let new = dispatch(kernel, |kk| block_insert(kk, probes, &mut got, h, k));
                 prop_assert_eq!(got, want, "kernel {}", kernel);
                 prop_assert_eq!(new, want_new, "kernel {}", kernel);
-                prop_assert!(!block_insert(kernel, &mut got, h, k), "kernel {}", kernel);
+                prop_assert!(!block_insert(kernel, probes, &mut got, h, k), "kernel {}", kernel);
                 prop_assert_eq!(got, want, "kernel {}", kernel);
+            }
+        }
+    }
+
+    /// Hash id 3's probes, written out from the module docs: k bits, one in
+    /// each of the k consecutive words from `h mod 16`.
+    #[test]
+    fn word_probes_fill_k_consecutive_words_one_bit_each() {
+        for h in [0u32, 1, 2, 3, 0x1f, 0xdead_beef, u32::MAX] {
+            for k in 1..=16u32 {
+                let m = block_mask(Probes::Words, h, k);
+                let words: [u32; 16] = std::array::from_fn(|w| (m[w / 2] >> (32 * (w % 2))) as u32);
+                let s = (h % 16) as usize;
+                for (w, word) in words.iter().enumerate() {
+                    let probed = (w + 16 - s % 16) % 16 < k as usize;
+                    assert_eq!(word.count_ones(), probed as u32, "h {h:#x} k {k} word {w}");
+                }
+                for i in 0..k as usize {
+                    let bit = h.wrapping_mul(POWERS[i]) >> 27;
+                    assert_ne!(words[(s + i) % 16] & (1 << bit), 0);
+                }
             }
         }
     }
@@ -334,7 +418,10 @@ mod tests {
     fn mask_has_at_most_k_bits() {
         for h in [1u32, 3, 0xdead_beef | 1, u32::MAX] {
             for k in [1u32, 8, 12, 16, 64] {
-                let ones: u32 = block_mask(h, k).iter().map(|w| w.count_ones()).sum();
+                let ones: u32 = block_mask(Probes::Anywhere, h, k)
+                    .iter()
+                    .map(|w| w.count_ones())
+                    .sum();
                 assert!(ones >= 1 && ones <= k);
             }
         }

@@ -1,22 +1,28 @@
 //! The portable reference kernels. Every SIMD kernel must agree with these.
 
-use super::POWERS;
+use super::{Probes, POWERS};
 
 /// 2³²/φ rounded to odd: the multiplier whose powers derive the probes.
 pub const GOLDEN32: u32 = 0x9E37_79B9;
 
-/// The bit position (0..512) of probe `i` for block hash `h`.
+/// The bit position (0..512) of probe `i` for block hash `h` (see the
+/// module docs of `arch`, "Probe derivation inside a block").
 #[inline(always)]
-pub fn position(h: u32, i: usize) -> u32 {
-    h.wrapping_mul(POWERS[i]) >> 23
+pub fn position(probes: Probes, h: u32, i: usize) -> u32 {
+    let x = h.wrapping_mul(POWERS[i]);
+    match probes {
+        Probes::Anywhere => x >> 23,
+        Probes::Words => ((h.wrapping_add(i as u32) & 15) << 5) | (x >> 27),
+    }
 }
 
-/// The mask of all `k` probes of `h`, as eight 64-bit words (little-endian bit order).
+/// The mask of all `k` probes of `h`, as eight 64-bit words (little-endian
+/// bit order). `k` is at most 64, and at most 16 for [`Probes::Words`].
 #[inline]
-pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
+pub fn block_mask(probes: Probes, h: u32, k: u32) -> [u64; 8] {
     let mut mask = [0u64; 8];
-    for i in 0..k.min(64) as usize {
-        let pos = position(h, i);
+    for i in 0..probes.clamp(k) as usize {
+        let pos = position(probes, h, i);
         mask[(pos >> 6) as usize] |= 1u64 << (pos & 63);
     }
     mask
@@ -25,9 +31,9 @@ pub fn block_mask(h: u32, k: u32) -> [u64; 8] {
 /// True when every probe of `h` finds its bit set in `block`. Stops at the
 /// first clear bit, so a miss usually costs one or two probes.
 #[inline]
-pub fn block_contains(block: &[u64; 8], h: u32, k: u32) -> bool {
-    for i in 0..k.min(64) as usize {
-        let pos = position(h, i);
+pub fn block_contains(probes: Probes, block: &[u64; 8], h: u32, k: u32) -> bool {
+    for i in 0..probes.clamp(k) as usize {
+        let pos = position(probes, h, i);
         if block[(pos >> 6) as usize] & (1u64 << (pos & 63)) == 0 {
             return false;
         }
@@ -45,8 +51,8 @@ pub fn block_contains(block: &[u64; 8], h: u32, k: u32) -> bool {
 /// which the compiler turns into two vector loads, a test and a store where
 /// the loop is compiled for AVX2 or AVX-512 (`arch::dispatch`).
 #[inline(always)]
-pub fn block_insert(block: &mut [u64; 8], h: u32, k: u32) -> bool {
-    let mask = block_mask(h, k);
+pub fn block_insert(probes: Probes, block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    let mask = block_mask(probes, h, k);
     let missing = mask
         .iter()
         .zip(block.iter())

@@ -4,7 +4,10 @@
 //! Both kernels follow the scalar reference exactly: probe `i` of block hash
 //! `h` is bit `x_i >> 23` of the block, with `x_i = h · G^(i+1) mod 2³²`, i.e.
 //! bit `(x_i >> 23) & 31` of 32-bit word `x_i >> 28` (little-endian, so the
-//! same bit the scalar kernel tests in its 64-bit words).
+//! same bit the scalar kernel tests in its 64-bit words); with
+//! [`Probes::Words`] it is bit `x_i >> 27` of word `(h + i) mod 16`. The kernels differ only in those two vectors (the word
+//! index each lane permutes in, the bit it rotates down) and, for the
+//! insert mask, in how the probes are merged.
 //!
 //! Neither gathers: the block is loaded once into registers and the probed
 //! words are picked out of them with a permute (`vpermd`), one instruction for
@@ -28,7 +31,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::{Block, Kernel, POWERS};
+use super::{Block, Kernel, Probes, POWERS};
 
 /// Runs `f` compiled with AVX-512F enabled (`f` and what it calls inline here).
 ///
@@ -64,7 +67,7 @@ static WANT: [i32; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
-pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool {
+pub(super) unsafe fn block_contains_avx2(probes: Probes, block: &Block, h: u32, k: u32) -> bool {
     let (lo, hi): (__m256i, __m256i);
     // SAFETY: `block` is a reference to 64 readable bytes; `vmovdqu` needs no
     // alignment. Concurrent writers: see the module comment.
@@ -78,9 +81,12 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
             options(nostack, preserves_flags, readonly),
         );
     }
-    let k = k.min(64) as usize;
+    let k = probes.clamp(k) as usize;
     let hv = _mm256_set1_epi32(h as i32);
     let low5 = _mm256_set1_epi32(31);
+    // Probes::Words: lane j of the round at i probes word h + i + j (the
+    // permute and the blend read its low 4 bits).
+    let first_word = _mm256_add_epi32(hv, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     let mut missing = _mm256_setzero_si256();
     let mut i = 0;
     while i < k {
@@ -88,7 +94,17 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
         // by 8), so the unaligned 32-byte load reads POWERS[i..i+8], in bounds.
         let mults = unsafe { _mm256_loadu_si256(POWERS.as_ptr().add(i).cast()) };
         let x = _mm256_mullo_epi32(hv, mults);
-        let word = _mm256_srli_epi32::<28>(x);
+        // The word (its low 4 bits count) and the bit of each lane's probe.
+        let (word, bit) = match probes {
+            Probes::Anywhere => (
+                _mm256_srli_epi32::<28>(x),
+                _mm256_and_si256(_mm256_srli_epi32::<23>(x), low5),
+            ),
+            Probes::Words => (
+                _mm256_add_epi32(first_word, _mm256_set1_epi32(i as i32)),
+                _mm256_srli_epi32::<27>(x),
+            ),
+        };
         let from_lo = _mm256_permutevar8x32_epi32(lo, word);
         let from_hi = _mm256_permutevar8x32_epi32(hi, word);
         // Bit 3 of the word index, moved to the sign bit, picks the half.
@@ -98,7 +114,6 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
             _mm256_castsi256_ps(from_hi),
             pick_hi,
         ));
-        let bit = _mm256_and_si256(_mm256_srli_epi32::<23>(x), low5);
         let got = _mm256_srlv_epi32(probed, bit);
         // Lanes i+j with j < k − i are probes (want bit 0), the rest are
         // ignored: eight words of WANT starting at 8 − min(k − i, 8).
@@ -132,7 +147,7 @@ pub(super) unsafe fn block_contains_avx2(block: &Block, h: u32, k: u32) -> bool 
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) unsafe fn block_contains_avx512(block: &Block, h: u32, k: u32) -> bool {
+pub(super) unsafe fn block_contains_avx512(probes: Probes, block: &Block, h: u32, k: u32) -> bool {
     let words: __m512i;
     // SAFETY: `block` is a reference to 64 readable bytes; `vmovdqu64` needs no
     // alignment. Concurrent writers: see the module comment.
@@ -145,16 +160,16 @@ pub(super) unsafe fn block_contains_avx512(block: &Block, h: u32, k: u32) -> boo
         );
     }
     let hv = _mm512_set1_epi32(h as i32);
-    if k <= 16 {
+    if k <= 16 || probes == Probes::Words {
         // SAFETY: the CPU has AVX-512F (this function's contract); round 0.
-        return unsafe { round_avx512(words, hv, 0, k) } == 0;
+        return unsafe { round_avx512(probes, words, hv, 0, probes.clamp(k).min(16)) } == 0;
     }
-    let k = k.min(64);
+    let k = probes.clamp(k);
     let mut missing: __mmask16 = 0;
     let mut i = 0;
     while i < k {
         // SAFETY: as above; here 0 ≤ i ≤ 48 (k ≤ 64, i steps by 16).
-        missing |= unsafe { round_avx512(words, hv, i, k - i) };
+        missing |= unsafe { round_avx512(probes, words, hv, i, k - i) };
         i += 16;
     }
     missing == 0
@@ -168,13 +183,30 @@ pub(super) unsafe fn block_contains_avx512(block: &Block, h: u32, k: u32) -> boo
 /// The CPU must support AVX-512F, and `i ≤ 48`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmask16 {
+unsafe fn round_avx512(
+    probes: Probes,
+    words: __m512i,
+    hv: __m512i,
+    i: u32,
+    live: u32,
+) -> __mmask16 {
     // SAFETY: POWERS has 64 entries and i ≤ 48 (this function's contract),
     // so the unaligned 64-byte load reads POWERS[i..i+16], in bounds.
     let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().add(i as usize).cast()) };
     let x = _mm512_mullo_epi32(hv, mults);
-    let probed = _mm512_permutexvar_epi32(_mm512_srli_epi32::<28>(x), words);
-    let got = _mm512_rorv_epi32(probed, _mm512_srli_epi32::<23>(x));
+    let got = match probes {
+        Probes::Anywhere => {
+            let probed = _mm512_permutexvar_epi32(_mm512_srli_epi32::<28>(x), words);
+            _mm512_rorv_epi32(probed, _mm512_srli_epi32::<23>(x))
+        }
+        Probes::Words => {
+            // Lane j reads word h + j (`vpermd` reads the low 4 bits): an
+            // index that does not wait for the multiply.
+            let word = _mm512_add_epi32(hv, iota16());
+            let probed = _mm512_permutexvar_epi32(word, words);
+            _mm512_rorv_epi32(probed, _mm512_srli_epi32::<27>(x))
+        }
+    };
     let lanes: __mmask16 = if live >= 16 {
         0xFFFF
     } else {
@@ -205,7 +237,11 @@ unsafe fn round_avx512(words: __m512i, hv: __m512i, i: u32, live: u32) -> __mmas
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn mask_avx512(h: u32, k: u32) -> __m512i {
+unsafe fn mask_avx512(probes: Probes, h: u32, k: u32) -> __m512i {
+    if probes == Probes::Words {
+        // SAFETY: the CPU has AVX-512F (this function's contract).
+        return unsafe { words_mask_avx512(h, probes.clamp(k)) };
+    }
     let first_bit = _mm512_setr_epi32(
         0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
     );
@@ -233,6 +269,37 @@ unsafe fn mask_avx512(h: u32, k: u32) -> __m512i {
     mask
 }
 
+/// `0, 1, …, 15` in the sixteen lanes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn iota16() -> __m512i {
+    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+}
+
+/// [`mask_avx512`] for [`Probes::Words`] (`k ≤ 16`): probe `i`'s bit in lane
+/// `i` (one `vpsllvd`, the lanes past `k` zeroed), then one `vpermd` that
+/// gives word `w` lane `(w − h) mod 16`, i.e. moves lane `i` to word `h + i`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn words_mask_avx512(h: u32, k: u32) -> __m512i {
+    let hv = _mm512_set1_epi32(h as i32);
+    // SAFETY: POWERS has 64 entries, so the 64-byte load of POWERS[0..16] is
+    // in bounds.
+    let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().cast()) };
+    let x = _mm512_mullo_epi32(hv, mults);
+    let lanes: __mmask16 = if k >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << k) - 1) as __mmask16
+    };
+    let bits = _mm512_maskz_sllv_epi32(lanes, _mm512_set1_epi32(1), _mm512_srli_epi32::<27>(x));
+    let from = _mm512_sub_epi32(iota16(), hv);
+    _mm512_permutexvar_epi32(from, bits)
+}
+
 /// AVX-512F twin of [`super::scalar::block_mask`], for writers that must
 /// store word by word (the shared path's atomic stores): the mask is built
 /// in a register ([`mask_avx512`]) and written out with one 64-byte store,
@@ -244,11 +311,11 @@ unsafe fn mask_avx512(h: u32, k: u32) -> __m512i {
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) unsafe fn block_mask_avx512(h: u32, k: u32) -> [u64; 8] {
+pub(super) unsafe fn block_mask_avx512(probes: Probes, h: u32, k: u32) -> [u64; 8] {
     let mut out = [0u64; 8];
     // SAFETY: the CPU has AVX-512F (this function's contract); `out` is 64
     // writable bytes and an unaligned store needs no alignment.
-    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), mask_avx512(h, k)) };
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), mask_avx512(probes, h, k)) };
     out
 }
 
@@ -263,9 +330,14 @@ pub(super) unsafe fn block_mask_avx512(h: u32, k: u32) -> [u64; 8] {
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) unsafe fn block_insert_avx512(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+pub(super) unsafe fn block_insert_avx512(
+    probes: Probes,
+    block: &mut [u64; 8],
+    h: u32,
+    k: u32,
+) -> bool {
     // SAFETY: the CPU has AVX-512F (this function's contract).
-    let mask = unsafe { mask_avx512(h, k) };
+    let mask = unsafe { mask_avx512(probes, h, k) };
     // SAFETY: `block` is 64 bytes the caller holds exclusively (`&mut`);
     // unaligned vector loads and stores need no alignment.
     unsafe {

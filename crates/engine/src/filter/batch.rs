@@ -111,7 +111,7 @@ impl Filter {
                 *slot = view.locate(next.as_ref());
                 arch::prefetch(view.blocks.as_ptr().wrapping_add(slot.0));
             }
-            let mask = arch::block_mask_with(kernel, h, view.k);
+            let mask = arch::block_mask_with(kernel, view.id.probes(), h, view.k);
             let _guard = self.regions.lock(self.regions.of_block(block));
             new += or_block_locked(&view.blocks[block], &mask) as u64;
         }
@@ -131,7 +131,7 @@ impl Filter {
     #[inline(always)]
     fn insert_sorted<T: AsRef<[u8]>>(&self, kernel: Kernel, items: &[T]) -> u64 {
         let regions = self.regions.regions.len();
-        let k = self.params.k;
+        let (k, probes) = (self.params.k, self.params.hash.probes());
         let mut starts = vec![0usize; regions + 1];
         let prepared: Vec<(u32, Prepared)> = items
             .iter()
@@ -164,7 +164,7 @@ impl Filter {
                     self.prefetch(ahead);
                 }
                 let p = &sorted[i];
-                let mask = arch::block_mask_with(kernel, p.b as u32, k);
+                let mask = arch::block_mask_with(kernel, probes, p.b as u32, k);
                 new += or_block_locked(self.block(p.a), &mask) as u64;
             }
             new

@@ -25,7 +25,7 @@
 //! shared path: the classic layout's k words are far apart (its cost is k
 //! cache misses, not locks), and an update must log the pages it changes.
 
-use crate::arch::{self, Kernel};
+use crate::arch::{self, Kernel, Probes};
 use crate::hash::HashId;
 use crate::math::Layout;
 use crate::place::Locator;
@@ -45,11 +45,11 @@ fn locate(locator: &Locator, id: HashId, blocks: u64, item: &[u8]) -> (usize, u3
 
 /// Sets the probes of `h` in the block at word `at`; whether one was new.
 #[inline(always)]
-fn set(kernel: Kernel, words: &mut [u64], at: usize, h: u32, k: u32) -> bool {
+fn set(kernel: Kernel, probes: Probes, words: &mut [u64], at: usize, h: u32, k: u32) -> bool {
     let block: &mut [u64; 8] = (&mut words[at..at + 8])
         .try_into()
         .expect("a block is 8 words");
-    arch::block_insert(kernel, block, h, k)
+    arch::block_insert(kernel, probes, block, h, k)
 }
 
 impl Filter {
@@ -85,11 +85,25 @@ impl Filter {
             .try_into()
             .expect("a block is 8 words");
         let hk = u64::from(h) | u64::from(k) << 32;
-        let new = arch::dispatch(
-            kernel,
-            #[inline(always)]
-            move |kernel| arch::block_insert(kernel, block, hk as u32, (hk >> 32) as u32),
-        );
+        // One closure per probe scheme, each kernel compiled for its own.
+        let new = match locator.probes() {
+            Probes::Words => arch::dispatch(
+                kernel,
+                #[inline(always)]
+                move |kernel| {
+                    let (h, k) = (hk as u32, (hk >> 32) as u32);
+                    arch::block_insert(kernel, Probes::Words, block, h, k)
+                },
+            ),
+            Probes::Anywhere => arch::dispatch(
+                kernel,
+                #[inline(always)]
+                move |kernel| {
+                    let (h, k) = (hk as u32, (hk >> 32) as u32);
+                    arch::block_insert(kernel, Probes::Anywhere, block, h, k)
+                },
+            ),
+        };
         *self.items.get_mut() += new as u64;
         new
     }
@@ -123,7 +137,7 @@ impl Filter {
         *self.touched.get_mut() = true;
         let words = self.bits.words_mut();
         let blocks = (words.len() / 8) as u64;
-        let id = locator.id();
+        let (id, probes) = (locator.id(), locator.probes());
         let new = arch::dispatch(
             kernel,
             #[inline(always)]
@@ -148,10 +162,11 @@ impl Filter {
                         starts[r] += 1;
                     }
                     drop(located);
-                    set_all(kernel, words, k, sorted.into_iter())
+                    set_all(kernel, probes, words, k, sorted.into_iter())
                 } else {
                     set_all(
                         kernel,
+                        probes,
                         words,
                         k,
                         items
@@ -170,9 +185,27 @@ impl Filter {
 /// rolling window: the block of item `i + PIPELINE` is prefetched (and for
 /// a lazy iterator, the item hashed) while item `i` is set, so that the
 /// cache misses of successive items overlap. Returns how many were new.
+///
+/// The loop is compiled once per probe scheme, each with its own kernel.
 #[inline(always)]
 fn set_all(
     kernel: Kernel,
+    probes: Probes,
+    words: &mut [u64],
+    k: u32,
+    items: impl Iterator<Item = (usize, u32)>,
+) -> u64 {
+    match probes {
+        Probes::Words => set_all_as(kernel, Probes::Words, words, k, items),
+        Probes::Anywhere => set_all_as(kernel, Probes::Anywhere, words, k, items),
+    }
+}
+
+/// [`set_all`] for one probe scheme (a constant where it is inlined).
+#[inline(always)]
+fn set_all_as(
+    kernel: Kernel,
+    probes: Probes,
     words: &mut [u64],
     k: u32,
     mut items: impl Iterator<Item = (usize, u32)>,
@@ -195,7 +228,7 @@ fn set_all(
             arch::prefetch(words.as_ptr().wrapping_add(next.0));
             queued += 1;
         }
-        new += set(kernel, words, at, h, k) as u64;
+        new += set(kernel, probes, words, at, h, k) as u64;
         i += 1;
     }
     new

@@ -86,7 +86,7 @@ pub struct LayerInfo {
 /// The width `BF.DEBUG` reports for a layer hashed with `hash`.
 pub fn hash_bits(hash: bloomgate_engine::HashId) -> u32 {
     match hash {
-        bloomgate_engine::HashId::Xxh3_64 => 64,
+        bloomgate_engine::HashId::Xxh3_64 | bloomgate_engine::HashId::Xxh3_64Words => 64,
         bloomgate_engine::HashId::Xxh3_128 => 128,
     }
 }

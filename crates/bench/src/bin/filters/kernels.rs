@@ -1,14 +1,13 @@
 //! The in-block kernels alone, fed pre-placed items: on the in-cache
-//! filter beside its lookups (with sbbf-rs's kernel and the candidate
-//! kernels of `candidate.rs`, lookups and inserts), and on a DRAM-sized
-//! random bit array (`filters kernel-dram`).
+//! filter beside its lookups (with sbbf-rs's kernel, lookups and inserts),
+//! and on a DRAM-sized random bit array (`filters kernel-dram`).
 
 use std::hint::black_box;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use bloomgate_bench::{median, mix64};
-use bloomgate_engine::arch::{self, Kernel};
+use bloomgate_engine::arch::{self, Kernel, Probes};
 use bloomgate_engine::hash::{hash_item, hash_item64, reduce};
 use bloomgate_engine::place::Locator;
 use bloomgate_engine::{HashId, Layout};
@@ -16,7 +15,6 @@ use bloomgate_engine::{HashId, Layout};
 use bloomgate_bench::sbbf::Sbbf;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::candidate::{self, Block16};
 use crate::measure::{expect_all, LookupSets};
 use crate::ours::Ours;
 use crate::peers::random_words;
@@ -25,9 +23,8 @@ use crate::subject::{Subject, SEED};
 
 /// SIMD vs scalar in-block kernel on the in-cache blocked filter, fed
 /// pre-hashed (block, h) pairs so only the kernel + block load is timed;
-/// beside them sbbf-rs's kernel on the same items, pre-hashed, and the
-/// candidate kernels of `candidate.rs` (lookups and inserts), whose rates
-/// go to the false-positive table.
+/// beside them sbbf-rs's kernel on the same items, pre-hashed (lookups and
+/// inserts).
 pub(crate) fn kernel_comparison(
     rep: &mut Report,
     blocked: &dyn Subject,
@@ -42,6 +39,7 @@ pub(crate) fn kernel_comparison(
     let k = f.f.params().k;
     // The engine's one derivation of places, for the filter's hash id.
     let locator = Locator::new(f.f.params());
+    let probes = locator.probes();
     let words: Vec<AtomicU64> =
         f.f.as_bytes()
             .chunks_exact(8)
@@ -64,23 +62,17 @@ pub(crate) fn kernel_comparison(
             let want = f.f.contains(key);
             for &kernel in &kernels {
                 assert_eq!(
-                    arch::block_contains(kernel, block_at(&words, w), h, k),
+                    arch::block_contains(kernel, probes, block_at(&words, w), h, k),
                     want,
                     "kernel {kernel} disagrees with the filter"
                 );
             }
         }
     }
-    // Beside the engine's kernels on these blocks: the candidate kernels
-    // (`candidate.rs`; other probes, so their answers are not this
-    // filter's) and sbbf-rs's own, pre-hashed, on an sbbf-rs filter of the
-    // same bits holding the same items. Every row times the same items in
-    // the same repetitions.
+    // Beside the engine's kernels on these blocks: sbbf-rs's own,
+    // pre-hashed, on an sbbf-rs filter of the same bits holding the same
+    // items. Every row times the same items in the same repetitions.
     let best = Kernel::best();
-    let b16: Vec<Block16> = words
-        .chunks_exact(8)
-        .map(|b| Block16::from_words(arch::load_block(b.try_into().unwrap())))
-        .collect();
     let sbbf_hash = |keys: &[&[u8]]| -> Vec<u64> {
         keys.iter()
             .map(|key| xxh3_64_with_seed(key, SEED))
@@ -91,30 +83,20 @@ pub(crate) fn kernel_comparison(
     for &h in &sh {
         sbbf.insert_hash(h);
     }
-    let candidate_ks = [k.min(16), 16];
     let mut names: Vec<String> = kernels
         .iter()
         .map(|k| format!("kernel: {}", kernel_label(*k)))
         .collect();
     names.push("kernel: mask-and-compare (harness candidate)".into());
     let engine_rows = names.len();
-    for ck in candidate_ks {
-        names.push(format!("kernel: {}", candidate_label(ck)));
-    }
     names.push("kernel: sbbf-rs (256-bit bucket, 8 lanes; pre-hashed)".into());
-    let (hb, mb) = (by_block(&hp), by_block(&mp));
-    for (op, p, pb, sp) in [
-        (Op::HitSingle, &hp, &hb, &sh),
-        (Op::MissSingle, &mp, &mb, &sm),
-    ] {
+    for (op, p, sp) in [(Op::HitSingle, &hp, &sh), (Op::MissSingle, &mp, &sm)] {
         let inner = (4_000_000 / p.len()).max(1);
         let run = |which: usize| -> u64 {
             if let Some(&kernel) = kernels.get(which) {
-                count_kernel(kernel, black_box(&words), black_box(p), k)
+                count_kernel(kernel, probes, black_box(&words), black_box(p), k)
             } else if which == kernels.len() {
-                count_mask_compare(black_box(&words), black_box(p), k)
-            } else if let Some(&ck) = candidate_ks.get(which - engine_rows) {
-                candidate::count(best, black_box(&b16), black_box(pb), ck)
+                count_mask_compare(probes, black_box(&words), black_box(p), k)
             } else {
                 black_box(sp)
                     .iter()
@@ -147,26 +129,22 @@ pub(crate) fn kernel_comparison(
         }
     }
     // Inserts alone: the same items, pre-placed, into zeroed blocks (the
-    // zeroing untimed); the engine's single-writer kernel (`block_insert`,
-    // what `insert_owned` runs), the candidates', and sbbf-rs's.
-    let owned_pairs = &hb;
-    let mut ins_names = vec![format!("kernel: {} insert (the owned path's)", best.name())];
-    for ck in candidate_ks {
-        ins_names.push(format!("kernel: {} insert", candidate_label(ck)));
-    }
-    ins_names.push("kernel: sbbf-rs insert (pre-hashed)".into());
+    // zeroing untimed): the engine's single-writer kernel (`block_insert`,
+    // what `insert_owned` runs) and sbbf-rs's.
+    let owned_pairs = by_block(&hp);
+    let ins_names = [
+        format!("kernel: {} insert (the owned path's)", best.name()),
+        "kernel: sbbf-rs insert (pre-hashed)".to_string(),
+    ];
     let mut ins_samples = vec![vec![]; ins_names.len()];
-    let blocks = b16.len();
+    let blocks = words.len() / 8;
     for _ in 0..reps {
         for (which, samples) in ins_samples.iter_mut().enumerate() {
             let mut owned = vec![[0u64; 8]; blocks];
-            let mut cand = vec![Block16::default(); blocks];
             let mut sb = Sbbf::new(bits);
             let t = Instant::now();
             let new = if which == 0 {
-                insert_owned(best, &mut owned, black_box(owned_pairs), k)
-            } else if let Some(&ck) = candidate_ks.get(which - 1) {
-                candidate::insert(best, &mut cand, black_box(owned_pairs), ck)
+                insert_owned(best, probes, &mut owned, black_box(&owned_pairs), k)
             } else {
                 for &h in black_box(&sh) {
                     sb.insert_hash(h);
@@ -185,22 +163,6 @@ pub(crate) fn kernel_comparison(
     for (name, s) in ins_names.iter().zip(ins_samples) {
         rep.add(name, Op::Insert, s, None);
     }
-    // What the candidates answer: the same items inserted for real, the
-    // misses counted, beside the subjects' rates in the false-positive table.
-    for ck in candidate_ks {
-        let mut cand = vec![Block16::default(); blocks];
-        candidate::insert(best, &mut cand, owned_pairs, ck);
-        let found = candidate::count(best, &cand, owned_pairs, ck);
-        expect_all("candidate kernel", "hits", found, owned_pairs.len());
-        let fps = candidate::count(best, &cand, &mb, ck);
-        rep.check_fp_of(
-            &candidate_label(ck),
-            bits,
-            ck,
-            candidate::rate(n, blocks as u64, ck),
-            (fps, mp.len() as u64),
-        );
-    }
     // Hash cost alone (the filter's hash), to decompose a lookup.
     let hash = f.f.params().hash;
     let mut hs = vec![];
@@ -209,7 +171,7 @@ pub(crate) fn kernel_comparison(
         let mut acc = 0u64;
         for key in &sets.misses {
             acc ^= match hash {
-                HashId::Xxh3_64 => hash_item64(SEED, black_box(key)),
+                HashId::Xxh3_64 | HashId::Xxh3_64Words => hash_item64(SEED, black_box(key)),
                 HashId::Xxh3_128 => hash_item(SEED, black_box(key)).hi,
             };
         }
@@ -229,25 +191,36 @@ fn by_block(pairs: &[(usize, u32)]) -> Vec<(usize, u32)> {
     pairs.iter().map(|&(w, h)| (w / 8, h)).collect()
 }
 
-/// The row name of a candidate kernel with `k` probes.
-fn candidate_label(k: u32) -> String {
-    if k >= 16 {
-        "candidate, 16 probes one per word (sbbf-rs's layout at 512 bits)".into()
-    } else {
-        format!("candidate, {k} probes in distinct words (bloomgate's rate)")
+/// Inserts the pre-placed `(block, h)` pairs with the engine's
+/// single-writer kernel, in a loop compiled for `kernel`; how many were new.
+fn insert_owned(
+    kernel: Kernel,
+    probes: Probes,
+    blocks: &mut [[u64; 8]],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
+    match probes {
+        Probes::Words => insert_owned_as(kernel, Probes::Words, blocks, pairs, k),
+        Probes::Anywhere => insert_owned_as(kernel, Probes::Anywhere, blocks, pairs, k),
     }
 }
 
-/// Inserts the pre-placed `(block, h)` pairs with the engine's
-/// single-writer kernel, in a loop compiled for `kernel`; how many were new.
-fn insert_owned(kernel: Kernel, blocks: &mut [[u64; 8]], pairs: &[(usize, u32)], k: u32) -> u64 {
+#[inline(always)]
+fn insert_owned_as(
+    kernel: Kernel,
+    probes: Probes,
+    blocks: &mut [[u64; 8]],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
     arch::dispatch(
         kernel,
         #[inline(always)]
         |kernel| {
             let mut c = 0u64;
             for &(b, h) in pairs {
-                c += arch::block_insert(kernel, &mut blocks[b], h, k) as u64;
+                c += arch::block_insert(kernel, probes, &mut blocks[b], h, k) as u64;
             }
             c
         },
@@ -270,6 +243,22 @@ pub(crate) fn kernel_label(kernel: Kernel) -> &'static str {
 /// compiled for the kernel (as the engine's own loops are).
 pub(crate) fn count_kernel(
     kernel: Kernel,
+    probes: Probes,
+    words: &[AtomicU64],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
+    // One loop per probe scheme, as the engine compiles its own.
+    match probes {
+        Probes::Words => count_kernel_as(kernel, Probes::Words, words, pairs, k),
+        Probes::Anywhere => count_kernel_as(kernel, Probes::Anywhere, words, pairs, k),
+    }
+}
+
+#[inline(always)]
+fn count_kernel_as(
+    kernel: Kernel,
+    probes: Probes,
     words: &[AtomicU64],
     pairs: &[(usize, u32)],
     k: u32,
@@ -280,7 +269,7 @@ pub(crate) fn count_kernel(
         |kernel| {
             let mut c = 0u64;
             for &(w, h) in pairs {
-                c += arch::block_contains(kernel, block_at(words, w), h, k) as u64;
+                c += arch::block_contains(kernel, probes, block_at(words, w), h, k) as u64;
             }
             c
         },
@@ -290,11 +279,16 @@ pub(crate) fn count_kernel(
 /// Candidate: build the mask (as insert does) and compare all 8 words.
 /// Out of line, so its code does not depend on the loop it is timed in.
 #[inline(never)]
-pub(crate) fn count_mask_compare(words: &[AtomicU64], pairs: &[(usize, u32)], k: u32) -> u64 {
+pub(crate) fn count_mask_compare(
+    probes: Probes,
+    words: &[AtomicU64],
+    pairs: &[(usize, u32)],
+    k: u32,
+) -> u64 {
     let mut c = 0u64;
     for &(w, h) in pairs {
         let block = arch::load_block(block_at(words, w));
-        let m = arch::block_mask(h, k);
+        let m = arch::block_mask(probes, h, k);
         let mut missing = 0u64;
         for i in 0..8 {
             missing |= m[i] & !block[i];
@@ -315,6 +309,8 @@ pub(crate) fn kernel_dram(bytes: u64, reps: usize) {
         .collect();
     let blocks = (words.len() / 8) as u64;
     let k = 12u32;
+    // The probes a new filter of this size gets.
+    let probes = HashId::for_filter(Layout::Blocked, blocks * 512, k).probes();
     let pairs: Vec<(usize, u32)> = (0..10_000_000u64)
         .map(|i| {
             let h = mix64(i ^ 0xABCDEF);
@@ -330,7 +326,7 @@ pub(crate) fn kernel_dram(bytes: u64, reps: usize) {
     for _ in 0..reps {
         for (i, &kernel) in kernels.iter().enumerate() {
             let t = Instant::now();
-            counts[i] = count_kernel(kernel, &words, black_box(&pairs), k);
+            counts[i] = count_kernel(kernel, probes, &words, black_box(&pairs), k);
             samples[i].push(t.elapsed().as_nanos() as f64 / pairs.len() as f64);
         }
     }

@@ -6,7 +6,7 @@
 //! cargo run --release -p bloomgate-bench --bin filters -- full      # 1 MiB + 2 GiB (DRAM)
 //! options: --dram-mib N  --reps R  --hits N  --misses N  --no-thp-row  --no-classic
 //!          --no-slow-peers (no fastbloom/bloomfilter)  --real-fill  --no-dram
-//!          --hash-id 1|2 (bloomgate-blocked's hash; default what a new filter gets)
+//!          --hash-id 1|2|3 (bloomgate-blocked's hash; default what a new filter gets)
 //!          (--no-classic and --no-slow-peers apply in cache and at DRAM size)
 //! ```
 //!
@@ -19,10 +19,8 @@
 //! through, `ours.rs` bloomgate's filters, `peers.rs` the other libraries,
 //! `measure.rs` the timed loops, `report.rs` the results and tables,
 //! `scenario.rs` the in-cache and DRAM runs, `kernels.rs` the in-block
-//! kernels alone, `candidate.rs` in-block kernels of a layout bloomgate does
-//! not write (one probe per 32-bit word), timed beside the engine's.
+//! kernels alone.
 
-mod candidate;
 mod kernels;
 mod measure;
 mod ours;
@@ -51,7 +49,8 @@ fn main() {
     }
     let full = args.iter().any(|a| a == "full");
     if let Some(id) = num_arg(&args, "--hash-id") {
-        let hash = HashId::from_code(id as u8).expect("--hash-id: 1 (xxh3-128) or 2 (xxh3-64)");
+        let hash = HashId::from_code(id as u8)
+            .expect("--hash-id: 1 (xxh3-128), 2 (xxh3-64) or 3 (xxh3-64-words)");
         FORCED_HASH.set(hash).expect("set once");
     }
     let get = |name: &str| num_arg(&args, name);
@@ -87,10 +86,10 @@ fn main() {
         cfg.reps
     );
     println!(
-        "bloomgate-blocked hashes with {} (hash id {}; `--hash-id 1` or `2` chooses), bloomgate-classic with {}.",
-        hash_for(Layout::Blocked, 1 << 20),
-        hash_for(Layout::Blocked, 1 << 20).code(),
-        hash_for(Layout::Classic, 1 << 20)
+        "bloomgate-blocked hashes with {} (hash id {}; `--hash-id 1`, `2` or `3` chooses), bloomgate-classic with {}.",
+        hash_for(Layout::Blocked, 1 << 20, 12),
+        hash_for(Layout::Blocked, 1 << 20, 12).code(),
+        hash_for(Layout::Classic, 1 << 20, 12)
     );
     let t0 = Instant::now();
     let mut failures = vec![];

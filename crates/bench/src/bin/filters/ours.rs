@@ -13,11 +13,12 @@ use crate::subject::{for_key_chunks, Subject, SEED, TARGET_FP};
 /// of the one a new filter gets ([`HashId::for_filter`]); set once by `main`.
 pub(crate) static FORCED_HASH: OnceLock<HashId> = OnceLock::new();
 
-/// The hash bloomgate's filters of `layout` and `bits` are built with here.
-pub(crate) fn hash_for(layout: Layout, bits: u64) -> HashId {
+/// The hash bloomgate's filters of `layout`, `bits` and `k` are built with
+/// here.
+pub(crate) fn hash_for(layout: Layout, bits: u64, k: u32) -> HashId {
     match FORCED_HASH.get() {
         Some(&h) if layout == Layout::Blocked => h,
-        _ => HashId::for_filter(layout, bits),
+        _ => HashId::for_filter(layout, bits, k),
     }
 }
 
@@ -34,7 +35,7 @@ impl Ours {
             bits,
             k,
             seed: SEED,
-            hash: hash_for(layout, bits),
+            hash: hash_for(layout, bits, k),
             key_kind: 0,
             match_mode: 0,
             planned_items: n,

@@ -116,26 +116,6 @@ impl Report {
         self.check_fp_row(row);
     }
 
-    /// [`Report::check_fp`] for a filter that is not a [`Subject`] (the
-    /// candidate kernels' blocks), its prediction computed by the caller.
-    pub(crate) fn check_fp_of(
-        &mut self,
-        name: &str,
-        bits: u64,
-        k: u32,
-        predicted: f64,
-        (fps, queries): (u64, u64),
-    ) {
-        self.check_fp_row(FpRow {
-            name: name.into(),
-            bits,
-            k: k.to_string(),
-            predicted,
-            fps,
-            queries,
-        });
-    }
-
     fn check_fp_row(&mut self, row: FpRow) {
         let expected = row.predicted * row.queries as f64;
         let measured = row.fps as f64;

@@ -33,6 +33,11 @@ fn golden_filter_bits() {
         (Layout::Blocked, HashId::Xxh3_128, 0x2bdf_e930_20b6_d8d1_u64),
         (Layout::Classic, HashId::Xxh3_128, 0xff01_e29e_b789_1f74_u64),
         (Layout::Blocked, HashId::Xxh3_64, 0xc8fc_4d76_49b6_07e8_u64),
+        (
+            Layout::Blocked,
+            HashId::Xxh3_64Words,
+            0x6535_7f23_8f4e_09c0_u64,
+        ),
     ] {
         let mut p = Params::from_plan(&plan(layout, 100, 0.01).unwrap(), 42);
         p.hash = hash;
@@ -47,13 +52,14 @@ fn golden_filter_bits() {
 
 #[test]
 fn files_of_both_hash_ids_save_open_and_answer() {
-    // A file written before hash id 2 (XXH3-128) keeps its hash through an
-    // open, an in-place add and a save; a new blocked file gets XXH3-64.
+    // Files written before hash ids 2 and 3 (XXH3-128, XXH3-64 with its
+    // probes anywhere in the block) keep their hash through an open, an
+    // in-place add and a save; a new blocked file gets hash id 3.
     let dir = tempfile::tempdir().unwrap();
     let keys: Vec<Vec<u8>> = (0..3000)
         .map(|i| format!("http://h{i}.example/p").into_bytes())
         .collect();
-    for hash in [HashId::Xxh3_128, HashId::Xxh3_64] {
+    for hash in [HashId::Xxh3_128, HashId::Xxh3_64, HashId::Xxh3_64Words] {
         let path = dir.path().join(format!("{hash}.bgf"));
         let mut p = Params::from_plan(&plan(Layout::Blocked, 5000, 1e-3).unwrap(), 7);
         p.hash = hash;
@@ -80,7 +86,8 @@ fn files_of_both_hash_ids_save_open_and_answer() {
         let mut other = f.params().clone();
         other.hash = match hash {
             HashId::Xxh3_128 => HashId::Xxh3_64,
-            HashId::Xxh3_64 => HashId::Xxh3_128,
+            HashId::Xxh3_64 => HashId::Xxh3_64Words,
+            HashId::Xxh3_64Words => HashId::Xxh3_128,
         };
         let g = Filter::new(other).unwrap();
         g.insert_batch(&keys);
