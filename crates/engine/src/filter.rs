@@ -62,9 +62,11 @@
 //! * **Blocked** — a block of 512 bits chosen by the hash's high bits, then
 //!   `k` probes inside it derived from 32 other bits (see `arch`): the
 //!   block `reduce(h, m/512)` and the probes from the low 32 bits of `h` for
-//!   XXH3-64 (hash id 2, what new filters use), `reduce(hi, m/512)` and the
-//!   low 32 bits of `lo` for XXH3-128 (hash id 1, older files); both in
-//!   `place.rs`. Predicted FP: `math::blocked_fp`.
+//!   XXH3-64 (hash ids 3 and 2: new filters get 3, whose probes lie in
+//!   consecutive words, `arch::Probes`), `reduce(hi, m/512)` and the low 32
+//!   bits of `lo` for XXH3-128 (hash id 1, older files); all in `place.rs`.
+//!   Predicted FP: `math::blocked_fp` (hash ids 1 and 2), `math::words_fp`
+//!   (hash id 3).
 //!
 //! # Prepare, then probe
 //!

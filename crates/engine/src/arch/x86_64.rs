@@ -5,9 +5,10 @@
 //! `h` is bit `x_i >> 23` of the block, with `x_i = h · G^(i+1) mod 2³²`, i.e.
 //! bit `(x_i >> 23) & 31` of 32-bit word `x_i >> 28` (little-endian, so the
 //! same bit the scalar kernel tests in its 64-bit words); with
-//! [`Probes::Words`] it is bit `x_i >> 27` of word `(h + i) mod 16`. The kernels differ only in those two vectors (the word
-//! index each lane permutes in, the bit it rotates down) and, for the
-//! insert mask, in how the probes are merged.
+//! [`Probes::Words`] it is bit `x_i >> 27` of word `(h + i) mod 16`. The
+//! two schemes' kernels differ only in those two vectors (the word each
+//! lane permutes in, the bit it rotates down) and, for the insert mask, in
+//! how the probes are merged.
 //!
 //! Neither gathers: the block is loaded once into registers and the probed
 //! words are picked out of them with a permute (`vpermd`), one instruction for

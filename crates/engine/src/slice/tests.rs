@@ -1,5 +1,14 @@
 use super::*;
-use crate::{format::data_checksum, plan, Filter};
+use crate::{format::data_checksum, plan, Filter, HashId};
+
+/// Every layout with every hash id it may have: new files (blocked, hash id
+/// 3) and the files of earlier builds (hash ids 2 and 1) are sliced alike.
+const LAYOUTS: [(Layout, HashId); 4] = [
+    (Layout::Blocked, HashId::Xxh3_64Words),
+    (Layout::Blocked, HashId::Xxh3_64),
+    (Layout::Blocked, HashId::Xxh3_128),
+    (Layout::Classic, HashId::Xxh3_128),
+];
 
 fn items(n: usize, salt: &str) -> Vec<Vec<u8>> {
     (0..n)
@@ -31,10 +40,11 @@ const STAGINGS: [usize; 3] = [0, 100, 1 << 30];
 
 #[test]
 fn slices_are_bit_identical() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for (layout, hash) in LAYOUTS {
         // 40,000 items at 1e-4: ~110 KB, 27 pages; budgets of 1, 3, 8
         // and 100 pages give 27, 9, 4 and 1 slices (the last ragged).
-        let params = Params::from_plan(&plan(layout, 40_000, 1e-4).unwrap(), 0x5eed);
+        let mut params = Params::from_plan(&plan(layout, 40_000, 1e-4).unwrap(), 0x5eed);
+        params.hash = hash;
         let data = items(40_000, "a");
         let whole = Filter::new(params.clone()).unwrap();
         let whole_new = whole.insert_batch(&data);
@@ -63,7 +73,7 @@ fn slices_are_bit_identical() {
                 sum = sum.wrapping_add(s.checksum());
                 ones += s.count_ones();
             }
-            let case = format!("{layout:?}, {pages}-page slices, staging {staging}");
+            let case = format!("{layout:?} {hash}, {pages}-page slices, staging {staging}");
             assert!(bytes == whole.as_bytes(), "{case}");
             assert_eq!(sum, data_checksum(whole.as_bytes()), "{case}");
             assert_eq!(ones, whole.count_ones(), "{case}");
@@ -115,13 +125,17 @@ fn staged_writes_are_seen_by_every_reader() {
 fn slices_built_from_spilled_records_are_bit_identical() {
     // The first slice spills the items of every later one; each later
     // slice is then built from its records alone.
-    let params = Params::from_plan(&plan(Layout::Blocked, 40_000, 1e-4).unwrap(), 0x5eed);
-    let data = items(40_000, "a");
-    let whole = Filter::new(params.clone()).unwrap();
-    let whole_new = whole.insert_batch(&data);
-    let ranges = plan_slices(&params, 8 * 4096);
-    assert!(ranges.len() >= 3, "{}", ranges.len());
-    for staging in STAGINGS {
+    for (staging, hash) in STAGINGS
+        .into_iter()
+        .flat_map(|s| [HashId::Xxh3_64Words, HashId::Xxh3_64, HashId::Xxh3_128].map(|h| (s, h)))
+    {
+        let mut params = Params::from_plan(&plan(Layout::Blocked, 40_000, 1e-4).unwrap(), 0x5eed);
+        params.hash = hash;
+        let data = items(40_000, "a");
+        let whole = Filter::new(params.clone()).unwrap();
+        let whole_new = whole.insert_batch(&data);
+        let ranges = plan_slices(&params, 8 * 4096);
+        assert!(ranges.len() >= 3, "{}", ranges.len());
         let first = Slice::new(&params, ranges[0].clone())
             .unwrap()
             .with_staging(staging);
@@ -147,7 +161,7 @@ fn slices_built_from_spilled_records_are_bit_identical() {
             bytes.extend_from_slice(s.as_bytes());
             new += s.new_items();
         }
-        assert!(bytes == whole.as_bytes(), "staging {staging}");
+        assert!(bytes == whole.as_bytes(), "staging {staging}, {hash}");
         // Every item of a later slice was spilled exactly once.
         let in_first = data
             .iter()
@@ -179,8 +193,9 @@ fn slices_built_from_spilled_records_are_bit_identical() {
 
 #[test]
 fn positions_are_the_filters() {
-    for layout in [Layout::Blocked, Layout::Classic] {
-        let params = Params::from_plan(&plan(layout, 1000, 1e-3).unwrap(), 9);
+    for (layout, hash) in LAYOUTS {
+        let mut params = Params::from_plan(&plan(layout, 1000, 1e-3).unwrap(), 9);
+        params.hash = hash;
         let f = Filter::new(params.clone()).unwrap();
         for item in items(500, "p") {
             assert_eq!(position_of(&params, &item), f.prepare(&item));
@@ -202,14 +217,15 @@ fn bad_ranges_are_refused() {
 #[test]
 fn a_sliced_file_is_the_in_memory_file() {
     let dir = tempfile::tempdir().unwrap();
-    for layout in [Layout::Blocked, Layout::Classic] {
-        let params = Params::from_plan(&plan(layout, 30_000, 1e-4).unwrap(), 77);
+    for (layout, hash) in LAYOUTS {
+        let mut params = Params::from_plan(&plan(layout, 30_000, 1e-4).unwrap(), 77);
+        params.hash = hash;
         let data = items(30_000, "f");
-        let whole_path = dir.path().join(format!("whole-{layout}.bgf"));
+        let whole_path = dir.path().join(format!("whole-{layout}-{hash}.bgf"));
         let mut whole = Filter::create_file(&whole_path, params.clone()).unwrap();
         whole.insert_batch(&data);
         whole.persist().unwrap();
-        let sliced_path = dir.path().join(format!("sliced-{layout}.bgf"));
+        let sliced_path = dir.path().join(format!("sliced-{layout}-{hash}.bgf"));
         let mut w = SliceWriter::create(&sliced_path, &params).unwrap();
         for r in plan_slices(&params, 5 * 4096) {
             let s = Slice::new(&params, r).unwrap().with_staging(1000);
@@ -251,9 +267,10 @@ fn a_sliced_file_is_the_in_memory_file() {
 #[test]
 fn loaded_slices_answer_as_the_filter() {
     let dir = tempfile::tempdir().unwrap();
-    for layout in [Layout::Blocked, Layout::Classic] {
-        let params = Params::from_plan(&plan(layout, 20_000, 1e-3).unwrap(), 5);
-        let path = dir.path().join(format!("{layout}.bgf"));
+    for (layout, hash) in LAYOUTS {
+        let mut params = Params::from_plan(&plan(layout, 20_000, 1e-3).unwrap(), 5);
+        params.hash = hash;
+        let path = dir.path().join(format!("{layout}-{hash}.bgf"));
         let mut f = Filter::create_file(&path, params.clone()).unwrap();
         let data = items(20_000, "q");
         f.insert_batch(&data);
