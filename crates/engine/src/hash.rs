@@ -3,8 +3,9 @@
 //! Every item is hashed exactly once, keyed by the filter's random 64-bit
 //! seed (stored in the file), with the function the file's hash id names
 //! ([`HashId`]): **XXH3-64** for blocked filters built since hash id 2
-//! existed, **XXH3-128** for every other Bloom filter and for every file
-//! written before. XXH3 is specified bit-for-bit and
+//! existed (hash ids 2 and 3, which differ only in where the probes go in
+//! the block, [`HashId::probes`]), **XXH3-128** for every other Bloom filter
+//! and for every file written before. XXH3 is specified bit-for-bit and
 //! the `xxhash-rust` implementation is pure Rust, so the same item gives the
 //! same positions on every platform and every version of bloomgate; the seed
 //! means an outsider who does not know it cannot precompute items that
