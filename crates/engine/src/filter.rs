@@ -525,54 +525,57 @@ impl Filter {
     /// True if `item` is (probably) in the set. Never false for an inserted item.
     ///
     /// A blocked lookup hashes the item here, in the caller's code, and
-    /// hands the kernel's function (`arch::dispatch`) only the block, the
-    /// in-block hash and k. Inside a function compiled for AVX-512, LLVM
-    /// vectorizes the hash's 16-byte mixes (one vector XOR, then `vmovq` and
-    /// `vpextrq` to feed the 64×64-bit multiply), which lengthens every
-    /// lookup's chain of dependent instructions; here the mixes are scalar
-    /// loads XORed straight into the multiply. The closure is a pointer and
-    /// one word (h and k packed), which travel in two registers; with three
-    /// captures it went through the stack. On the AMD EPYC of
-    /// BENCHMARKS.md ("Single lookups: the hash outside the kernel's
-    /// function") the two steps took single in-cache lookups from 1.45×
-    /// sbbf-rs's time to 1.33× (hits) and 1.30× (misses), paired medians. The classic
-    /// layout's closure captures two references (`self` and `&item`), which
-    /// travel in two registers, so a caller neither copies the filter's
-    /// fields to the stack for the callee nor saves the registers an
-    /// inlined hash would need.
+    /// hands the kernel's function ([`arch::block_contains_at`]) the blocks,
+    /// the block's index, the in-block hash and k, in registers. Inside a
+    /// function compiled for AVX-512, LLVM vectorizes the hash's 16-byte
+    /// mixes (one vector XOR, then `vmovq` and `vpextrq` to feed the
+    /// 64×64-bit multiply), which lengthens every lookup's chain of
+    /// dependent instructions; here the mixes are scalar loads XORed straight
+    /// into the multiply. Only the hash id of new blocked filters (3) is
+    /// hashed in this body; other hash ids and the classic layout are one
+    /// call away ([`Filter::contains_other`]), so that a caller's loop does
+    /// not save and restore the registers three inlined hashes would need.
+    /// On the AMD EPYC of BENCHMARKS.md these steps took single in-cache
+    /// lookups from 1.45× sbbf-rs's time to about 1.25× ("Single lookups:
+    /// the hash outside the kernel's function"; "Single lookups: one call,
+    /// the mask before the load").
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
+        if self.params.layout == Layout::Blocked && self.params.hash == HashId::Xxh3_64Words {
+            let view = self.blocked_view();
+            let (block, h) = view.locate_as(HashId::Xxh3_64Words, item);
+            return arch::block_contains_at(
+                self.kernel,
+                Probes::Words,
+                view.blocks,
+                block,
+                h,
+                view.k,
+            );
+        }
+        self.contains_other(item)
+    }
+
+    /// [`Filter::contains`] for blocked filters of hash ids 1 and 2 and for
+    /// the classic layout.
+    #[inline(never)]
+    fn contains_other(&self, item: &[u8]) -> bool {
         let item = &item;
         match self.params.layout {
             Layout::Blocked => {
                 let view = self.blocked_view();
                 let (block, h) = view.locate(item);
-                let block = &view.blocks[block];
-                // Two captures (a pointer and one word holding h and k)
-                // travel in two registers; three would go through the
-                // stack. One closure per probe scheme, so that each kernel
-                // is compiled for its own (a scheme tested inside the
-                // kernel's function measured slower).
-                let hk = u64::from(h) | u64::from(view.k) << 32;
-                match view.id.probes() {
-                    Probes::Words => arch::dispatch(
-                        self.kernel,
-                        #[inline(always)]
-                        move |kernel| {
-                            let (h, k) = (hk as u32, (hk >> 32) as u32);
-                            arch::block_contains(kernel, Probes::Words, block, h, k)
-                        },
-                    ),
-                    Probes::Anywhere => arch::dispatch(
-                        self.kernel,
-                        #[inline(always)]
-                        move |kernel| {
-                            let (h, k) = (hk as u32, (hk >> 32) as u32);
-                            arch::block_contains(kernel, Probes::Anywhere, block, h, k)
-                        },
-                    ),
-                }
+                arch::block_contains_at(
+                    self.kernel,
+                    view.id.probes(),
+                    view.blocks,
+                    block,
+                    h,
+                    view.k,
+                )
             }
+            // The closure captures two references (`self` and `&item`), which
+            // travel in two registers.
             Layout::Classic => arch::dispatch(
                 self.kernel,
                 #[inline(always)]

@@ -1,7 +1,8 @@
 //! The in-block probe kernels of the blocked layout, with their SIMD twins.
 //!
 //! This is the only module with `unsafe` code besides `storage`. The rest of the
-//! engine calls the safe functions here ([`block_contains`], [`dispatch`],
+//! engine calls the safe functions here ([`block_contains`],
+//! [`block_contains_at`], [`dispatch`],
 //! [`block_mask`], [`block_mask_with`], [`block_insert`], [`prefetch`]) with a [`Kernel`]: AVX-512F or AVX2 once the
 //! CPU has been checked for them (a `Kernel` value is the proof), otherwise
 //! the portable scalar kernel in [`scalar`]. The scalar kernel is the
@@ -54,8 +55,10 @@
 //!
 //! so the `k` probes fill `k` consecutive words (mod 16) with one bit each.
 //! An insert's mask is then one shift per lane and one permute that moves
-//! lane `i` to word `s + i`; a lookup permutes the block by `h + i` (the
-//! permute reads the low 4 bits), an index ready before the multiply is.
+//! lane `i` to word `s + i`; a batched lookup permutes the block by `h + i`
+//! (the permute reads the low 4 bits), an index ready before the multiply
+//! is, and a single lookup builds the insert's mask while the block loads
+//! and tests the block against it ([`block_contains_at`]).
 //! Here `h` is the hash's low 32 bits as they are, not made odd: the start
 //! needs all 16 values, and an even `h` still gives uniform top bits `x_i >>
 //! 27` (for a fixed `s`, the other 28 bits of `h` range over all values,
@@ -235,6 +238,55 @@ pub fn block_contains(kernel: Kernel, probes: Probes, block: &Block, h: u32, k: 
     }
 }
 
+/// [`block_contains`] of `blocks[i]` in one call into a function compiled
+/// for the kernel: a single lookup, hashed by its caller.
+///
+/// One lookup at a time is bound by its chain of dependent steps (hash,
+/// block address, load, test), and a call per lookup is unavoidable when
+/// the caller is not compiled for the kernel's instruction set. This call
+/// takes four registers and the kernel's function does the rest; with
+/// [`Probes::Words`] its AVX-512 kernel builds the probe mask while the
+/// block's load is in flight and tests the block against it with one
+/// instruction once it arrives, where [`block_contains`] (the batched
+/// loops' kernel, whose lookups overlap anyway) permutes the block first
+/// and needs one vector operation fewer. Measured in BENCHMARKS.md ("Single
+/// lookups: one call, the mask before the load").
+///
+/// Panics if `i` is out of range, as indexing does.
+#[inline]
+pub fn block_contains_at(
+    kernel: Kernel,
+    probes: Probes,
+    blocks: &[Block],
+    i: usize,
+    h: u32,
+    k: u32,
+) -> bool {
+    match (kernel.0, probes) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
+        (Isa::Avx512, Probes::Words) => unsafe {
+            x86_64::contains_at_avx512::<true>(blocks, i, h, k)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Isa::Avx512, Probes::Anywhere) => unsafe {
+            x86_64::contains_at_avx512::<false>(blocks, i, h, k)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
+        (Isa::Avx2, _) => unsafe { x86_64::contains_at_avx2(probes, blocks, i, h, k) },
+        _ => contains_at_scalar(probes, blocks, i, h, k),
+    }
+}
+
+/// The scalar arm of [`block_contains_at`], out of line like
+/// [`run_scalar`].
+#[inline(never)]
+fn contains_at_scalar(probes: Probes, blocks: &[Block], i: usize, h: u32, k: u32) -> bool {
+    scalar::block_contains(probes, &load_block(&blocks[i]), h, k)
+}
+
 /// Reads a block word by word (Relaxed atomic loads).
 #[inline(always)]
 pub fn load_block(block: &Block) -> [u64; 8] {
@@ -351,17 +403,24 @@ mod tests {
             let want = scalar::block_contains(probes, &words, h, k);
             assert_expected_kernels();
             for kernel in Kernel::supported() {
-                // Called directly and through `dispatch` (the inlined form the engine uses).
+                // Called directly, through `dispatch` (the inlined form the
+                // batched loops use) and as one block of several (the single
+                // lookup's call, with its own kernel for Probes::Words).
                 prop_assert_eq!(block_contains(kernel, probes, &block, h, k), want, "kernel {}", kernel);
                 prop_assert_eq!(dispatch(kernel, |kk| block_contains(kk, probes, &block, h, k)), want, "kernel {}", kernel);
+                let blocks = [atomic(words.map(|w| !w)), atomic(words), atomic(words.map(|w| w | w.rotate_left(3)))];
+                prop_assert_eq!(block_contains_at(kernel, probes, &blocks, 1, h, k), want, "kernel {}", kernel);
+                prop_assert_eq!(block_contains_at(kernel, probes, &blocks, 2, h, k), scalar::block_contains(probes, &load_block(&blocks[2]), h, k), "kernel {}", kernel);
                 // A block holding exactly the mask always contains it; with one
                 // of its bits cleared, never.
                 prop_assert!(block_contains(kernel, probes, &mask, h, k));
+                prop_assert!(block_contains_at(kernel, probes, std::slice::from_ref(&mask), 0, h, k));
                 let m = block_mask(probes, h, k);
                 let (w, bit) = m.iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| (i, w.trailing_zeros())).unwrap();
                 let holed = atomic(m);
                 holed[w].fetch_and(!(1u64 << bit), Relaxed);
                 prop_assert!(!block_contains(kernel, probes, &holed, h, k), "kernel {}", kernel);
+                prop_assert!(!block_contains_at(kernel, probes, std::slice::from_ref(&holed), 0, h, k), "kernel {}", kernel);
             }
         }
     }
