@@ -275,7 +275,12 @@ pub fn block_contains_at(
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2.
-        (Isa::Avx2, _) => unsafe { x86_64::contains_at_avx2(probes, blocks, i, h, k) },
+        (Isa::Avx2, Probes::Words) => unsafe { x86_64::contains_at_avx2::<true>(blocks, i, h, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (Isa::Avx2, Probes::Anywhere) => unsafe {
+            x86_64::contains_at_avx2::<false>(blocks, i, h, k)
+        },
         _ => contains_at_scalar(probes, blocks, i, h, k),
     }
 }
@@ -300,15 +305,20 @@ pub fn block_mask(probes: Probes, h: u32, k: u32) -> [u64; 8] {
 }
 
 /// [`block_mask`] built with `kernel`: the same eight words. AVX-512 builds
-/// the mask in a register and stores it once; the others use the scalar
-/// reference. For writers that cannot use [`block_insert`] because they
-/// store word by word (a shared filter's atomic stores).
+/// the mask in a register and stores it once, as AVX2 does for
+/// [`Probes::Words`]; the others use the scalar reference. For writers that
+/// cannot use [`block_insert`] because they store word by word (a shared
+/// filter's atomic stores).
 #[inline(always)]
 pub fn block_mask_with(kernel: Kernel, probes: Probes, h: u32, k: u32) -> [u64; 8] {
-    match kernel.0 {
+    match (kernel.0, probes) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
-        Isa::Avx512 => unsafe { x86_64::block_mask_avx512(probes, h, k) },
+        (Isa::Avx512, _) => unsafe { x86_64::block_mask_avx512(probes, h, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2, and
+        // the clamped k of Probes::Words is at most 16.
+        (Isa::Avx2, Probes::Words) => unsafe { x86_64::words_block_mask_avx2(h, probes.clamp(k)) },
         _ => scalar::block_mask(probes, h, k),
     }
 }
@@ -318,14 +328,21 @@ pub fn block_mask_with(kernel: Kernel, probes: Probes, h: u32, k: u32) -> [u64; 
 /// as [`block_mask`] OR-ed into the block word by word; a block that has
 /// them all already is not written.
 ///
-/// AVX-512 builds the mask in a vector register; AVX2 and scalar use the
-/// scalar reference, which the compiler vectorizes where it can.
+/// AVX-512 builds the mask in a vector register, and so does AVX2 for
+/// [`Probes::Words`]; otherwise the scalar reference, which the compiler
+/// vectorizes where it can.
 #[inline(always)]
 pub fn block_insert(kernel: Kernel, probes: Probes, block: &mut [u64; 8], h: u32, k: u32) -> bool {
-    match kernel.0 {
+    match (kernel.0, probes) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Kernel(Isa::Avx512)` only exists if the CPU has AVX-512F.
-        Isa::Avx512 => unsafe { x86_64::block_insert_avx512(probes, block, h, k) },
+        (Isa::Avx512, _) => unsafe { x86_64::block_insert_avx512(probes, block, h, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Kernel(Isa::Avx2)` only exists if the CPU has AVX2, and
+        // the clamped k of Probes::Words is at most 16.
+        (Isa::Avx2, Probes::Words) => unsafe {
+            x86_64::words_block_insert_avx2(block, h, probes.clamp(k))
+        },
         _ => scalar::block_insert(probes, block, h, k),
     }
 }

@@ -56,6 +56,63 @@ pub(super) unsafe fn run_avx2<R>(f: impl FnOnce(Kernel) -> R) -> R {
 /// `live` leading 1s (one load instead of building the lane mask from `k`).
 static WANT: [i32; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
 
+/// Sixteen 0s then sixteen 32s: the sixteen shift counts starting at
+/// `16 − k` leave the first `k` lanes' counts as they are and push the
+/// others to 32, which `vpsllvd` turns into 0.
+static PAST_K: [u32; 32] = {
+    let mut t = [0u32; 32];
+    let mut i = 16;
+    while i < 32 {
+        t[i] = 32;
+        i += 1;
+    }
+    t
+};
+
+/// [`words_mask_avx512`] on AVX2 (`k ≤ 16`): the sixteen words of the
+/// mask in two 256-bit halves. Probe `i`'s bit in lane `i` (one `vpsllvd`
+/// per half, the lanes past `k` shifted out), then word `w` takes lane
+/// `(w − h) mod 16`: one `vpermd` from each half and a blend on bit 3 of the
+/// index, per half of the result.
+///
+/// # Safety
+/// The CPU must support AVX2, and `k ≤ 16`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn words_mask_avx2(h: u32, k: u32) -> (__m256i, __m256i) {
+    let hv = _mm256_set1_epi32(h as i32);
+    let one = _mm256_set1_epi32(1);
+    let past = 16 - k as usize;
+    // SAFETY: POWERS has 64 entries, so POWERS[0..16] is in bounds; `past`
+    // is in 0..=16 (k ≤ 16, this function's contract), so PAST_K[past..past
+    // + 16] is in bounds of its 32 entries.
+    let (bits_lo, bits_hi) = unsafe {
+        let x_lo = _mm256_mullo_epi32(hv, _mm256_loadu_si256(POWERS.as_ptr().cast()));
+        let x_hi = _mm256_mullo_epi32(hv, _mm256_loadu_si256(POWERS.as_ptr().add(8).cast()));
+        let c_lo = _mm256_loadu_si256(PAST_K.as_ptr().add(past).cast());
+        let c_hi = _mm256_loadu_si256(PAST_K.as_ptr().add(past + 8).cast());
+        (
+            _mm256_sllv_epi32(one, _mm256_or_si256(_mm256_srli_epi32::<27>(x_lo), c_lo)),
+            _mm256_sllv_epi32(one, _mm256_or_si256(_mm256_srli_epi32::<27>(x_hi), c_hi)),
+        )
+    };
+    let rotate = |word: __m256i| {
+        // The lane word `word` takes: (word − h) mod 16; `vpermd` reads its
+        // low 3 bits, bit 3 picks the half.
+        let from = _mm256_sub_epi32(word, hv);
+        let pick_hi = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(from));
+        _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bits_lo, from)),
+            _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(bits_hi, from)),
+            pick_hi,
+        ))
+    };
+    (
+        rotate(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        rotate(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15)),
+    )
+}
+
 /// AVX2 twin of [`super::scalar::block_contains`]: eight probes per round.
 ///
 /// Each round multiplies `h` by eight powers of `G` at once (`vpmulld`), takes
@@ -69,19 +126,8 @@ static WANT: [i32; 16] = [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0];
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(super) unsafe fn block_contains_avx2(probes: Probes, block: &Block, h: u32, k: u32) -> bool {
-    let (lo, hi): (__m256i, __m256i);
-    // SAFETY: `block` is a reference to 64 readable bytes; `vmovdqu` needs no
-    // alignment. Concurrent writers: see the module comment.
-    unsafe {
-        asm!(
-            "vmovdqu {lo}, ymmword ptr [{p}]",
-            "vmovdqu {hi}, ymmword ptr [{p} + 32]",
-            p = in(reg) block.as_ptr(),
-            lo = out(ymm_reg) lo,
-            hi = out(ymm_reg) hi,
-            options(nostack, preserves_flags, readonly),
-        );
-    }
+    // SAFETY: the CPU has AVX2 (this function's contract).
+    let (lo, hi) = unsafe { load_avx2(block) };
     let k = probes.clamp(k) as usize;
     let hv = _mm256_set1_epi32(h as i32);
     let low5 = _mm256_set1_epi32(31);
@@ -227,20 +273,99 @@ pub(super) unsafe fn contains_at_avx512<const WORDS: bool>(
     _mm512_mask_testn_epi32_mask(probed, words, mask) == 0
 }
 
-/// [`super::block_contains_at`] on AVX2.
+/// [`super::block_contains_at`] on AVX2, one function per probe scheme;
+/// with [`Probes::Words`] the mask is built while the block loads, as in
+/// [`contains_at_avx512`], and each half of the block is tested against
+/// its half of the mask with one `vptest`.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn contains_at_avx2(
-    probes: Probes,
+pub(super) unsafe fn contains_at_avx2<const WORDS: bool>(
     blocks: &[Block],
     i: usize,
     h: u32,
     k: u32,
 ) -> bool {
-    // SAFETY: the CPU has AVX2 (this function's contract).
-    unsafe { block_contains_avx2(probes, &blocks[i], h, k) }
+    let block = &blocks[i];
+    if !WORDS {
+        // SAFETY: the CPU has AVX2 (this function's contract).
+        return unsafe { block_contains_avx2(Probes::Anywhere, block, h, k) };
+    }
+    // SAFETY: the CPU has AVX2 (this function's contract); the clamped k
+    // is at most 16.
+    let ((lo, hi), (m_lo, m_hi)) =
+        unsafe { (load_avx2(block), words_mask_avx2(h, Probes::Words.clamp(k))) };
+    // `vptest`'s carry: no bit of the mask is missing from the words.
+    _mm256_testc_si256(lo, m_lo) & _mm256_testc_si256(hi, m_hi) != 0
+}
+
+/// The block in two 256-bit registers, read as eight word-sized accesses
+/// (see the module comment).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn load_avx2(block: &Block) -> (__m256i, __m256i) {
+    let (lo, hi): (__m256i, __m256i);
+    // SAFETY: `block` is a reference to 64 readable bytes; `vmovdqu` needs no
+    // alignment. Concurrent writers: see the module comment.
+    unsafe {
+        asm!(
+            "vmovdqu {lo}, ymmword ptr [{p}]",
+            "vmovdqu {hi}, ymmword ptr [{p} + 32]",
+            p = in(reg) block.as_ptr(),
+            lo = out(ymm_reg) lo,
+            hi = out(ymm_reg) hi,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    (lo, hi)
+}
+
+/// [`super::block_mask_with`] on AVX2 for [`Probes::Words`]: the mask of
+/// [`words_mask_avx2`] stored once.
+///
+/// # Safety
+/// The CPU must support AVX2, and `k ≤ 16`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn words_block_mask_avx2(h: u32, k: u32) -> [u64; 8] {
+    let mut out = [0u64; 8];
+    // SAFETY: the CPU has AVX2 and k ≤ 16 (this function's contract); `out`
+    // is 64 writable bytes and unaligned stores need no alignment.
+    unsafe {
+        let (lo, hi) = words_mask_avx2(h, k);
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), lo);
+        _mm256_storeu_si256(out.as_mut_ptr().add(4).cast(), hi);
+    }
+    out
+}
+
+/// [`super::block_insert`] on AVX2 for [`Probes::Words`]: the mask in two
+/// registers ([`words_mask_avx2`]), one test and, if a bit is new, two
+/// stores of the whole block.
+///
+/// # Safety
+/// The CPU must support AVX2, and `k ≤ 16`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn words_block_insert_avx2(block: &mut [u64; 8], h: u32, k: u32) -> bool {
+    // SAFETY: the CPU has AVX2 and k ≤ 16 (this function's contract);
+    // `block` is 64 bytes the caller holds exclusively (`&mut`); unaligned
+    // vector loads and stores need no alignment.
+    unsafe {
+        let (m_lo, m_hi) = words_mask_avx2(h, k);
+        let lo = _mm256_loadu_si256(block.as_ptr().cast());
+        let hi = _mm256_loadu_si256(block.as_ptr().add(4).cast());
+        if _mm256_testc_si256(lo, m_lo) & _mm256_testc_si256(hi, m_hi) != 0 {
+            return false;
+        }
+        _mm256_storeu_si256(block.as_mut_ptr().cast(), _mm256_or_si256(lo, m_lo));
+        _mm256_storeu_si256(block.as_mut_ptr().add(4).cast(), _mm256_or_si256(hi, m_hi));
+    }
+    true
 }
 
 /// One round of [`block_contains_avx512`]: probes `i..i + 16` of the block
