@@ -245,11 +245,11 @@ pub fn block_contains(kernel: Kernel, probes: Probes, block: &Block, h: u32, k: 
 /// block address, load, test), and a call per lookup is unavoidable when
 /// the caller is not compiled for the kernel's instruction set. This call
 /// takes four registers and the kernel's function does the rest; with
-/// [`Probes::Words`] its AVX-512 kernel builds the probe mask while the
-/// block's load is in flight and tests the block against it with one
-/// instruction once it arrives, where [`block_contains`] (the batched
-/// loops' kernel, whose lookups overlap anyway) permutes the block first
-/// and needs one vector operation fewer. Measured in BENCHMARKS.md ("Single
+/// [`Probes::Words`] its AVX-512 and AVX2 kernels build the probe mask while
+/// the block's load is in flight and test the block against it once it
+/// arrives (one instruction, one per half on AVX2), where
+/// [`block_contains`] (the batched loops' kernel, whose lookups overlap
+/// anyway) permutes the block first and needs one vector operation fewer. Measured in BENCHMARKS.md ("Single
 /// lookups: one call, the mask before the load").
 ///
 /// Panics if `i` is out of range, as indexing does.
