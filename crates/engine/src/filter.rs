@@ -89,13 +89,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use rayon::prelude::*;
 
-use crate::arch::{self, Block, Kernel, Probes};
+use crate::arch::{self, Block, Kernel, WordsItem};
 use crate::error::{Error, Result};
 use crate::hash::{reduce, HashId};
 use crate::math::{self, Layout, Plan, BLOCK_BITS};
 use crate::params::{random_seed, Params};
-use crate::place::Locator;
 pub use crate::place::Prepared;
+use crate::place::{Locator, INLINE_LENGTHS};
 #[cfg(test)]
 use crate::spin::MAX_STRIPES_LOG2 as MAX_REGIONS_LOG2;
 use crate::spin::{SpinGuard as RegionGuard, SpinLock as Region};
@@ -179,6 +179,12 @@ pub struct Filter {
     locator: Locator,
     regions: Regions,
     kernel: Kernel,
+    /// [`Filter::contains`]'s lookup of blocked filters of hash id 3,
+    /// compiled for `kernel`.
+    words_item: WordsItem<Locator>,
+    /// How many item lengths from 17 up take that lookup: all of
+    /// [`INLINE_LENGTHS`] for blocked filters of hash id 3, none for others.
+    words_span: usize,
     pub(crate) file: Option<FileState>,
     /// Set during an in-place update of the file (see `format`).
     pub(crate) update: Option<Box<UpdateLog>>,
@@ -296,13 +302,22 @@ impl Filter {
         file: Option<FileState>,
     ) -> Filter {
         let blocks = params.bits / BLOCK_BITS;
+        let words_span = if params.layout == Layout::Blocked && params.hash == HashId::Xxh3_64Words
+        {
+            INLINE_LENGTHS.count()
+        } else {
+            0
+        };
+        let kernel = Kernel::best();
         Filter {
             locator: Locator::new(&params),
             params,
             bits,
             items: AtomicU64::new(items),
             regions: Regions::new(blocks),
-            kernel: Kernel::best(),
+            kernel,
+            words_item: WordsItem::new(kernel),
+            words_span,
             file,
             update: None,
             touched: AtomicBool::new(false),
@@ -319,6 +334,7 @@ impl Filter {
     /// answers; tests and benchmarks compare them).
     pub fn set_kernel(&mut self, kernel: Kernel) {
         self.kernel = kernel;
+        self.words_item = WordsItem::new(kernel);
     }
 
     /// The filter's parameters.
@@ -524,40 +540,34 @@ impl Filter {
 
     /// True if `item` is (probably) in the set. Never false for an inserted item.
     ///
-    /// A blocked lookup hashes the item here, in the caller's code, and
-    /// hands the kernel's function ([`arch::block_contains_at`]) the blocks,
-    /// the block's index, the in-block hash and k, in registers. Inside a
-    /// function compiled for AVX-512, LLVM vectorizes the hash's 16-byte
-    /// mixes (one vector XOR, then `vmovq` and `vpextrq` to feed the
-    /// 64×64-bit multiply), which lengthens every lookup's chain of
-    /// dependent instructions; here the mixes are scalar loads XORed straight
-    /// into the multiply. Only the hash id of new blocked filters (3) is
-    /// hashed in this body; other hash ids and the classic layout are one
-    /// call away ([`Filter::contains_other`]), so that a caller's loop does
-    /// not save and restore the registers three inlined hashes would need.
-    /// On the AMD EPYC of BENCHMARKS.md these steps took single in-cache
-    /// lookups from 1.45× sbbf-rs's time to about 1.25× ("Single lookups:
-    /// the hash outside the kernel's function"; "Single lookups: one call,
-    /// the mask before the load").
+    /// A blocked filter of hash id 3 (every new one) answers an item of
+    /// 17–128 bytes ([`INLINE_LENGTHS`]) with one call through the
+    /// [`WordsItem`] chosen with the kernel: the hash, the block and its
+    /// test all run in that one function, about 92 instructions per
+    /// lookup with the AVX-512 kernel. A lookup in DRAM is one dependent
+    /// miss, and a caller's loop overlaps as many of them as fit in the
+    /// CPU's reorder window, so the count is what sets the speed there:
+    /// at 111–125 instructions the AMD EPYC of BENCHMARKS.md took 1.24×
+    /// sbbf-rs's time per lookup on a 2 GiB filter, at 92 about 1.0×
+    /// ("Single lookups in DRAM: the reorder window"). Other lengths, hash
+    /// ids 1 and 2 and the classic layout are one call away
+    /// ([`Filter::contains_other`]).
     #[inline]
     pub fn contains(&self, item: &[u8]) -> bool {
-        if self.params.layout == Layout::Blocked && self.params.hash == HashId::Xxh3_64Words {
-            let view = self.blocked_view();
-            let (block, h) = view.locate_as(HashId::Xxh3_64Words, item);
-            return arch::block_contains_at(
-                self.kernel,
-                Probes::Words,
-                view.blocks,
-                block,
-                h,
-                view.k,
+        if item.len().wrapping_sub(*INLINE_LENGTHS.start()) < self.words_span {
+            return self.words_item.contains(
+                self.bits.blocks(),
+                self.params.k,
+                item,
+                &self.locator,
             );
         }
         self.contains_other(item)
     }
 
-    /// [`Filter::contains`] for blocked filters of hash ids 1 and 2 and for
-    /// the classic layout.
+    /// [`Filter::contains`] for the items [`WordsItem`] does not take:
+    /// other lengths, blocked filters of hash ids 1 and 2, the classic
+    /// layout.
     #[inline(never)]
     fn contains_other(&self, item: &[u8]) -> bool {
         let item = &item;

@@ -257,7 +257,7 @@ impl SeededHash {
     /// XXH3-64 of a 17–128-byte item (`XXH3_len_17to128_64b`): the same
     /// 16-byte mixes as the 128-bit path, summed into one accumulator.
     #[inline(always)]
-    fn hash64_17_to_128(&self, item: &[u8]) -> u64 {
+    pub(crate) fn hash64_17_to_128(&self, item: &[u8]) -> u64 {
         let len = item.len();
         let mut acc = (len as u64).wrapping_mul(PRIME64_1);
         if len > 32 {

@@ -23,7 +23,7 @@
 //! hash id's [`crate::arch::Probes`] ([`HashId::probes`]): anywhere in the
 //! block for ids 1 and 2, in consecutive words for id 3.
 
-use crate::arch::Probes;
+use crate::arch::{Locate, Probes};
 use crate::hash::{reduce, HashId, SeededHash};
 use crate::math::{Layout, BLOCK_BITS};
 use crate::params::Params;
@@ -117,6 +117,24 @@ impl Locator {
         }
     }
 }
+
+/// Hash id 3's block and in-block hash of an item of [`INLINE_LENGTHS`]
+/// (any other item gets a wrong answer, never a panic): the locator of
+/// [`crate::arch::WordsItem`], which `Filter::contains` sends only such
+/// items.
+impl Locate for Locator {
+    #[inline(always)]
+    fn locate(&self, item: &[u8]) -> (usize, u32) {
+        let h = self.hasher.hash64_17_to_128(item);
+        (reduce(h, self.blocks) as usize, h as u32)
+    }
+}
+
+/// The item lengths whose hash is straight-line code: 17 to 128 bytes, the
+/// lengths of URLs and of most keys. The other lengths' hash calls out of
+/// line (past 240 bytes), and a call inside a single lookup's function
+/// makes it save and restore registers on every lookup.
+pub const INLINE_LENGTHS: std::ops::RangeInclusive<usize> = 17..=128;
 
 #[cfg(test)]
 mod tests {

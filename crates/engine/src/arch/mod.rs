@@ -285,6 +285,70 @@ pub fn block_contains_at(
     }
 }
 
+/// Where an item lives: its block among a filter's blocks and its 32-bit
+/// in-block hash (the filter's hash and its reduction to a block, which
+/// this module does not know).
+pub trait Locate {
+    /// `item`'s block index and in-block hash.
+    fn locate(&self, item: &[u8]) -> (usize, u32);
+}
+
+/// A whole single lookup under [`Probes::Words`], compiled for one kernel:
+/// [`WordsItem::contains`] locates the item ([`Locate`], inlined) and
+/// tests its block as [`block_contains_at`] does, in one call through a
+/// function pointer chosen once, when the kernel is.
+///
+/// A lookup of a filter in DRAM is one dependent miss; how many of them a
+/// caller's loop overlaps is how many lookups fit in the CPU's reorder
+/// window, so every instruction between two lookups' loads counts. With
+/// the hash in the caller, the block's test one call away and the kernel
+/// matched per lookup, the AMD EPYC of BENCHMARKS.md ran 111–125
+/// instructions per lookup and took 1.24× sbbf-rs's time on a 2 GiB
+/// filter (86 instructions); at about 92 it takes 0.93–1.03× ("Single
+/// lookups in DRAM: the reorder window").
+pub struct WordsItem<L> {
+    run: unsafe fn(&[Block], u32, &[u8], &L) -> bool,
+}
+
+impl<L> Clone for WordsItem<L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L> Copy for WordsItem<L> {}
+
+impl<L: Locate> WordsItem<L> {
+    /// The lookup compiled for `kernel`.
+    pub fn new(kernel: Kernel) -> WordsItem<L> {
+        let run: unsafe fn(&[Block], u32, &[u8], &L) -> bool = match kernel.0 {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86_64::words_item_avx512::<L>,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86_64::words_item_avx2::<L>,
+            _ => words_item_scalar::<L>,
+        };
+        WordsItem { run }
+    }
+
+    /// Whether every probe of `item` (located by `at`) finds its bit set.
+    /// Panics if `at` gives a block index out of range, as indexing does.
+    #[inline(always)]
+    pub fn contains(&self, blocks: &[Block], k: u32, item: &[u8], at: &L) -> bool {
+        // SAFETY: `run` is the function of a `Kernel`, and a kernel value
+        // only exists for an instruction set this CPU supports
+        // ([`Kernel::supported`]); the function's other requirements are
+        // its arguments' types.
+        unsafe { (self.run)(blocks, k, item, at) }
+    }
+}
+
+/// The scalar arm of [`WordsItem`].
+fn words_item_scalar<L: Locate>(blocks: &[Block], k: u32, item: &[u8], at: &L) -> bool {
+    let (i, h) = at.locate(item);
+    contains_at_scalar(Probes::Words, blocks, i, h, k)
+}
+
 /// The scalar arm of [`block_contains_at`], out of line like
 /// [`run_scalar`].
 #[inline(never)]
@@ -438,7 +502,25 @@ mod tests {
                 holed[w].fetch_and(!(1u64 << bit), Relaxed);
                 prop_assert!(!block_contains(kernel, probes, &holed, h, k), "kernel {}", kernel);
                 prop_assert!(!block_contains_at(kernel, probes, std::slice::from_ref(&holed), 0, h, k), "kernel {}", kernel);
+                // The whole single lookup (`WordsItem`): the block and hash
+                // its locator gives, tested on the kernel's function.
+                if probes == Probes::Words {
+                    let item = WordsItem::<Fixed>::new(kernel);
+                    prop_assert_eq!(item.contains(&blocks, k, b"x", &Fixed(1, h)), want, "kernel {}", kernel);
+                    prop_assert_eq!(item.contains(&blocks, k, b"x", &Fixed(2, h)), scalar::block_contains(probes, &load_block(&blocks[2]), h, k), "kernel {}", kernel);
+                    prop_assert!(item.contains(std::slice::from_ref(&mask), k, b"x", &Fixed(0, h)));
+                    prop_assert!(!item.contains(std::slice::from_ref(&holed), k, b"x", &Fixed(0, h)), "kernel {}", kernel);
+                }
             }
+        }
+    }
+
+    /// A locator that puts every item at one block with one in-block hash.
+    struct Fixed(usize, u32);
+
+    impl Locate for Fixed {
+        fn locate(&self, _: &[u8]) -> (usize, u32) {
+            (self.0, self.1)
         }
     }
 

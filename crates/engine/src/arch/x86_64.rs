@@ -251,6 +251,7 @@ unsafe fn load_avx512(block: &Block) -> __m512i {
 /// # Safety
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
+#[inline]
 pub(super) unsafe fn contains_at_avx512<const WORDS: bool>(
     blocks: &[Block],
     i: usize,
@@ -281,6 +282,7 @@ pub(super) unsafe fn contains_at_avx512<const WORDS: bool>(
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
+#[inline]
 pub(super) unsafe fn contains_at_avx2<const WORDS: bool>(
     blocks: &[Block],
     i: usize,
@@ -298,6 +300,40 @@ pub(super) unsafe fn contains_at_avx2<const WORDS: bool>(
         unsafe { (load_avx2(block), words_mask_avx2(h, Probes::Words.clamp(k))) };
     // `vptest`'s carry: no bit of the mask is missing from the words.
     _mm256_testc_si256(lo, m_lo) & _mm256_testc_si256(hi, m_hi) != 0
+}
+
+/// [`super::WordsItem`] on AVX-512F: the item located by `at` (inlined
+/// here) and its block tested by [`contains_at_avx512`], in this one
+/// function.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn words_item_avx512<L: super::Locate>(
+    blocks: &[Block],
+    k: u32,
+    item: &[u8],
+    at: &L,
+) -> bool {
+    let (i, h) = at.locate(item);
+    // SAFETY: the CPU has AVX-512F (this function's contract).
+    unsafe { contains_at_avx512::<true>(blocks, i, h, k) }
+}
+
+/// [`super::WordsItem`] on AVX2, as [`words_item_avx512`].
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn words_item_avx2<L: super::Locate>(
+    blocks: &[Block],
+    k: u32,
+    item: &[u8],
+    at: &L,
+) -> bool {
+    let (i, h) = at.locate(item);
+    // SAFETY: the CPU has AVX2 (this function's contract).
+    unsafe { contains_at_avx2::<true>(blocks, i, h, k) }
 }
 
 /// The block in two 256-bit registers, read as eight word-sized accesses
@@ -483,11 +519,8 @@ unsafe fn words_mask_avx512(h: u32, k: u32) -> __m512i {
     // in bounds.
     let mults = unsafe { _mm512_loadu_si512(POWERS.as_ptr().cast()) };
     let x = _mm512_mullo_epi32(hv, mults);
-    let lanes: __mmask16 = if k >= 16 {
-        0xFFFF
-    } else {
-        ((1u32 << k) - 1) as __mmask16
-    };
+    // k is at most 16 here, so the shift stays inside the word.
+    let lanes = ((1u32 << k.min(16)) - 1) as __mmask16;
     let bits = _mm512_maskz_sllv_epi32(lanes, _mm512_set1_epi32(1), _mm512_srli_epi32::<27>(x));
     let from = _mm512_sub_epi32(iota16(), hv);
     _mm512_permutexvar_epi32(from, bits)
