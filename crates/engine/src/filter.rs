@@ -542,13 +542,14 @@ impl Filter {
     ///
     /// A blocked filter of hash id 3 (every new one) answers an item of
     /// 17–128 bytes ([`INLINE_LENGTHS`]) with one call through the
-    /// [`WordsItem`] chosen with the kernel: the hash, the block and its
-    /// test all run in that one function, about 92 instructions per
-    /// lookup with the AVX-512 kernel. A lookup in DRAM is one dependent
-    /// miss, and a caller's loop overlaps as many of them as fit in the
-    /// CPU's reorder window, so the count is what sets the speed there:
+    /// function pointer chosen with the kernel (`arch::WordsItem`): the
+    /// hash, the block and its test all run in that one function, about
+    /// 91 instructions per lookup with the AVX-512 kernel. A lookup in
+    /// DRAM is one dependent miss, and a caller's loop overlaps as many of
+    /// them as fit in the CPU's reorder window, so the count is what sets
+    /// the speed there:
     /// at 111–125 instructions the AMD EPYC of BENCHMARKS.md took 1.24×
-    /// sbbf-rs's time per lookup on a 2 GiB filter, at 92 about 1.0×
+    /// sbbf-rs's time per lookup on a 2 GiB filter, at 91 about 1.0×
     /// ("Single lookups in DRAM: the reorder window"). Other lengths, hash
     /// ids 1 and 2 and the classic layout are one call away
     /// ([`Filter::contains_other`]).
@@ -565,7 +566,7 @@ impl Filter {
         self.contains_other(item)
     }
 
-    /// [`Filter::contains`] for the items [`WordsItem`] does not take:
+    /// [`Filter::contains`] for the items `arch::WordsItem` does not take:
     /// other lengths, blocked filters of hash ids 1 and 2, the classic
     /// layout.
     #[inline(never)]

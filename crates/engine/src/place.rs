@@ -118,10 +118,12 @@ impl Locator {
     }
 }
 
-/// Hash id 3's block and in-block hash of an item of [`INLINE_LENGTHS`]
-/// (any other item gets a wrong answer, never a panic): the locator of
-/// [`crate::arch::WordsItem`], which `Filter::contains` sends only such
-/// items.
+/// Hash id 3's block and in-block hash of an item of [`INLINE_LENGTHS`],
+/// whatever this locator's own hash id: the locator of
+/// `arch::WordsItem`, which `Filter::contains` uses only for blocked
+/// filters of hash id 3 and sends only such items (a shorter one would
+/// panic on its hash's read before its start, a longer one get a wrong
+/// block). Crate-internal, so that no other caller can.
 impl Locate for Locator {
     #[inline(always)]
     fn locate(&self, item: &[u8]) -> (usize, u32) {

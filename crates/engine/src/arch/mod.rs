@@ -288,7 +288,7 @@ pub fn block_contains_at(
 /// Where an item lives: its block among a filter's blocks and its 32-bit
 /// in-block hash (the filter's hash and its reduction to a block, which
 /// this module does not know).
-pub trait Locate {
+pub(crate) trait Locate {
     /// `item`'s block index and in-block hash.
     fn locate(&self, item: &[u8]) -> (usize, u32);
 }
@@ -304,9 +304,9 @@ pub trait Locate {
 /// the hash in the caller, the block's test one call away and the kernel
 /// matched per lookup, the AMD EPYC of BENCHMARKS.md ran 111–125
 /// instructions per lookup and took 1.24× sbbf-rs's time on a 2 GiB
-/// filter (86 instructions); at about 92 it takes 0.93–1.03× ("Single
-/// lookups in DRAM: the reorder window").
-pub struct WordsItem<L> {
+/// filter (86 instructions); at 91 it takes 0.88–1.06× ("Single lookups
+/// in DRAM: the reorder window").
+pub(crate) struct WordsItem<L> {
     run: unsafe fn(&[Block], u32, &[u8], &L) -> bool,
 }
 
@@ -320,7 +320,7 @@ impl<L> Copy for WordsItem<L> {}
 
 impl<L: Locate> WordsItem<L> {
     /// The lookup compiled for `kernel`.
-    pub fn new(kernel: Kernel) -> WordsItem<L> {
+    pub(crate) fn new(kernel: Kernel) -> WordsItem<L> {
         let run: unsafe fn(&[Block], u32, &[u8], &L) -> bool = match kernel.0 {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => x86_64::words_item_avx512::<L>,
@@ -334,7 +334,7 @@ impl<L: Locate> WordsItem<L> {
     /// Whether every probe of `item` (located by `at`) finds its bit set.
     /// Panics if `at` gives a block index out of range, as indexing does.
     #[inline(always)]
-    pub fn contains(&self, blocks: &[Block], k: u32, item: &[u8], at: &L) -> bool {
+    pub(crate) fn contains(&self, blocks: &[Block], k: u32, item: &[u8], at: &L) -> bool {
         // SAFETY: `run` is the function of a `Kernel`, and a kernel value
         // only exists for an instruction set this CPU supports
         // ([`Kernel::supported`]); the function's other requirements are
